@@ -1,0 +1,204 @@
+"""``tzrec-run``: thin argument parsing that calls into config/ and runner/.
+
+Commands: ``train``, ``check``, ``plugins``, ``data synth criteo``. Torch is imported only by
+the commands that need it, so ``--help``, ``check`` and ``plugins`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from typing import Sequence
+
+from tzrun import __version__
+from tzrun.errors import TzrunError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_CONFIG = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``tzrec-run``."""
+    parser = argparse.ArgumentParser(
+        prog="tzrec-run",
+        description="Train recommendation models on TorchRec from one TOML file.",
+    )
+    parser.add_argument("--version", action="version", version=f"tzrec-run {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def config_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", help="the run's TOML file")
+        p.add_argument(
+            "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+            help="override a config key with a TOML literal, e.g. train.num_steps=100 or "
+                 'data.train_input="x/*.parquet" (repeatable)',
+        )
+
+    train = sub.add_parser("train", help="train, evaluate and checkpoint as the config says")
+    config_args(train)
+    train.add_argument("--model-dir", help="write here instead of the config's model_dir")
+    train.add_argument(
+        "--overwrite", action="store_true",
+        help="remove the checkpoints and results of an earlier run in the model dir first "
+             "(without it, a model dir with checkpoints is refused)",
+    )
+    train.add_argument(
+        "--nproc-per-node", type=int, metavar="N",
+        help="launch N processes on this machine through torchrun (same as `torchrun "
+             "--nproc-per-node N -m tzrun train ...`)",
+    )
+
+    check = sub.add_parser("check", help="check a config (both passes) without building a model or reading data")
+    config_args(check)
+
+    plugins = sub.add_parser("plugins", help="list the installed plugins and what each registers")
+    plugins.add_argument("--json", action="store_true", help="print JSON")
+
+    data = sub.add_parser("data", help="data utilities")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
+    synth = data_sub.add_parser("synth", help="generate a synthetic dataset with a known best AUC")
+    synth.add_argument("dataset", choices=["criteo"], help="which shape of data")
+    synth.add_argument("--rows", type=int, required=True, help="training rows")
+    synth.add_argument("--eval-rows", type=int, help="evaluation rows (default rows/10, at least 1000)")
+    synth.add_argument("--out", required=True, help="output directory")
+    synth.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _setup_logging() -> None:
+    """INFO from tzrec-run on rank 0 only, warnings from every rank with the rank in the line;
+    libraries (FBGEMM logs through the root logger) at WARNING."""
+    rank = int(os.environ.get("RANK", 0))
+    logging.basicConfig(
+        level=logging.WARNING,
+        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    logging.getLogger("tzrun").setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    # torchrec's planner and pipelines warn about every table on every rank at set-up
+    for name in ("torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
+                 "torchrec.distributed.utils", "torchrec.distributed.model_parallel"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _prepare(config: str, overrides: Sequence[str]):  # noqa: ANN202
+    from tzrun.config.load import disabled_plugins, load_config, read_config
+    from tzrun.plugins import make_plugin_manager
+    from tzrun.registry import collect_registries
+
+    raw = read_config(config, overrides)
+    pm = make_plugin_manager(disable=disabled_plugins(raw))
+    registries = collect_registries(pm)
+    return raw, pm, registries, load_config(raw, registries)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    _, _, _, cfg = _prepare(args.config, args.overrides)
+    run = "steps" if cfg.train.num_steps is not None else "epochs"
+    print(
+        f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
+        f"{len(cfg.features.sparse)} id features; sparse {cfg.train.sparse_optimizer.type}, "
+        f"dense {cfg.train.dense_optimizer.type}; {cfg.train.num_steps or cfg.train.num_epochs} {run})"
+    )
+    return 0
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from tzrun.plugins import make_plugin_manager, plugin_infos
+    from tzrun.registry import collect_registries
+
+    pm = make_plugin_manager()
+    registries = collect_registries(pm)
+    infos = plugin_infos(pm, registries)
+    if args.json:
+        print(json.dumps({
+            "plugins": [i.to_json() for i in infos],
+            "failed": [{"name": f.name, "distribution": f.distribution, "version": f.version, "error": f.error}
+                       for f in pm.load_failures],
+        }, indent=2))
+        return 0
+    for info in infos:
+        origin = f"{info.distribution} {info.version}" if info.distribution else "registered in code"
+        print(f"{info.name}  ({origin})")
+        print(f"  hooks: {', '.join(info.hooks)}")
+        for kind, names in info.components.items():
+            print(f"  {registries[kind].plural}: {', '.join(names)}")
+    for failure in pm.load_failures:
+        print(f"FAILED {failure}")
+    return 0
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from tzrun.data.synth import synth_criteo
+
+    report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+    print(
+        f"wrote {report.train_rows} train and {report.eval_rows} eval rows to {report.out_dir} "
+        f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}"
+    )
+    return 0
+
+
+def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    rest, skip = [], False
+    for i, token in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if token == "--nproc-per-node":
+            skip = True
+            continue
+        if token.startswith("--nproc-per-node="):
+            continue
+        rest.append(token)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc_per_node),
+               "-m", "tzrun", *rest]
+    return subprocess.call(command)
+
+
+def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
+        return _launch_torchrun(args, argv)
+    overrides = list(args.overrides)
+    if args.model_dir:
+        overrides.append(f"model_dir={json.dumps(args.model_dir)}")
+    raw, pm, registries, cfg = _prepare(args.config, overrides)
+    from tzrun.runner.distributed import shutdown_distributed
+    from tzrun.runner.loop import train
+
+    try:
+        result = train(cfg, raw, pm, registries, overwrite=args.overwrite)
+    finally:
+        shutdown_distributed()
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"trained {result.steps} steps in {result.seconds:.1f} s ({result.samples_per_second:,.0f} samples/s)")
+        if result.eval is not None:
+            values = ", ".join(f"{k}={v:.6f}" for k, v in result.eval.metrics.items())
+            print(f"final eval at step {result.eval.step} over {result.eval.rows} rows: {values}")
+        print(f"checkpoint: {result.checkpoint}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``tzrec-run`` with ``argv`` (default: the process arguments); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    _setup_logging()
+    try:
+        if args.command == "train":
+            return _cmd_train(args, argv)
+        if args.command == "check":
+            return _cmd_check(args)
+        if args.command == "plugins":
+            return _cmd_plugins(args)
+        if args.command == "data":
+            return _cmd_synth(args)
+    except TzrunError as error:
+        print(f"tzrec-run: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    return 1

@@ -1,0 +1,83 @@
+"""Checks across keys of the core schema that types alone cannot express."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tzrun.config.schema import RunConfig
+from tzrun.errors import ConfigProblem
+
+__all__ = ["check_run_config", "FBGEMM_DIM_MULTIPLE"]
+
+#: FBGEMM's fused table-batched embedding kernels need embedding widths in multiples of 4.
+FBGEMM_DIM_MULTIPLE = 4
+
+
+def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
+    """Every cross-key problem of a structured config, each with its TOML path."""
+    problems: list[ConfigProblem] = []
+    add = lambda path, msg: problems.append(ConfigProblem(path, msg))  # noqa: E731
+
+    train, data = cfg.train, cfg.data
+    if (train.num_steps is None) == (train.num_epochs is None):
+        add("train.num_steps and train.num_epochs", "set exactly one")
+    for key in ("num_steps", "num_epochs"):
+        value = getattr(train, key)
+        if value is not None and value < 1:
+            add(f"train.{key}", f"must be at least 1, got {value}")
+    if train.save_checkpoints_steps < 0:
+        add("train.save_checkpoints_steps", "must be 0 (only at the end) or a positive interval")
+    if train.log_every_n_steps < 1:
+        add("train.log_every_n_steps", "must be at least 1")
+    if data.batch_size < 1:
+        add("data.batch_size", f"must be at least 1, got {data.batch_size}")
+    if data.eval_batch_size is not None and data.eval_batch_size < 1:
+        add("data.eval_batch_size", f"must be at least 1, got {data.eval_batch_size}")
+    if data.num_workers < 0:
+        add("data.num_workers", "must be 0 or more")
+    if not data.labels:
+        add("data.labels", "name at least one label column")
+    if cfg.eval.num_steps is not None and cfg.eval.num_steps < 1:
+        add("eval.num_steps", "must be at least 1 (leave it unset to evaluate the whole input)")
+    if not cfg.losses:
+        add("losses", 'name at least one loss, e.g. [[losses]] type = "binary_cross_entropy"')
+    if cfg.metrics and data.eval_input is None:
+        add("data.eval_input", "metrics are configured but there is no eval input")
+
+    names: dict[str, str] = {}
+    for group in ("dense", "sparse"):
+        for i, feature in enumerate(getattr(cfg.features, group)):
+            path = f"features.{group}[{i}]"
+            if feature.name in names:
+                add(f"{path}.name", f"'{feature.name}' is already the name of {names[feature.name]}")
+            names.setdefault(feature.name, path)
+    if not names:
+        add("features", "declare at least one [[features.dense]] or [[features.sparse]]")
+
+    tables: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+    for i, feature in enumerate(cfg.features.sparse):
+        path = f"features.sparse[{i}]"
+        if (feature.num_buckets is None) == (feature.hash_bucket_size is None):
+            add(path, f"feature '{feature.name}': set exactly one of num_buckets and hash_bucket_size")
+        for key in ("num_buckets", "hash_bucket_size"):
+            value = getattr(feature, key)
+            if value is not None and value < 1:
+                add(f"{path}.{key}", f"must be at least 1, got {value}")
+        dim = feature.embedding_dim
+        if dim < 1 or dim % FBGEMM_DIM_MULTIPLE:
+            lower = max(FBGEMM_DIM_MULTIPLE, dim - dim % FBGEMM_DIM_MULTIPLE)
+            add(
+                f"{path}.embedding_dim",
+                f"feature '{feature.name}': {dim} is not a positive multiple of {FBGEMM_DIM_MULTIPLE} "
+                f"(FBGEMM's fused embedding kernels need one); use {lower} or {lower + FBGEMM_DIM_MULTIPLE}",
+            )
+        size = feature.num_buckets if feature.num_buckets is not None else feature.hash_bucket_size
+        tables[feature.table or f"{feature.name}_emb"].append((path, size or 0, dim))
+    for table, users in tables.items():
+        if len({(size, dim) for _, size, dim in users}) > 1:
+            where = ", ".join(p for p, _, _ in users)
+            add(
+                users[-1][0] + ".table",
+                f"features sharing table '{table}' ({where}) must agree on its size and embedding_dim",
+            )
+    return problems

@@ -1,0 +1,195 @@
+"""One strict cattrs converter, and structuring that reports every problem with its TOML path.
+
+Strict means: unknown keys are errors, no silent ``int(3.7)`` or ``str(3)``, a bool is not an
+int, an int is accepted where a float is expected (TOML writes ``1`` for ``1.0``).
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from typing import Any, Literal, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import ForbiddenExtraKeysError
+
+from tzrun.errors import ConfigProblem, did_you_mean
+
+__all__ = ["make_converter", "structure", "StructureFailed", "join_path", "show"]
+
+T = TypeVar("T")
+
+
+class StructureFailed(Exception):
+    """Raised by :func:`structure` with every problem found."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(map(str, problems)))
+
+
+def show(value: Any) -> str:
+    """A TOML-ish rendering of a value for error messages (``"fast"``, ``3.7``, ``true``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return repr(value)
+
+
+class _TypeProblem(ValueError):
+    pass
+
+
+def _expect(kind: str, value: Any) -> _TypeProblem:
+    return _TypeProblem(f"expected {kind}, got {show(value)}")
+
+
+def _structure_int(value: Any, _: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _expect("an integer", value)
+    return value
+
+
+def _structure_float(value: Any, _: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _expect("a float", value)
+    return float(value)
+
+
+def _structure_str(value: Any, _: type) -> str:
+    if not isinstance(value, str):
+        raise _expect("a string", value)
+    return value
+
+
+def _structure_bool(value: Any, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise _expect("true or false", value)
+    return value
+
+
+def _is_literal(tp: Any) -> bool:
+    return typing.get_origin(tp) is Literal
+
+
+def _structure_literal(value: Any, tp: Any) -> Any:
+    allowed = typing.get_args(tp)
+    if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
+        listed = ", ".join(show(a) for a in allowed)
+        raise _TypeProblem(f"expected one of {listed}, got {show(value)}")
+    return value
+
+
+def make_converter() -> cattrs.Converter:
+    """The strict converter used for the core schema and every component's options."""
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    conv.register_structure_hook(int, _structure_int)
+    conv.register_structure_hook(float, _structure_float)
+    conv.register_structure_hook(str, _structure_str)
+    conv.register_structure_hook(bool, _structure_bool)
+    conv.register_structure_hook_func(_is_literal, _structure_literal)
+
+    # arrays must be arrays: cattrs would happily iterate a string into characters
+    conv.register_structure_hook_factory(
+        lambda tp: typing.get_origin(tp) in (tuple, list), lambda tp: _sequence_hook(conv, tp)
+    )
+    return conv
+
+
+def _sequence_hook(conv: cattrs.Converter, tp: Any) -> Any:
+    args = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        raise TypeError(f"fixed-length tuples are not supported in configs: {tp}")
+    item_type = args[0] if args else Any
+
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise _expect("an array", value)
+        items, errors = [], []
+        for i, item in enumerate(value):
+            try:
+                items.append(conv.structure(item, item_type) if item_type is not Any else item)
+            except Exception as exc:
+                exc.__notes__ = [*getattr(exc, "__notes__", []), _IndexNote(i)]
+                errors.append(exc)
+        if errors:
+            raise cattrs.IterableValidationError("invalid items", errors, tp)
+        return origin(items)
+
+    return hook
+
+
+def _IndexNote(index: int) -> str:
+    """A note cattrs' error transformer reads as a list index."""
+    from cattrs.errors import IterableValidationNote
+
+    return IterableValidationNote(f"Structuring {index}", index, Any)
+
+
+def join_path(prefix: str, suffix: str) -> str:
+    """Join TOML path parts: ``join_path("train", ".lr")`` is ``train.lr``."""
+    suffix = suffix.lstrip(".")
+    if not prefix:
+        return suffix
+    if not suffix:
+        return prefix
+    return f"{prefix}{suffix}" if suffix.startswith("[") else f"{prefix}.{suffix}"
+
+
+def _format(exc: BaseException, tp: type | None) -> str:
+    if isinstance(exc, ForbiddenExtraKeysError):
+        known = [f.name for f in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
+        parts = []
+        for key in sorted(exc.extra_fields):
+            guess = did_you_mean(key, known)
+            hint = f"; did you mean '{guess}'?" if guess else ""
+            parts.append(f"\x00{key}\x00unknown key (known keys: {', '.join(known) or 'none'}{hint})")
+        return "\x01".join(parts)
+    if isinstance(exc, _TypeProblem):
+        return str(exc)
+    if isinstance(exc, KeyError):
+        return f"required key {exc.args[0]!r} is missing"
+    if isinstance(exc, (ValueError, TypeError)) and tp is not None:
+        return f"expected {getattr(tp, '__name__', tp)}: {exc}"
+    if isinstance(exc, ValueError):  # an attrs validator's own message
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def structure(conv: cattrs.Converter, data: Any, cls: type[T], path: str) -> T:
+    """Structure ``data`` into ``cls``, collecting every problem with its TOML path.
+
+    Args:
+        conv: the strict converter.
+        data: what ``tomllib`` produced for this section.
+        cls: the attrs class to build.
+        path: the TOML path of ``data`` (``""`` for the whole file).
+
+    Raises:
+        StructureFailed: with every problem, one per bad key.
+    """
+    if attrs.has(cls) and not isinstance(data, dict):
+        raise StructureFailed([ConfigProblem(path, f"expected a table, got {show(data)}")])
+    try:
+        return conv.structure(data, cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        if not isinstance(exc, cattrs.BaseValidationError):
+            # an attrs validator (or __attrs_post_init__) rejected the values as a whole
+            raise StructureFailed([ConfigProblem(path, str(exc))]) from exc
+        problems = []
+        for line in cattrs.transform_error(exc, path="", format_exception=_format):
+            message, _, where = line.rpartition(" @ ")
+            for part in message.split("\x01"):
+                if part.startswith("\x00"):
+                    _, key, text = part.split("\x00", 2)
+                    problems.append(ConfigProblem(join_path(join_path(path, where), key), text))
+                else:
+                    problems.append(ConfigProblem(join_path(path, where), part))
+        raise StructureFailed(problems) from exc

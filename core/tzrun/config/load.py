@@ -1,0 +1,318 @@
+"""Loading a run config: TOML, ``--set`` overrides, the two passes, one error with every problem.
+
+Pass 1 structures the core schema (:mod:`tzrun.config.schema`). Pass 2 looks up every
+``type = "..."`` component in the registries and structures its other keys into the config class
+its plugin registered. Both passes run even when the other finds problems, so a user sees all of
+them at once.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import attrs
+
+from tzrun.config.converter import StructureFailed, make_converter, show, structure
+from tzrun.config.schema import (
+    Component,
+    LossFields,
+    MetricFields,
+    OptimizerFields,
+    RunConfig,
+)
+from tzrun.errors import ConfigError, ConfigProblem, UnknownComponentError
+from tzrun.registry import Registries
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "RawConfig",
+    "read_config",
+    "parse_config",
+    "apply_overrides",
+    "load_config",
+    "disabled_plugins",
+]
+
+_SEGMENT = re.compile(r"^([A-Za-z0-9_\-]+)(?:\[(\d+)\])?$")
+
+
+@attrs.frozen
+class RawConfig:
+    """A config file as TOML gave it, with ``--set`` overrides applied.
+
+    Attributes:
+        source: the file name (or ``"<string>"``), used in every error.
+        data: the parsed TOML.
+    """
+
+    source: str
+    data: Mapping[str, Any]
+
+
+def parse_config(text: str, source: str = "<string>", overrides: Iterable[str] = ()) -> RawConfig:
+    """Parse TOML text and apply ``--set`` overrides.
+
+    Raises:
+        ConfigError: for invalid TOML or a malformed override.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, [ConfigProblem("", f"not valid TOML: {exc}")]) from None
+    problems = apply_overrides(data, overrides)
+    if problems:
+        raise ConfigError(source, problems)
+    return RawConfig(source, data)
+
+
+def read_config(path: str | Path, overrides: Iterable[str] = ()) -> RawConfig:
+    """Read a TOML config file and apply ``--set`` overrides.
+
+    Raises:
+        ConfigError: when the file is missing, is not valid TOML, or an override is malformed.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [ConfigProblem("", f"cannot read the config: {exc.strerror}")]) from None
+    return parse_config(text, str(path), overrides)
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[ConfigProblem]:
+    """Apply ``a.b.c=<TOML literal>`` overrides to ``data`` in place.
+
+    A path segment may index an array of tables: ``features.sparse[3].num_buckets=100``.
+    Missing tables along the path are created.
+
+    Returns:
+        One problem per malformed override (the others are still applied).
+    """
+    problems = []
+    for override in overrides:
+        where = f"--set {override}"
+        key, sep, literal = override.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(ConfigProblem(where, "expected KEY=VALUE, e.g. train.num_steps=100"))
+            continue
+        try:
+            value = tomllib.loads(f"v = {literal.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            problems.append(
+                ConfigProblem(where, f"{literal.strip()} is not a TOML value; quote strings: {key}=\"text\"")
+            )
+            continue
+        problem = _set_path(data, key, value)
+        if problem:
+            problems.append(ConfigProblem(where, problem))
+    return problems
+
+
+def _set_path(data: dict[str, Any], key: str, value: Any) -> str | None:
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        match = _SEGMENT.match(part)
+        if not match:
+            return f"'{part}' is not a key (use letters, digits, _ and -, and [N] for array items)"
+        name, index = match.group(1), match.group(2)
+        last = i == len(parts) - 1
+        if not isinstance(node, dict):
+            return f"'{'.'.join(parts[:i])}' is not a table"
+        if index is None:
+            if last:
+                node[name] = value
+            else:
+                node = node.setdefault(name, {})
+            continue
+        items = node.get(name)
+        if not isinstance(items, list) or int(index) >= len(items):
+            size = len(items) if isinstance(items, list) else 0
+            return f"'{name}' has {size} item(s); index {index} is out of range"
+        if last:
+            items[int(index)] = value
+        else:
+            node = items[int(index)]
+    return None
+
+
+def disabled_plugins(raw: RawConfig) -> tuple[str, ...]:
+    """``[plugins] disable`` read before any plugin is loaded (checked fully in pass 1)."""
+    section = raw.data.get("plugins", {})
+    names = section.get("disable", ()) if isinstance(section, dict) else ()
+    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+
+
+def _structure_component(value: Any, _: type) -> Component:
+    if not isinstance(value, dict) or "type" not in value:
+        raise ValueError(f'expected a table with a "type" key, e.g. {{ type = "name" }}; got {show(value)}')
+    if not isinstance(value["type"], str):
+        raise ValueError(f'"type" must be a string, got {show(value["type"])}')
+    return Component(value["type"], {k: v for k, v in value.items() if k != "type"})
+
+
+def load_config(raw: RawConfig, registries: Registries) -> RunConfig:
+    """Check and structure a config: both passes, every problem reported together.
+
+    Args:
+        raw: the parsed file (see :func:`read_config`).
+        registries: the components available to this run.
+
+    Returns:
+        The run config, every component's ``config`` and ``fields`` set.
+
+    Raises:
+        ConfigError: listing every problem, one line each, with its TOML path.
+    """
+    conv = make_converter()
+    conv.register_structure_hook(Component, _structure_component)
+    problems: list[ConfigProblem] = []
+    config: RunConfig | None = None
+    try:
+        config = structure(conv, dict(raw.data), RunConfig, "")
+    except StructureFailed as failed:
+        problems.extend(failed.problems)
+        checkable = _without(raw.data, [p.path for p in failed.problems])
+    else:
+        checkable = config
+    if checkable is not None:
+        from tzrun.config.checks import check_run_config
+
+        problems.extend(check_run_config(checkable))
+    resolved = _Resolver(conv, registries, problems)
+    resolved.run(raw.data)
+    if problems:
+        raise ConfigError(raw.source, _dedupe(problems))
+    assert config is not None
+    return resolved.apply(config)
+
+
+def _without(data: Mapping[str, Any], paths: list[str]) -> RunConfig | None:
+    """The config structured again with the keys at ``paths`` removed, so that cross-key
+    checks still run when some keys are bad; None when it still cannot be structured."""
+    import copy
+
+    from tzrun.config.converter import structure as structure_again
+
+    pruned = copy.deepcopy(dict(data))
+    for path in paths:
+        parts = [p for p in re.split(r"\.|(?=\[)", path) if p]
+        node: Any = pruned
+        for part in parts[:-1]:
+            node = node[int(part[1:-1])] if part.startswith("[") and isinstance(node, list) else (node.get(part) if isinstance(node, dict) else None)
+            if node is None:
+                break
+        last = parts[-1] if parts else ""
+        if isinstance(node, dict):
+            node.pop(last, None)
+    conv = make_converter()
+    conv.register_structure_hook(Component, _structure_component)
+    try:
+        return structure_again(conv, pruned, RunConfig, "")
+    except StructureFailed:
+        return None
+
+
+def _dedupe(problems: list[ConfigProblem]) -> list[ConfigProblem]:
+    seen, out = set(), []
+    for p in problems:
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
+
+
+class _Resolver:
+    """Pass 2: every component location, looked up and structured, problems collected."""
+
+    def __init__(self, conv: Any, registries: Registries, problems: list[ConfigProblem]) -> None:
+        self.conv, self.registries, self.problems = conv, registries, problems
+        self.found: dict[str, Component] = {}
+
+    def run(self, data: Mapping[str, Any]) -> None:
+        data_section = _table(data.get("data"))
+        self.component(data_section.get("reader", {"type": "parquet"}), "data.reader", "reader")
+        if "model" in data:
+            self.component(data["model"], "model", "model")
+        train = _table(data.get("train"))
+        for key in ("sparse_optimizer", "dense_optimizer"):
+            if key in train:
+                self.component(train[key], f"train.{key}", key, OptimizerFields)
+        self.component(train.get("pipeline", {"type": "sparse_dist"}), "train.pipeline", "train_pipeline")
+        for i, stage in enumerate(_list(train.get("stages", [{"type": "progress"}]))):
+            self.component(stage, f"train.stages[{i}]", "stage")
+        for i, loss in enumerate(_list(data.get("losses"))):
+            self.component(loss, f"losses[{i}]", "loss", LossFields)
+        for i, metric in enumerate(_list(data.get("metrics"))):
+            self.component(metric, f"metrics[{i}]", "metric", MetricFields)
+
+    def component(self, value: Any, path: str, kind: str, fields_cls: type | None = None) -> None:
+        if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+            return  # pass 1 reports the shape problem
+        try:
+            entry = self.registries[kind].get(value["type"], f"{path}.type")
+        except UnknownComponentError as exc:
+            self.problems.append(ConfigProblem(exc.path, str(exc).split(": ", 1)[1]))
+            return
+        options = {k: v for k, v in value.items() if k != "type"}
+        core: dict[str, Any] = {}
+        if fields_cls is not None:
+            names = {f.name for f in attrs.fields(fields_cls)}
+            core = {k: options.pop(k) for k in list(options) if k in names}
+        fields = None
+        if fields_cls is OptimizerFields:
+            schedule = core.pop("lr_schedule", {"type": "constant"})
+            if not isinstance(schedule, dict):
+                self.problems.append(
+                    ConfigProblem(f"{path}.lr_schedule", f'expected a table like {{ type = "constant" }}, got {show(schedule)}')
+                )
+            else:
+                self.component(schedule, f"{path}.lr_schedule", "lr_scheduler")
+            fields = OptimizerFields(lr_schedule=self.found.get(f"{path}.lr_schedule"))
+        elif fields_cls is not None:
+            try:
+                fields = structure(self.conv, core, fields_cls, path)
+            except StructureFailed as failed:
+                self.problems.extend(failed.problems)
+        try:
+            config = structure(self.conv, options, entry.config, path)
+        except StructureFailed as failed:
+            self.problems.extend(failed.problems)
+            return
+        self.found[path] = Component(value["type"], options, config, fields)
+
+    def apply(self, config: RunConfig) -> RunConfig:
+        f = self.found
+        train = config.train
+        stages = tuple(f[f"train.stages[{i}]"] for i in range(len(train.stages)))
+        return attrs.evolve(
+            config,
+            data=attrs.evolve(config.data, reader=f["data.reader"]),
+            model=f["model"],
+            train=attrs.evolve(
+                train,
+                sparse_optimizer=f["train.sparse_optimizer"],
+                dense_optimizer=f["train.dense_optimizer"],
+                pipeline=f["train.pipeline"],
+                stages=stages,
+            ),
+            losses=tuple(f[f"losses[{i}]"] for i in range(len(config.losses))),
+            metrics=tuple(f[f"metrics[{i}]"] for i in range(len(config.metrics))),
+        )
+
+
+def _table(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+

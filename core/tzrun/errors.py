@@ -1,0 +1,117 @@
+"""Typed errors of tzrec-run.
+
+Every error a user can cause carries where (file, TOML path, plugin, data column) and what to do.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable, Sequence
+
+__all__ = [
+    "TzrunError",
+    "ConfigError",
+    "ConfigProblem",
+    "PluginError",
+    "PluginLoadError",
+    "DuplicateRegistrationError",
+    "UnknownComponentError",
+    "DataError",
+    "did_you_mean",
+]
+
+
+class TzrunError(Exception):
+    """Base class of every error raised on purpose by tzrec-run."""
+
+
+class ConfigProblem:
+    """One problem found in a config: the TOML path it concerns and a message."""
+
+    __slots__ = ("path", "message")
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+    def __repr__(self) -> str:
+        return f"ConfigProblem({self.path!r}, {self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConfigProblem) and (self.path, self.message) == (
+            other.path,
+            other.message,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.message))
+
+
+class ConfigError(TzrunError):
+    """A config has one or more problems; all of them are listed, one line each.
+
+    Attributes:
+        source: the config file (or ``"<string>"``) the problems were found in.
+        problems: every problem found, in the order they were found.
+    """
+
+    def __init__(self, source: str, problems: Sequence[ConfigProblem]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        n = len(self.problems)
+        head = f"{source}: {n} problem{'s' if n != 1 else ''}"
+        super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
+
+
+class PluginError(TzrunError):
+    """A plugin misbehaved (bad registration, failing hook) or could not be loaded."""
+
+
+class PluginLoadError(PluginError):
+    """An entry point of the ``tzrun`` group failed to import (strict mode only)."""
+
+
+class DuplicateRegistrationError(PluginError):
+    """Two plugins registered the same component name in one kind."""
+
+    def __init__(
+        self, kind: str, name: str, first: str, second: str, first_shown: str = "", second_shown: str = ""
+    ) -> None:
+        self.kind, self.name, self.first, self.second = kind, name, first, second
+        super().__init__(
+            f"{kind} '{name}' is registered twice: by plugin {first_shown or repr(first)} and by plugin "
+            f"{second_shown or repr(second)}. Disable one of them with [plugins] disable = [\"{second}\"] "
+            f"in the config or TZRUN_DISABLE_PLUGINS={second}."
+        )
+
+
+class UnknownComponentError(TzrunError):
+    """A component name in the config is not registered by any plugin."""
+
+    def __init__(self, kind: str, name: str, path: str, available: Iterable[str]) -> None:
+        self.kind, self.name, self.path = kind, name, path
+        self.available = sorted(available)
+        super().__init__(f"{path}: {unknown_component_message(kind, name, self.available)}")
+
+
+class DataError(TzrunError):
+    """Input data does not match the config: names the file and the column."""
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """Return the closest candidate to ``name``, or None when nothing is close."""
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unknown_component_message(kind: str, name: str, available: Sequence[str]) -> str:
+    """The one-line message for an unknown component name (without its TOML path)."""
+    listed = ", ".join(available) if available else "none registered"
+    msg = f"unknown {kind} '{name}' (available: {listed}"
+    guess = did_you_mean(name, available)
+    if guess is not None:
+        msg += f"; did you mean '{guess}'?"
+    return msg + ")"

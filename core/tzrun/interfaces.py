@@ -1,0 +1,233 @@
+"""The types that plugins receive and return: the public contract of each component kind.
+
+Nothing here imports torch at module import time, so ``tzrec-run check`` and ``tzrec-run
+plugins`` stay fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
+
+import attrs
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tzrun.config.schema import RunConfig
+
+__all__ = [
+    "Register",
+    "SparseOptimizerSpec",
+    "DenseFeature",
+    "SparseFeature",
+    "EmbeddingTable",
+    "ModelContext",
+    "RowGroup",
+    "Reader",
+    "RunContext",
+    "StepInfo",
+    "EvalResult",
+]
+
+
+class Register(Protocol):
+    """The callback each registration hook receives (see :mod:`tzrun.hookspecs`)."""
+
+    def __call__(
+        self,
+        name: str,
+        *,
+        config: type,
+        build: Callable[..., Any],
+        description: str = "",
+        **kind_specific: Any,
+    ) -> None: ...
+
+
+@attrs.frozen
+class SparseOptimizerSpec:
+    """What a sparse optimizer plugin returns: applied by the core at sharding time.
+
+    Attributes:
+        optimizer_class: a torchrec optimizer class (``torchrec.optim.optimizers.SGD``,
+            ``torchrec.optim.rowwise_adagrad.RowWiseAdagrad``, ...) that torchrec maps to an
+            FBGEMM ``EmbOptimType`` when it fuses the update into the embedding kernels.
+        kwargs: its keyword arguments (``lr``, ``eps``, ...), passed as FBGEMM fused params.
+        fbgemm_type: the FBGEMM ``EmbOptimType`` name it maps to (``"EXACT_ROWWISE_ADAGRAD"``).
+        cpu_supported: whether FBGEMM's CPU kernels fuse this optimizer.
+    """
+
+    optimizer_class: type
+    kwargs: Mapping[str, Any]
+    fbgemm_type: str
+    cpu_supported: bool = True
+
+
+@attrs.frozen
+class DenseFeature:
+    """A float input column, fed to the model in ``batch.dense`` (in config order)."""
+
+    name: str
+    column: str
+    fill_value: float = 0.0
+    log1p: bool = False
+
+
+@attrs.frozen
+class SparseFeature:
+    """A categorical id input column, fed to the model as one key of ``batch.sparse``.
+
+    Exactly one of ``num_buckets`` (integer ids in ``[0, num_buckets)``) and
+    ``hash_bucket_size`` (strings hashed with FNV-1a 64 into that many buckets) is set.
+    """
+
+    name: str
+    column: str
+    table: str
+    num_buckets: int | None = None
+    hash_bucket_size: int | None = None
+
+    @property
+    def num_embeddings(self) -> int:
+        """Rows of the embedding table this feature needs."""
+        return int(self.num_buckets if self.num_buckets is not None else self.hash_bucket_size)
+
+
+@attrs.frozen
+class EmbeddingTable:
+    """An embedding table and the sparse features that look it up."""
+
+    name: str
+    num_embeddings: int
+    embedding_dim: int
+    feature_names: tuple[str, ...]
+    pooling: str = "sum"
+
+
+@attrs.frozen
+class ModelContext:
+    """What a model plugin's ``build(cfg, ctx)`` receives.
+
+    Attributes:
+        dense_features: float features, in the column order of ``batch.dense``.
+        sparse_features: id features, the keys of ``batch.sparse``.
+        tables: embedding tables for the sparse features.
+        embedding_device: device to build embedding collections on (``meta``: TorchRec's
+            sharding materializes them on the right rank).
+        labels: label names, in the order of ``batch.labels``' keys.
+    """
+
+    dense_features: tuple[DenseFeature, ...]
+    sparse_features: tuple[SparseFeature, ...]
+    tables: tuple[EmbeddingTable, ...]
+    embedding_device: Any
+    labels: tuple[str, ...]
+
+    def embedding_bag_configs(self) -> list[Any]:
+        """TorchRec ``EmbeddingBagConfig``s for :attr:`tables`, ready for an
+        ``EmbeddingBagCollection(tables=..., device=ctx.embedding_device)``."""
+        from torchrec import EmbeddingBagConfig, PoolingType
+
+        return [
+            EmbeddingBagConfig(
+                name=t.name,
+                num_embeddings=t.num_embeddings,
+                embedding_dim=t.embedding_dim,
+                feature_names=list(t.feature_names),
+                pooling=PoolingType[t.pooling.upper()],
+            )
+            for t in self.tables
+        ]
+
+
+@attrs.frozen
+class RowGroup:
+    """A readable unit of an input: a row group of a Parquet file, say.
+
+    Attributes:
+        path: the file it belongs to (named in errors).
+        index: its index within the file.
+        num_rows: how many rows it holds.
+    """
+
+    path: str
+    index: int
+    num_rows: int
+
+
+class Reader(Protocol):
+    """What a reader plugin's ``build(cfg)`` returns."""
+
+    def row_groups(self, input_path: str) -> Sequence[RowGroup]:
+        """Every row group of ``input_path`` (a file, a directory or a glob), in a stable
+        order that is the same on every rank. Raises ``DataError`` naming the path when it
+        matches nothing or cannot be read."""
+
+    def read(
+        self, group: RowGroup, start: int, stop: int, columns: Sequence[str]
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows ``[start, stop)`` of ``group``, only ``columns``, as record batches in order.
+        Raises ``DataError`` naming the file and the column when a column is missing."""
+
+
+@attrs.define
+class RunContext:
+    """What lifecycle hooks receive: the run, as one rank sees it.
+
+    Attributes:
+        config: the resolved run config.
+        model_dir: where this run writes.
+        rank, world_size, local_rank: this process in the job.
+        device: the torch device of this rank.
+        model: the (DistributedModelParallel) model.
+        optimizer: the combined optimizer (sparse fused + dense).
+        global_batch_size: rows per step over all ranks.
+        stop_requested: set by a stage to end training at the next step boundary.
+    """
+
+    config: RunConfig
+    model_dir: Path
+    rank: int
+    world_size: int
+    local_rank: int
+    device: Any
+    model: Any = None
+    optimizer: Any = None
+    global_batch_size: int = 0
+    stop_requested: bool = False
+
+    @property
+    def is_rank0(self) -> bool:
+        """True on the process that writes shared outputs and logs at INFO."""
+        return self.rank == 0
+
+
+@attrs.define
+class StepInfo:
+    """One training step as lifecycle hooks see it.
+
+    Attributes:
+        step: global step number, starting at 1 for the first step of the run.
+        epoch: 0-based data pass.
+        loss: the step's total loss; an unsynchronized tensor (``.item()`` syncs).
+        losses: each named loss, unsynchronized tensors.
+        rows: rows of this step on this rank, padding excluded.
+        learning_rates: the current learning rate of each optimizer ("sparse", "dense").
+    """
+
+    step: int
+    epoch: int
+    loss: Any
+    losses: Mapping[str, Any]
+    rows: int
+    learning_rates: Mapping[str, float]
+
+
+@attrs.frozen
+class EvalResult:
+    """The values of an evaluation pass, over all ranks' rows."""
+
+    step: int
+    metrics: Mapping[str, float]
+    rows: int

@@ -1,0 +1,66 @@
+"""The process group and device of a job: one process, ``torchrun``, or many machines."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import attrs
+
+__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads"]
+
+
+@attrs.frozen
+class DistInfo:
+    """Where this process sits in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: object
+    backend: str
+
+
+def default_num_threads(cpu_count: int, local_world_size: int) -> int:
+    """Intra-op threads per rank on CPU: the cores split evenly across the host's ranks, so two
+    ranks on two cores do not oversubscribe (``OMP_NUM_THREADS`` overrides it)."""
+    return max(1, cpu_count // max(1, local_world_size))
+
+
+def init_distributed(timeout_s: float = 1800.0) -> DistInfo:
+    """Join (or, alone, create) the default process group.
+
+    Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set), joins with ``env://``; otherwise creates a
+    one-process group on an in-memory store, since TorchRec's sharding needs one. CUDA uses
+    NCCL and ``cuda:<LOCAL_RANK>``; CPU uses gloo.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    if torch.cuda.is_available():
+        device, backend = torch.device(f"cuda:{local_rank}"), "nccl"
+        torch.cuda.set_device(device)
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+        if "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(default_num_threads(os.cpu_count() or 1, local_world_size))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if not dist.is_initialized():
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend=backend, timeout=timeout)
+        else:
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    return DistInfo(rank, world_size, local_rank, local_world_size, device, backend)
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group (if any)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,85 @@
+"""An evaluation pass: the model in eval mode over the eval input, metrics over all ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from tzrun.interfaces import EvalResult, RunContext
+from tzrun.registry import Registries
+from tzrun.runner.build import MetricSlot
+
+__all__ = ["evaluate"]
+
+
+def evaluate(
+    run: RunContext,
+    batches: Iterator[Any],
+    slots: Sequence[MetricSlot],
+    registries: Registries,
+    make_pipeline: Any,
+    step: int,
+) -> EvalResult:
+    """Run one evaluation pass (collective) and return every metric over all ranks' rows.
+
+    Every loss is reported too, as ``loss/<name>``: its mean over rows (each batch's loss
+    weighted by its real row count). With ``eval.save_predictions``, each rank writes what it
+    saw to ``predictions/step-N/rank-R.parquet``.
+    """
+    import torchmetrics
+
+    metrics = {
+        slot.name: registries["metric"].get(slot.component.type, "metrics").build(slot.component.config).to(run.device)
+        for slot in slots
+    }
+    loss_means: dict[str, torchmetrics.MeanMetric] = {}
+    save = run.config.eval.save_predictions
+    saved: dict[str, list[torch.Tensor]] = {}
+    rows = 0
+    model = run.model
+    model.eval()
+    pipeline = make_pipeline()
+    try:
+        with torch.no_grad():
+            while True:
+                try:
+                    _, losses, outputs, labels, weights, num_rows = pipeline.progress(batches)
+                except StopIteration:
+                    break
+                rows += num_rows
+                for slot in slots:
+                    metrics[slot.name].update(outputs[slot.prediction], labels[slot.label], weights)
+                for name, value in losses.items():
+                    mean = loss_means.setdefault(name, torchmetrics.MeanMetric().to(run.device))
+                    mean.update(value, weight=float(num_rows))
+                if save and num_rows:
+                    for key, tensor in [*outputs.items(), *((f"label/{k}", v) for k, v in labels.items()), ("weight", weights)]:
+                        saved.setdefault(key, []).append(tensor.detach().float().cpu())
+    finally:
+        if hasattr(pipeline, "detach"):
+            pipeline.detach()
+        model.train()
+    values = {name: float(metric.compute()) for name, metric in metrics.items()}
+    values.update({f"loss/{name}": float(mean.compute()) for name, mean in loss_means.items()})
+    total_rows = torch.tensor([rows], dtype=torch.int64)
+    if torch.distributed.is_initialized() and run.world_size > 1:
+        torch.distributed.all_reduce(total_rows)
+    if save:
+        _save_predictions(run.model_dir, step, run.rank, saved)
+    return EvalResult(step=step, metrics=values, rows=int(total_rows.item()))
+
+
+def _save_predictions(model_dir: Path, step: int, rank: int, saved: dict[str, list[torch.Tensor]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(model_dir) / "predictions" / f"step-{step}"
+    out.mkdir(parents=True, exist_ok=True)
+    columns = {k: torch.cat(v).numpy() for k, v in saved.items()}
+    weights = columns.get("weight")
+    if weights is not None:
+        keep = weights > 0
+        columns = {k: v[keep] for k, v in columns.items()}
+    pq.write_table(pa.table(columns), out / f"rank-{rank}.parquet")

@@ -1,0 +1,1 @@
+"""First-party tzrec-run plugins: see hooks.py for what this package registers."""

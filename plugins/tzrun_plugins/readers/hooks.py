@@ -1,0 +1,12 @@
+"""Registers the first-party data readers."""
+
+from __future__ import annotations
+
+import tzrun
+from tzrun_plugins.readers import parquet
+
+
+@tzrun.hookimpl
+def tzrun_register_readers(register: tzrun.Register) -> None:
+    register("parquet", config=parquet.ParquetConfig, build=parquet.build_parquet,
+             description="Parquet files, directories or globs through pyarrow, split by row group")

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up the project-local virtual environment (.venv): the pinned torch / FBGEMM / TorchRec
+# stack, then tzrec-run itself in editable mode with its test extras. Idempotent: a second run
+# with unchanged requirement files installs nothing.
+#   TZRUN_STACK=cpu|cuda   which requirements/<stack>.txt to install (default cpu)
+#   TZRUN_VENV=DIR         where the environment lives (default .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stack="${TZRUN_STACK:-cpu}"
+venv="${TZRUN_VENV:-.venv}"
+python="${PYTHON:-python3}"
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating $venv"
+  "$python" -m venv "$venv"
+fi
+stamp="$venv/.tzrun-setup"
+want="$stack $(cat requirements/*.txt pyproject.toml contrib_*/pyproject.toml 2>/dev/null | sha256sum | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "setup: $venv is up to date"
+  exit 0
+fi
+pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+echo "setup: installing the $stack stack (torch, fbgemm, torchrec)"
+"${pip[@]}" -c requirements/constraints.txt -r "requirements/$stack.txt"
+# torchrec's metadata asks for the CUDA fbgemm-gpu package and torchmetrics 1.0.3: no deps.
+"${pip[@]}" --no-deps -r requirements/torchrec-nodeps.txt
+echo "setup: installing tzrec-run (editable) and its test tools"
+"${pip[@]}" -c requirements/constraints.txt -e ".[test]"
+for contrib in contrib_*/; do
+  [ -f "$contrib/pyproject.toml" ] && "${pip[@]}" -c requirements/constraints.txt -e "$contrib[test]"
+done
+"$venv/bin/python" -c "import torch, torchrec, fbgemm_gpu, tzrun; print('setup: torch', torch.__version__, '| torchrec', torchrec.__version__ if hasattr(torchrec, '__version__') else '?', '| tzrec-run', tzrun.__version__)"
+echo "$want" > "$stamp"
