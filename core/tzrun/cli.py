@@ -146,7 +146,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rest, skip = [], False
-    for i, token in enumerate(argv):
+    for token in argv:
         if skip:
             skip = False
             continue
@@ -156,8 +156,8 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if token.startswith("--nproc-per-node="):
             continue
         rest.append(token)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc_per_node),
-               "-m", "tzrun", *rest]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
     return subprocess.call(command)
 
 

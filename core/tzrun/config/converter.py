@@ -16,7 +16,7 @@ from cattrs.errors import ForbiddenExtraKeysError
 
 from tzrun.errors import ConfigProblem, did_you_mean
 
-__all__ = ["make_converter", "structure", "StructureFailed", "join_path", "show"]
+__all__ = ["make_converter", "structure", "StructureFailed", "ValueProblem", "join_path", "show"]
 
 T = TypeVar("T")
 
@@ -42,12 +42,12 @@ def show(value: Any) -> str:
     return repr(value)
 
 
-class _TypeProblem(ValueError):
-    pass
+class ValueProblem(ValueError):
+    """A value of the wrong type or out of its choices; its message is shown as it is."""
 
 
-def _expect(kind: str, value: Any) -> _TypeProblem:
-    return _TypeProblem(f"expected {kind}, got {show(value)}")
+def _expect(kind: str, value: Any) -> ValueProblem:
+    return ValueProblem(f"expected {kind}, got {show(value)}")
 
 
 def _structure_int(value: Any, _: type) -> int:
@@ -82,7 +82,7 @@ def _structure_literal(value: Any, tp: Any) -> Any:
     allowed = typing.get_args(tp)
     if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
         listed = ", ".join(show(a) for a in allowed)
-        raise _TypeProblem(f"expected one of {listed}, got {show(value)}")
+        raise ValueProblem(f"expected one of {listed}, got {show(value)}")
     return value
 
 
@@ -152,7 +152,7 @@ def _format(exc: BaseException, tp: type | None) -> str:
             hint = f"; did you mean '{guess}'?" if guess else ""
             parts.append(f"\x00{key}\x00unknown key (known keys: {', '.join(known) or 'none'}{hint})")
         return "\x01".join(parts)
-    if isinstance(exc, _TypeProblem):
+    if isinstance(exc, ValueProblem):
         return str(exc)
     if isinstance(exc, KeyError):
         return f"required key {exc.args[0]!r} is missing"

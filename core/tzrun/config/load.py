@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from tzrun.config.converter import StructureFailed, make_converter, show, structure
+from tzrun.config.converter import StructureFailed, ValueProblem, make_converter, show, structure
 from tzrun.config.schema import (
     Component,
     LossFields,
@@ -153,9 +153,9 @@ def disabled_plugins(raw: RawConfig) -> tuple[str, ...]:
 
 def _structure_component(value: Any, _: type) -> Component:
     if not isinstance(value, dict) or "type" not in value:
-        raise ValueError(f'expected a table with a "type" key, e.g. {{ type = "name" }}; got {show(value)}')
+        raise ValueProblem(f'expected a table with a "type" key, e.g. {{ type = "name" }}; got {show(value)}')
     if not isinstance(value["type"], str):
-        raise ValueError(f'"type" must be a string, got {show(value["type"])}')
+        raise ValueProblem(f'"type" must be a string, got {show(value["type"])}')
     return Component(value["type"], {k: v for k, v in value.items() if k != "type"})
 
 

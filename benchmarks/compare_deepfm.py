@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""Throughput of ``tzrec-run train examples/deepfm_criteo.toml`` against the hand-written TorchRec
+loop of ``benchmarks/handwritten_deepfm.py``, on the same data, interleaved over several rounds.
+
+Each round runs both (hand-written first in even rounds, the framework first in odd ones), each
+as a fresh process (or a fresh ``torchrun`` job with ``--nproc-per-node 2``), and reads the
+samples/s each reports:
+
+* framework: the ``trained N steps in S s (X samples/s)`` line of ``tzrec-run train``; X covers
+  the training segments only (pipeline creation, DataLoader start and pipeline fill included;
+  process start, data and model set-up, sharding, checkpointing and evaluation excluded).
+* hand-written: its ``RESULT samples_per_s=...`` line, measured the same way (``--warmup-steps
+  0``: the clock runs from just before the train pipeline is created to the drained pipeline
+  after the last step; set-up excluded).
+
+Both count ``batch_size * world_size * steps`` rows. The ratio is framework / hand-written per
+round (the framework's goal is >= 0.97); the summary gives the median and the min-max of each.
+The wall time of each process (start-up and set-up included) is shown for information only.
+
+    python benchmarks/compare_deepfm.py                       # 200k rows, 60 steps, 3 rounds, 1 process
+    python benchmarks/compare_deepfm.py --nproc-per-node 2 --rounds 5
+
+The data is generated with ``tzrec-run data synth criteo`` unless ``--data`` already holds a
+``synth.json``. Run it on an otherwise idle machine: timings under CPU contention mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "deepfm_criteo.toml"
+HANDWRITTEN = REPO / "benchmarks" / "handwritten_deepfm.py"
+TARGET = 0.97
+
+HANDWRITTEN_RE = re.compile(r"^RESULT samples_per_s=([0-9.eE+-]+) steps=(\d+) world_size=(\d+)\s*$", re.M)
+FRAMEWORK_RE = re.compile(r"^trained (\d+) steps in ([0-9.]+) s \(([0-9,.]+) samples/s\)\s*$", re.M)
+
+
+def tzrec_run() -> list[str]:
+    script = Path(sys.executable).parent / "tzrec-run"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tzrun"]
+
+
+def ensure_data(data: Path, rows: int) -> None:
+    report = data / "synth.json"
+    if report.exists():
+        have = json.loads(report.read_text()).get("train_rows")
+        note = "" if have == rows else f" (it has {have} train rows, not --rows {rows}; delete it or pass another --data to regenerate)"
+        print(f"data: using {data}{note}")
+        return
+    print(f"data: generating {rows} rows into {data} ...", flush=True)
+    subprocess.run([*tzrec_run(), "data", "synth", "criteo", "--rows", str(rows), "--out", str(data)], check=True)
+
+
+def framework_config(work: Path, steps: int) -> Path:
+    """The example with ``num_epochs = 1`` replaced by ``num_steps = steps`` and no eval input
+    (TOML overrides cannot delete a key; the framework's samples/s excludes evaluation anyway,
+    this only saves time)."""
+    text = EXAMPLE.read_text()
+    text, n_epochs = re.subn(r"(?m)^num_epochs\s*=\s*1\s*$", f"num_steps = {steps}", text)
+    text, n_eval = re.subn(r"(?m)^eval_input\s*=.*\n", "", text)
+    if n_epochs != 1 or n_eval != 1:
+        raise SystemExit(f"{EXAMPLE}: expected one 'num_epochs = 1' and one 'eval_input = ...' line; update {__file__}")
+    path = work / "deepfm_criteo_bench.toml"
+    path.write_text(text)
+    return path
+
+
+def run(command: list[str], log: Path, pattern: re.Pattern[str], what: str) -> tuple[re.Match[str], float]:
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - started
+    log.write_text(f"$ {' '.join(command)}\n{proc.stdout}")
+    match = pattern.search(proc.stdout)
+    if proc.returncode or not match:
+        tail = "\n".join(proc.stdout.splitlines()[-25:])
+        raise SystemExit(f"{what} failed (exit {proc.returncode}); full output in {log}\n{tail}")
+    return match, wall
+
+
+def spread(values: list[float], fmt: str) -> str:
+    return f"median {format(statistics.median(values), fmt)}  (min {format(min(values), fmt)}, max {format(max(values), fmt)})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="train rows to generate (default 200000)")
+    parser.add_argument("--batch-size", type=int, default=2048, help="rows per step on each rank (default 2048)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps per run (default 60)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--nproc-per-node", type=int, default=1, choices=[1, 2], help="processes per run (default 1)")
+    parser.add_argument("--data", type=Path, default=Path("/tmp/tzrun_bench_criteo"), help="data directory")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, config, model dirs)")
+    args = parser.parse_args()
+
+    data = args.data.resolve()
+    ensure_data(data, args.rows)
+    load1 = os.getloadavg()[0]
+    if load1 > 0.5 * (os.cpu_count() or 1):
+        print(f"WARNING: 1-minute load average is {load1:.2f} on {os.cpu_count()} CPU(s); the timings will be skewed")
+
+    work = Path(tempfile.mkdtemp(prefix="tzrun_bench_"))
+    config = framework_config(work, args.steps)
+    nproc = args.nproc_per_node
+    hand_cmd = [
+        str(HANDWRITTEN), "--data", str(data / "train"), "--batch-size", str(args.batch_size),
+        "--steps", str(args.steps), "--warmup-steps", "0",
+    ]
+    if nproc > 1:
+        hand_cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *hand_cmd]
+    else:
+        hand_cmd = [sys.executable, *hand_cmd]
+    fw_cmd = [
+        *tzrec_run(), "train", str(config),
+        "--set", f"data.train_input={json.dumps(str(data / 'train'))}",
+        "--set", f"data.batch_size={args.batch_size}",
+        "--set", f"train.num_steps={args.steps}",
+        "--model-dir", str(work / "framework_model"), "--overwrite",
+    ]
+    if nproc > 1:
+        fw_cmd += ["--nproc-per-node", str(nproc)]
+
+    print(f"work dir: {work}")
+    print(f"hand-written: {' '.join(hand_cmd)}")
+    print(f"framework:    {' '.join(fw_cmd)}")
+    print(
+        f"{args.rounds} round(s), {args.steps} steps of {args.batch_size} rows per rank on {nproc} process(es); "
+        "samples/s = batch_size * world_size * steps / training time (pipeline creation, DataLoader start and "
+        "pipeline fill included; process start, set-up, checkpoint and evaluation excluded)\n",
+        flush=True,
+    )
+
+    rows = []
+    for i in range(args.rounds):
+        order = ["hand-written", "framework"] if i % 2 == 0 else ["framework", "hand-written"]
+        result: dict[str, tuple[float, float]] = {}
+        for who in order:
+            if who == "hand-written":
+                match, wall = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run")
+                if int(match.group(2)) != args.steps or int(match.group(3)) != nproc:
+                    raise SystemExit(f"hand-written run reported {match.group(0)!r}; expected {args.steps} steps on {nproc} rank(s)")
+                result[who] = (float(match.group(1)), wall)
+            else:
+                match, wall = run(fw_cmd, work / f"round{i + 1}_framework.log", FRAMEWORK_RE, "tzrec-run train")
+                if int(match.group(1)) != args.steps:
+                    raise SystemExit(f"tzrec-run reported {match.group(0)!r}; expected {args.steps} steps")
+                result[who] = (float(match.group(3).replace(",", "")), wall)
+        hand, fw = result["hand-written"][0], result["framework"][0]
+        rows.append((hand, fw, fw / hand))
+        print(f"round {i + 1}/{args.rounds} (order: {' then '.join(order)})")
+        print(f"  {'':14}{'samples/s':>12}{'process wall s':>16}")
+        for who in ("hand-written", "framework"):
+            print(f"  {who:14}{result[who][0]:>12,.0f}{result[who][1]:>16.1f}")
+        print(f"  ratio framework / hand-written: {fw / hand:.3f}\n", flush=True)
+
+    hands, fws, ratios = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+    print(f"summary over {len(rows)} round(s), {nproc} process(es), {args.steps} steps x {args.batch_size} rows per rank:")
+    print(f"  hand-written samples/s   {spread(hands, ',.0f')}")
+    print(f"  framework samples/s      {spread(fws, ',.0f')}")
+    print(f"  ratio (per round)        {spread(ratios, '.3f')}   target >= {TARGET}")
+    print(
+        f"SUMMARY handwritten_median={statistics.median(hands):.1f} framework_median={statistics.median(fws):.1f} "
+        f"ratio_median={statistics.median(ratios):.4f} ratio_min={min(ratios):.4f} ratio_max={max(ratios):.4f} "
+        f"rounds={len(rows)} nproc={nproc} steps={args.steps} batch_size={args.batch_size}"
+    )
+    if args.keep:
+        print(f"logs and configs kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

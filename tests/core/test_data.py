@@ -1,0 +1,158 @@
+"""The data layer: row splits across ranks and workers, Arrow -> Batch, and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tzrun.config.schema import DenseFeatureConfig, FeaturesConfig, SparseFeatureConfig
+from tzrun.data.dataset import BatchStream, padded, split_rows
+from tzrun.data.features import BatchBuilder, feature_specs
+from tzrun.data.hashing import hash_to_buckets
+from tzrun.data.loader import RankInput
+from tzrun.errors import DataError
+from tzrun_plugins.readers.parquet import ParquetConfig, ParquetReader
+
+
+@pytest.fixture
+def numbered(tmp_path: Path) -> Path:
+    """Three Parquet files, uneven row groups, 1,003 rows whose `row` column numbers them."""
+    start = 0
+    for i, (rows, group) in enumerate([(400, 150), (3, 2), (600, 256)]):
+        table = pa.table({"row": np.arange(start, start + rows, dtype=np.int64)})
+        pq.write_table(table, tmp_path / f"part-{i}.parquet", row_group_size=group)
+        start += rows
+    return tmp_path
+
+
+def _rows_builder(table: pa.Table, source: str) -> list[int]:
+    return table.column("row").to_pylist()
+
+
+@pytest.mark.parametrize(("world_size", "workers", "batch_size"), [(1, 1, 64), (2, 2, 100), (3, 2, 7), (2, 3, 1000)])
+def test_every_row_is_read_exactly_once_across_ranks_and_workers(numbered, world_size, workers, batch_size):
+    reader = ParquetReader(ParquetConfig())
+    groups = reader.row_groups(str(numbered))
+    seen: list[int] = []
+    steps = set()
+    for rank in range(world_size):
+        split = split_rows(groups, rank, world_size, batch_size)
+        steps.add(split.steps)
+        stream = BatchStream(reader, split, batch_size, ["row"], _rows_builder)
+        batches = [b for w in range(workers) for b in stream.iter_worker(w, workers)]
+        assert len(batches) == split.num_batches
+        assert all(len(b) == batch_size for b in batches[:-1] if len(b))  # only a worker's last may be short
+        rank_rows = [r for b in batches for r in b]
+        assert len(rank_rows) == split.num_rows
+        seen.extend(rank_rows)
+    assert sorted(seen) == list(range(1003))
+    assert len(steps) == 1  # every rank agrees on the number of steps
+
+
+def test_ranks_differ_by_at_most_one_row(numbered):
+    groups = ParquetReader(ParquetConfig()).row_groups(str(numbered))
+    sizes = [split_rows(groups, r, 4, 10).num_rows for r in range(4)]
+    assert sum(sizes) == 1003 and max(sizes) - min(sizes) <= 1
+
+
+def test_short_ranks_are_padded_to_the_common_step_count():
+    out = list(padded(iter([1, 2]), 4, lambda: 0))
+    assert out == [1, 2, 0, 0]
+
+
+def test_reader_errors_name_the_path(tmp_path):
+    reader = ParquetReader(ParquetConfig())
+    with pytest.raises(DataError, match=rf"{tmp_path}: no input files found"):
+        reader.row_groups(str(tmp_path))
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(DataError, match=r"broken\.parquet: not a readable Parquet file"):
+        reader.row_groups(str(tmp_path))
+
+
+def test_missing_column_names_file_and_column(numbered):
+    reader = ParquetReader(ParquetConfig())
+    group = reader.row_groups(str(numbered))[0]
+    with pytest.raises(DataError, match=r"part-0\.parquet: column\(s\) 'label' missing \(the file has: row\)"):
+        list(reader.read(group, 0, 10, ["row", "label"]))
+
+
+FEATURES = FeaturesConfig(
+    dense=(DenseFeatureConfig("d0", fill_value=-1.0), DenseFeatureConfig("d1", log1p=True)),
+    sparse=(
+        SparseFeatureConfig("c0", num_buckets=10),
+        SparseFeatureConfig("s0", hash_bucket_size=1000, embedding_dim=8),
+        SparseFeatureConfig("m0", num_buckets=10, table="c0_emb"),
+    ),
+)
+
+
+def _table(**overrides):
+    columns = {
+        "d0": pa.array([1.5, None, 3.0], pa.float32()),
+        "d1": pa.array([0, 9, 99], pa.int64()),
+        "c0": pa.array([3, None, 9], pa.int64()),
+        "s0": pa.array(["a", "bb", None]),
+        "m0": pa.array([[1, 2], [], None], pa.list_(pa.int64())),
+        "label": pa.array([1, 0, 1], pa.int8()),
+    }
+    columns.update(overrides)
+    return pa.table(columns)
+
+
+def test_batch_from_arrow_has_the_expected_tensors():
+    specs = feature_specs(FEATURES)
+    assert [t.name for t in specs.tables] == ["c0_emb", "s0_emb"]  # m0 shares c0's table
+    assert specs.tables[0].feature_names == ("c0", "m0")
+    batch = BatchBuilder(specs, ["label"], None)(_table(), "mem")
+    assert torch.allclose(batch.dense, torch.tensor([[1.5, 0.0], [-1.0, np.log1p(9)], [3.0, np.log1p(99)]], dtype=torch.float32))
+    jt = batch.sparse.to_dict()
+    assert jt["c0"].lengths().tolist() == [1, 0, 1] and jt["c0"].values().tolist() == [3, 9]
+    expected = hash_to_buckets(pa.array(["a", "bb"]), 1000).tolist()
+    assert jt["s0"].lengths().tolist() == [1, 1, 0] and jt["s0"].values().tolist() == expected
+    assert jt["m0"].lengths().tolist() == [2, 0, 0] and jt["m0"].values().tolist() == [1, 2]
+    assert batch.labels["label"].tolist() == [1.0, 0.0, 1.0]
+    assert batch.weights.tolist() == [1.0, 1.0, 1.0] and batch.num_rows == 3
+
+
+def test_padding_batch_has_zero_weight_and_no_ids():
+    batch = BatchBuilder(feature_specs(FEATURES), ["label"], None).padding()
+    assert batch.num_rows == 0 and batch.weights.tolist() == [0.0]
+    assert batch.sparse.values().numel() == 0 and batch.sparse.stride() == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"c0": pa.array([3, 10, 1], pa.int64())}, r"f\.parquet: column 'c0' \(feature 'c0'\): id 10 is outside \[0, 10\)"),
+        ({"c0": pa.array(["x", "y", "z"])}, r"column 'c0' \(feature 'c0'\) has type string; num_buckets needs integer ids"),
+        ({"d0": pa.array(["x", "y", "z"])}, r"column 'd0' has type string; expected a number"),
+        ({"label": pa.array([1, None, 0], pa.int8())}, r"column 'label' has 1 null value\(s\)"),
+    ],
+)
+def test_malformed_data_names_file_and_column(overrides, match):
+    builder = BatchBuilder(feature_specs(FEATURES), ["label"], None)
+    with pytest.raises(DataError, match=match):
+        builder(_table(**overrides), "f.parquet")
+
+
+def test_missing_feature_column_names_the_file():
+    builder = BatchBuilder(feature_specs(FEATURES), ["label"], None)
+    with pytest.raises(DataError, match=r"f\.parquet: column 's0' is missing"):
+        builder(_table().drop_columns(["s0"]), "f.parquet")
+
+
+def test_rank_input_with_dataloader_workers_reads_all_rows(numbered, tmp_path):
+    features = FeaturesConfig(dense=(DenseFeatureConfig("row"),))
+    builder = BatchBuilder(feature_specs(features), ["row"], None)
+    seen = []
+    for rank in range(2):
+        rank_input = RankInput(ParquetReader(ParquetConfig()), str(numbered), 64, 2, ["row"], builder, rank, 2)
+        batches = list(rank_input.one_pass())
+        assert len(batches) == rank_input.steps
+        seen.extend(int(v) for b in batches for v in b.labels["row"][: b.num_rows].tolist())
+    assert sorted(seen) == list(range(1003))

@@ -1,0 +1,87 @@
+"""Training end to end through `tzrec-run`, in one process and under torchrun with 2 ranks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from tests.conftest import EXAMPLE, example_overrides, run_cli
+from tzrun.runner.checkpoint import MARKER, list_checkpoints
+from tzrun_plugins.metrics.auc import binary_auc
+
+pytestmark = pytest.mark.slow
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+def _results(model_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (model_dir / "eval_results.jsonl").read_text().splitlines()]
+
+
+def test_train_in_one_process_evaluates_and_checkpoints(criteo_dir, tmp_path):
+    model_dir = tmp_path / "run"
+    proc = run_cli(["train", str(EXAMPLE), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=5"))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # 12,000 rows at 1,024 per step: 12 steps; checkpoints and evals at 5, 10 and 12
+    assert [s for s, _ in list_checkpoints(model_dir)] == [5, 10, 12]
+    assert all((p / MARKER).is_file() and (p / "state" / ".metadata").is_file() for _, p in list_checkpoints(model_dir))
+    results = _results(model_dir)
+    assert [r["step"] for r in results] == [5, 10, 12]
+    assert all(r["rows"] == 3001 for r in results)  # every eval row once, padding excluded
+    assert 0.55 < results[-1]["auc"] <= 1.0  # it learned something in 12 steps
+    assert "final eval at step 12 over 3001 rows: auc=" in proc.stdout
+    assert f"checkpoint: {model_dir / 'checkpoints' / 'step-12'}" in proc.stdout
+    assert "tzrun.progress: step 4 epoch 0  loss=" in proc.stderr  # the progress stage logged
+    meta = json.loads((model_dir / "checkpoints" / "step-12" / "meta.json").read_text())
+    assert meta["step"] == 12 and meta["world_size"] == 1
+    assert {"tzrun_plugins.optim", "tzrun_plugins.models"} <= {p["name"] for p in meta["plugins"]}
+
+
+def test_model_dir_with_checkpoints_is_refused_without_overwrite(criteo_dir, tmp_path):
+    model_dir = tmp_path / "run"
+    sets = _sets(example_overrides(criteo_dir, model_dir, "train.num_epochs=1"))
+    assert run_cli(["train", str(EXAMPLE), *sets]).returncode == 0
+    before = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
+    again = run_cli(["train", str(EXAMPLE), *sets])
+    assert again.returncode == 2
+    assert f"{model_dir} already has checkpoints (latest: step-12); pass --overwrite" in again.stderr
+    assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == before  # nothing lost
+    assert run_cli(["train", str(EXAMPLE), *sets, "--overwrite"]).returncode == 0
+    assert len(_results(model_dir)) == 1  # the old results went with --overwrite
+
+
+@pytest.mark.multiproc
+def test_two_ranks_train_and_their_auc_is_the_one_process_auc_of_the_same_predictions(criteo_dir, tmp_path):
+    model_dir = tmp_path / "run2"
+    # eval batches of 750: rank 0 has 1,500 rows (2 batches), rank 1 has 1,501 (3): rank 0 pads
+    overrides = example_overrides(criteo_dir, model_dir, "data.eval_batch_size=750", "eval.save_predictions=true")
+    proc = run_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # 6,000 rows per rank at 1,024 per step: 6 steps
+    result = _results(model_dir)[-1]
+    assert result["step"] == 6 and result["rows"] == 3001
+    files = sorted((model_dir / "predictions" / "step-6").glob("rank-*.parquet"))
+    assert [f.name for f in files] == ["rank-0.parquet", "rank-1.parquet"]
+    tables = [pq.read_table(f) for f in files]
+    assert [t.num_rows for t in tables] == [1500, 1501]
+    probs = np.concatenate([t.column("probs").to_numpy() for t in tables])
+    labels = np.concatenate([t.column("label/label").to_numpy() for t in tables])
+    import torch
+
+    one_process = binary_auc(torch.from_numpy(probs), torch.from_numpy(labels))
+    assert result["auc"] == pytest.approx(one_process, abs=1e-6)
+    assert result["auc"] == pytest.approx(roc_auc_score(labels, probs), abs=1e-6)
+    # the eval labels are exactly the eval split's labels (each row once)
+    eval_labels = pq.read_table(criteo_dir / "eval").column("label").to_numpy()
+    assert sorted(labels.tolist()) == sorted(eval_labels.astype(np.float32).tolist())
+    meta = json.loads((model_dir / "checkpoints" / "step-6" / "meta.json").read_text())
+    assert meta["world_size"] == 2
+    assert sorted(p.name for p in (model_dir / "checkpoints" / "step-6" / "state").glob("*.distcp")) == [
+        "__0_0.distcp", "__1_0.distcp"]
