@@ -64,17 +64,30 @@ def ensure_data(data: Path, rows: int) -> None:
 
 
 def framework_config(work: Path, steps: int) -> Path:
-    """The example with ``num_epochs = 1`` replaced by ``num_steps = steps`` and no eval input
-    (TOML overrides cannot delete a key; the framework's samples/s excludes evaluation anyway,
-    this only saves time)."""
-    text = EXAMPLE.read_text()
-    text, n_epochs = re.subn(r"(?m)^num_epochs\s*=\s*1\s*$", f"num_steps = {steps}", text)
-    text, n_eval = re.subn(r"(?m)^eval_input\s*=.*\n", "", text)
-    if n_epochs != 1 or n_eval != 1:
-        raise SystemExit(f"{EXAMPLE}: expected one 'num_epochs = 1' and one 'eval_input = ...' line; update {__file__}")
+    """The example with ``num_epochs = 1`` replaced by ``num_steps = steps``: the config needs
+    exactly one of the two, and a ``--set`` override cannot delete a key."""
+    text, n = re.subn(r"(?m)^num_epochs\s*=\s*1\s*$", f"num_steps = {steps}", EXAMPLE.read_text())
+    if n != 1:
+        raise SystemExit(f"{EXAMPLE}: expected one 'num_epochs = 1' line; update {__file__}")
     path = work / "deepfm_criteo_bench.toml"
     path.write_text(text)
     return path
+
+
+def busy_fraction(seconds: float = 1.0) -> float | None:
+    """Fraction of all CPUs busy over ``seconds`` (from /proc/stat; None where there is none)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except OSError:
+        return None
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
 
 
 def run(command: list[str], log: Path, pattern: re.Pattern[str], what: str) -> tuple[re.Match[str], float]:
@@ -106,9 +119,9 @@ def main() -> None:
 
     data = args.data.resolve()
     ensure_data(data, args.rows)
-    load1 = os.getloadavg()[0]
-    if load1 > 0.5 * (os.cpu_count() or 1):
-        print(f"WARNING: 1-minute load average is {load1:.2f} on {os.cpu_count()} CPU(s); the timings will be skewed")
+    busy = busy_fraction()
+    if busy is not None and busy > 0.2:
+        print(f"WARNING: {busy:.0%} of the {os.cpu_count()} CPU(s) busy before starting; the timings will be skewed")
 
     work = Path(tempfile.mkdtemp(prefix="tzrun_bench_"))
     config = framework_config(work, args.steps)
@@ -124,6 +137,8 @@ def main() -> None:
     fw_cmd = [
         *tzrec_run(), "train", str(config),
         "--set", f"data.train_input={json.dumps(str(data / 'train'))}",
+        "--set", f"data.eval_input={json.dumps(str(data / 'eval'))}",
+        "--set", "eval.num_steps=1",  # one eval batch: evaluation is outside the timing anyway
         "--set", f"data.batch_size={args.batch_size}",
         "--set", f"train.num_steps={args.steps}",
         "--model-dir", str(work / "framework_model"), "--overwrite",

@@ -252,6 +252,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, required=True, help="training steps in all (warmup included)")
     parser.add_argument("--warmup-steps", type=int, default=0, help="first steps left out of the timing")
     parser.add_argument("--log-every", type=int, default=25, help="print the mean loss every N steps (rank 0)")
+    parser.add_argument("--print-plan", action="store_true", help="print the sharding plan (rank 0)")
     args = parser.parse_args()
     if not 0 <= args.warmup_steps < args.steps:
         parser.error("need 0 <= --warmup-steps < --steps")
@@ -295,6 +296,8 @@ def main() -> None:
     )
     pg = dist.GroupMember.WORLD
     plan = planner.collective_plan(model, sharders, pg)
+    if args.print_plan and rank == 0:
+        print(plan, flush=True)
     dmp = DistributedModelParallel(
         model, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=sharders, device=device
     )

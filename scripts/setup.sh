@@ -15,7 +15,9 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 stamp="$venv/.tzrun-setup"
-want="$stack $(cat requirements/*.txt pyproject.toml contrib_*/pyproject.toml 2>/dev/null | sha256sum | cut -d' ' -f1)"
+shopt -s nullglob
+inputs=(requirements/*.txt pyproject.toml contrib_*/pyproject.toml)
+want="$stack $(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: $venv is up to date"
   exit 0
@@ -28,7 +30,9 @@ echo "setup: installing the $stack stack (torch, fbgemm, torchrec)"
 echo "setup: installing tzrec-run (editable) and its test tools"
 "${pip[@]}" -c requirements/constraints.txt -e ".[test]"
 for contrib in contrib_*/; do
-  [ -f "$contrib/pyproject.toml" ] && "${pip[@]}" -c requirements/constraints.txt -e "$contrib[test]"
+  if [ -f "$contrib/pyproject.toml" ]; then
+    "${pip[@]}" -c requirements/constraints.txt -e "$contrib[test]"
+  fi
 done
 "$venv/bin/python" -c "import torch, torchrec, fbgemm_gpu, tzrun; print('setup: torch', torch.__version__, '| torchrec', torchrec.__version__ if hasattr(torchrec, '__version__') else '?', '| tzrec-run', tzrun.__version__)"
 echo "$want" > "$stamp"
