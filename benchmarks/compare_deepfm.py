@@ -131,7 +131,7 @@ def main() -> None:
         "--steps", str(args.steps), "--warmup-steps", "0",
     ]
     if nproc > 1:
-        hand_cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *hand_cmd]
+        hand_cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *hand_cmd]
     else:
         hand_cmd = [sys.executable, *hand_cmd]
     fw_cmd = [

@@ -7,11 +7,12 @@ it is what a competent TorchRec user would write for the same model on the same 
 
 * Data: the Parquet files of ``--data`` (e.g. ``DIR/train`` of ``tzrec-run data synth criteo``).
   The row groups are dealt round-robin to the ranks; each rank reads its row groups as record
-  batches with pyarrow in a ``torch.utils.data.DataLoader`` with 1 worker, which cuts them into
-  batches of ``--batch-size`` rows (the last batch of a pass may be shorter) and converts each to
-  a ``Pipelineable`` batch: dense float32 ``[B, 13]`` = ``log1p(int_*)`` with nulls as 0, a
-  ``KeyedJaggedTensor`` with one id per row for each of ``cat_0..cat_25``, labels float32. The
-  data is re-read (a new DataLoader iterator, as for a new epoch) when a rank runs out of it.
+  batches with pyarrow in a ``torch.utils.data.DataLoader`` with 1 worker (single-threaded, as
+  tzrec-run's workers are), which cuts them into batches of ``--batch-size`` rows (the last
+  batch of a pass may be shorter) and converts each to a ``Pipelineable`` batch: dense float32
+  ``[B, 13]`` = ``log1p(int_*)`` with nulls as 0, a ``KeyedJaggedTensor`` with one id per row
+  for each of ``cat_0..cat_25``, labels float32. The data is re-read (a new DataLoader
+  iterator, as for a new epoch) when a rank runs out of it.
 * Model: DeepFM as ``tzrun_plugins.models.deepfm`` with the example's settings: a "deep"
   EmbeddingBagCollection with one dim-16 table per id feature, a "wide" one with one dim-4
   table per id feature, FM over the deep embeddings, deep MLP [256, 128, 64] over
@@ -36,7 +37,7 @@ as tzrec-run counts). The last line on rank 0 is machine readable::
 Run::
 
     python benchmarks/handwritten_deepfm.py --data /tmp/tzrun_bench_criteo/train --batch-size 2048 --steps 60
-    torchrun --nproc-per-node 2 benchmarks/handwritten_deepfm.py --data /tmp/tzrun_bench_criteo/train --steps 60
+    torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_deepfm.py --data /tmp/tzrun_bench_criteo/train --steps 60
 """
 
 from __future__ import annotations
@@ -176,6 +177,14 @@ def rank_row_groups(data: str, rank: int, world_size: int) -> list[tuple[str, in
     return mine
 
 
+def single_threaded_worker(worker_id: int) -> None:
+    """DataLoader worker init: one intra-op thread. A forked worker inherits the trainer's
+    thread count, and two OpenMP pools on the same few cores can stall training (tzrec-run's
+    loader does the same, see core/tzrun/data/loader.py; the baseline should not be slowed by
+    a pitfall a competent user would fix)."""
+    torch.set_num_threads(1)
+
+
 def endless(loader: DataLoader):
     """Pass after pass over ``loader`` (each pass starts a new DataLoader iterator)."""
     while True:
@@ -253,6 +262,8 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=0, help="first steps left out of the timing")
     parser.add_argument("--log-every", type=int, default=25, help="print the mean loss every N steps (rank 0)")
     parser.add_argument("--print-plan", action="store_true", help="print the sharding plan (rank 0)")
+    parser.add_argument("--print-step-times", action="store_true",
+                        help="print the seconds each progress() call took (rank 0; diagnostics)")
     args = parser.parse_args()
     if not 0 <= args.warmup_steps < args.steps:
         parser.error("need 0 <= --warmup-steps < --steps")
@@ -276,6 +287,7 @@ def main() -> None:
         ParquetBatches(rank_row_groups(args.data, rank, world_size), args.batch_size),
         batch_size=None,
         num_workers=1,
+        worker_init_fn=single_threaded_worker,
     )
 
     model = WithLoss(DeepFM())
@@ -313,12 +325,17 @@ def main() -> None:
     pipeline = TrainPipelineSparseDist(dmp, optimizer, device, execute_all_batches=True)
     batches = itertools.islice(endless(loader), args.steps)
     step, loss_sum, logged = 0, None, 0
+    step_times, last = [], started
     while True:
         try:
             loss, _, _ = pipeline.progress(batches)
         except StopIteration:
             break
         step += 1
+        if args.print_step_times:
+            now = time.perf_counter()
+            step_times.append(now - last)
+            last = now
         if step == args.warmup_steps:
             started = time.perf_counter()
         if rank == 0 and args.log_every:
@@ -332,6 +349,9 @@ def main() -> None:
 
     timed = step - args.warmup_steps
     rate = args.batch_size * world_size * timed / seconds
+    if rank == 0 and args.print_step_times:
+        print("step seconds (the first includes pipeline creation, DataLoader start and fill): "
+              + " ".join(f"{t:.3f}" for t in step_times), flush=True)
     if rank == 0:
         print(
             f"hand-written: {timed} timed steps (of {step}) on {world_size} rank(s) in {seconds:.2f} s, "

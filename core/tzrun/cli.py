@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 from typing import Sequence
 
 from tzrun import __version__
@@ -80,6 +81,10 @@ def _setup_logging() -> None:
         datefmt="%H:%M:%S",
     )
     logging.getLogger("tzrun").setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    # deprecation notices raised inside torchrec / FBGEMM / torch that a user cannot act on
+    for category, module in ((DeprecationWarning, r"(torchrec|fbgemm_gpu|torch\.jit)(\.|$)"),
+                             (FutureWarning, r"(torchrec|torch\.distributed\.checkpoint)(\.|$)")):
+        warnings.filterwarnings("ignore", category=category, module=module)
     # torchrec's planner and pipelines warn about every table on every rank at set-up
     for name in ("torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
                  "torchrec.distributed.utils", "torchrec.distributed.model_parallel"):

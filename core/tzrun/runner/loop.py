@@ -50,6 +50,7 @@ class TrainResult:
         eval: the last evaluation (None without an eval input).
         seconds: wall time of the loop, set-up excluded.
         samples_per_second: training rows per second over all ranks, evaluation excluded.
+        model: the trained DistributedModelParallel model (for programmatic use).
     """
 
     steps: int
@@ -57,6 +58,7 @@ class TrainResult:
     eval: EvalResult | None
     seconds: float
     samples_per_second: float
+    model: Any = attrs.field(default=None, repr=False)
 
 
 def _seed_everything(seed: int) -> None:
@@ -182,7 +184,7 @@ def train(
     seconds = time.perf_counter() - started
     rows = step * run.global_batch_size
     assert last_ckpt is not None
-    return TrainResult(step, last_ckpt, last_eval, seconds, rows / max(train_seconds, 1e-9))
+    return TrainResult(step, last_ckpt, last_eval, seconds, rows / max(train_seconds, 1e-9), built.model)
 
 
 def _claim_model_dir(model_dir: Path, overwrite: bool, rank: int) -> None:
