@@ -56,32 +56,28 @@ def _slot_names(components: Sequence[Component], what: str) -> list[str]:
     return names
 
 
+def _resolve_slots(cfg: RunConfig, registries: Registries, kind: str, what: str) -> list[tuple[str, str, str, Component]]:
+    """``(name, prediction, label, component)`` of each ``[[losses]]`` or ``[[metrics]]`` entry."""
+    components = getattr(cfg, what)
+    return [
+        (
+            name,
+            c.fields.prediction or registries[kind].get(c.type, what).extras["prediction"],
+            c.fields.label or cfg.data.labels[0],
+            c,
+        )
+        for name, c in zip(_slot_names(components, what), components)
+    ]
+
+
 def loss_slots(cfg: RunConfig, registries: Registries) -> list[LossSlot]:
     """Each ``[[losses]]`` entry resolved to what it reads."""
-    names = _slot_names(cfg.losses, "losses")
-    return [
-        LossSlot(
-            name,
-            c.fields.prediction or registries["loss"].get(c.type, "losses").extras["prediction"],
-            c.fields.label or cfg.data.labels[0],
-            c.fields.weight,
-        )
-        for name, c in zip(names, cfg.losses)
-    ]
+    return [LossSlot(n, p, lbl, c.fields.weight) for n, p, lbl, c in _resolve_slots(cfg, registries, "loss", "losses")]
 
 
 def metric_slots(cfg: RunConfig, registries: Registries) -> list[MetricSlot]:
     """Each ``[[metrics]]`` entry resolved to what it reads."""
-    names = _slot_names(cfg.metrics, "metrics")
-    return [
-        MetricSlot(
-            name,
-            c.fields.prediction or registries["metric"].get(c.type, "metrics").extras["prediction"],
-            c.fields.label or cfg.data.labels[0],
-            c,
-        )
-        for name, c in zip(names, cfg.metrics)
-    ]
+    return [MetricSlot(n, p, lbl, c) for n, p, lbl, c in _resolve_slots(cfg, registries, "metric", "metrics")]
 
 
 class TrainModel(nn.Module):

@@ -56,7 +56,7 @@ class AdamConfig:
 
 
 @attrs.frozen
-class AdamWConfig:
+class AdamWConfig(AdamConfig):
     """Options of dense ``adamw`` (``torch.optim.AdamW``): Adam with decoupled weight decay.
 
     Attributes:
@@ -64,10 +64,6 @@ class AdamWConfig:
         weight_decay: decoupled weight decay (torch's default 0.01).
     """
 
-    lr: float = attrs.field(validator=_non_negative)
-    beta1: float = attrs.field(default=0.9, validator=_unit)
-    beta2: float = attrs.field(default=0.999, validator=_unit)
-    eps: float = attrs.field(default=1e-8, validator=attrs.validators.gt(0.0))
     weight_decay: float = attrs.field(default=0.01, validator=_non_negative)
 
 

@@ -83,7 +83,7 @@ def build_rowwise_adagrad(cfg: SparseRowWiseAdagradConfig) -> SparseOptimizerSpe
 
     kwargs = {"lr": cfg.lr, "eps": cfg.eps}
     if cfg.weight_decay:
-        from fbgemm_gpu.split_embedding_configs import WeightDecayMode
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import WeightDecayMode
 
         kwargs.update(weight_decay=cfg.weight_decay, weight_decay_mode=WeightDecayMode.L2)
     return SparseOptimizerSpec(RowWiseAdagrad, kwargs, "EXACT_ROWWISE_ADAGRAD")
