@@ -185,8 +185,9 @@ def tzrun_after_train_step(run: RunContext, step: StepInfo) -> None:
 
     ``step.loss`` is the step's total loss as a tensor that has NOT been synchronized: calling
     ``.item()`` on it forces a device sync, so do it only at your own interval. Must never
-    issue a collective. May set ``run.stop_requested = True`` to ask the loop to stop at the
-    next step boundary (every rank must agree; the loop takes care of that at eval time).
+    issue a collective. May set ``run.stop_requested = True`` on any rank to ask the loop to
+    stop: at the next checkpoint boundary the ranks agree (any rank asking stops all), the
+    checkpoint and evaluation of that boundary are written, and training ends.
     """
 
 

@@ -172,7 +172,7 @@ def train(
             )
             if eval_input is not None:
                 last_eval = _evaluate_and_record(run, pm, eval_input, slots, registries, make_pipeline, step)
-            if run.stop_requested:
+            if _any_rank_asks_to_stop(run):
                 break
         pm.hook.tzrun_after_train(run=run, step=step)
     except BaseException as error:
@@ -199,6 +199,15 @@ def _claim_model_dir(model_dir: Path, overwrite: bool, rank: int) -> None:
             shutil.rmtree(model_dir / name, ignore_errors=True)
         (model_dir / "eval_results.jsonl").unlink(missing_ok=True)
     torch.distributed.barrier()
+
+
+def _any_rank_asks_to_stop(run: RunContext) -> bool:
+    """Whether a stage on any rank set ``stop_requested`` (one collective per boundary)."""
+    flag = torch.tensor([int(run.stop_requested)])
+    if run.world_size > 1:
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    run.stop_requested = bool(flag.item())
+    return run.stop_requested
 
 
 def _train_stream(train_input: RankInput, total: int) -> Iterator[Any]:

@@ -1,0 +1,38 @@
+"""The command line: help, plugin listing, and that light commands do not import torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO, run_cli
+
+
+def test_help_lists_the_commands():
+    proc = run_cli(["--help"])
+    assert proc.returncode == 0
+    for command in ("train", "check", "plugins", "data"):
+        assert command in proc.stdout
+
+
+def test_plugins_json_lists_first_party_plugins_and_their_components():
+    proc = run_cli(["plugins", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    listing = json.loads(proc.stdout)
+    by_name = {p["name"]: p for p in listing["plugins"]}
+    assert by_name["tzrun_plugins.optim"]["distribution"] == "tzrec-run"
+    assert by_name["tzrun_plugins.optim"]["components"]["sparse_optimizer"] == ["adagrad", "rowwise_adagrad", "sgd"]
+    assert by_name["tzrun_plugins.metrics"]["components"] == {"metric": ["auc"]}
+    assert by_name["tzrun_plugins.stages"]["hooks"] == ["tzrun_register_stages"]
+    assert listing["failed"] == []
+
+
+def test_plugins_and_check_do_not_import_torch():
+    code = (
+        "import sys; from tzrun.cli import main; "
+        "main(['check', 'examples/deepfm_criteo.toml']); main(['plugins']); "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
