@@ -159,6 +159,13 @@ def _structure_component(value: Any, _: type) -> Component:
     return Component(value["type"], {k: v for k, v in value.items() if k != "type"})
 
 
+def _run_converter() -> Any:
+    """The strict converter with component tables kept raw for pass 2."""
+    conv = make_converter()
+    conv.register_structure_hook(Component, _structure_component)
+    return conv
+
+
 def load_config(raw: RawConfig, registries: Registries) -> RunConfig:
     """Check and structure a config: both passes, every problem reported together.
 
@@ -172,8 +179,7 @@ def load_config(raw: RawConfig, registries: Registries) -> RunConfig:
     Raises:
         ConfigError: listing every problem, one line each, with its TOML path.
     """
-    conv = make_converter()
-    conv.register_structure_hook(Component, _structure_component)
+    conv = _run_converter()
     problems: list[ConfigProblem] = []
     config: RunConfig | None = None
     try:
@@ -200,8 +206,6 @@ def _without(data: Mapping[str, Any], paths: list[str]) -> RunConfig | None:
     checks still run when some keys are bad; None when it still cannot be structured."""
     import copy
 
-    from tzrun.config.converter import structure as structure_again
-
     pruned = copy.deepcopy(dict(data))
     for path in paths:
         parts = [p for p in re.split(r"\.|(?=\[)", path) if p]
@@ -213,10 +217,8 @@ def _without(data: Mapping[str, Any], paths: list[str]) -> RunConfig | None:
         last = parts[-1] if parts else ""
         if isinstance(node, dict):
             node.pop(last, None)
-    conv = make_converter()
-    conv.register_structure_hook(Component, _structure_component)
     try:
-        return structure_again(conv, pruned, RunConfig, "")
+        return structure(_run_converter(), pruned, RunConfig, "")
     except StructureFailed:
         return None
 

@@ -99,21 +99,13 @@ def train(
     reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
     builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight)
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight)
-    train_input = RankInput(
-        reader, cfg.data.train_input, cfg.data.batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size
-    )
+    def rank_input(path: str, batch_size: int) -> RankInput:
+        return RankInput(reader, path, batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size)
+
+    train_input = rank_input(cfg.data.train_input, cfg.data.batch_size)
     eval_input = None
     if cfg.data.eval_input is not None:
-        eval_input = RankInput(
-            reader,
-            cfg.data.eval_input,
-            cfg.data.eval_batch_size or cfg.data.batch_size,
-            cfg.data.num_workers,
-            columns,
-            builder,
-            info.rank,
-            info.world_size,
-        )
+        eval_input = rank_input(cfg.data.eval_input, cfg.data.eval_batch_size or cfg.data.batch_size)
 
     built = build_run(cfg, registries, specs, info)
     run = RunContext(
@@ -240,7 +232,7 @@ def _run_segment(
             for scheduler in schedulers:
                 scheduler.step()
             step += 1
-            lrs = {k: opt.param_groups[0]["lr"] for k, opt in optimizers.items() if opt.param_groups}
+            lrs = {k: groups[0]["lr"] for k, opt in optimizers.items() if (groups := opt.param_groups)}
             hook(run=run, step=StepInfo(step, (step - 1) // steps_per_epoch, total_loss, losses, num_rows, lrs))
     finally:
         if hasattr(pipeline, "detach"):
