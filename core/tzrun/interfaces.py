@@ -7,7 +7,7 @@ plugins`` stay fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
 import attrs
 
@@ -56,12 +56,20 @@ class SparseOptimizerSpec:
         kwargs: its keyword arguments (``lr``, ``eps``, ...), passed as FBGEMM fused params.
         fbgemm_type: the FBGEMM ``EmbOptimType`` name it maps to (``"EXACT_ROWWISE_ADAGRAD"``).
         cpu_supported: whether FBGEMM's CPU kernels fuse this optimizer.
+        initial_accumulator_value: the starting value of the optimizer's ``momentum1`` state
+            (Adagrad's sum of squares); the core writes it into FBGEMM's state after sharding.
+        torch_fallback: for an optimizer FBGEMM cannot fuse on CPU, ``fallback(params)``
+            returns the equivalent ``torch.optim.Optimizer`` that trains the table
+            data-parallel when the user opts in (``cpu_policy = "data_parallel"``); None when
+            there is no equivalent.
     """
 
     optimizer_class: type
     kwargs: Mapping[str, Any]
     fbgemm_type: str
     cpu_supported: bool = True
+    initial_accumulator_value: float = 0.0
+    torch_fallback: Optional[Callable[[Iterable[Any]], Any]] = None
 
 
 @attrs.frozen
