@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import warnings
-from typing import Sequence
+from typing import Any, Sequence
 
 from tzrun import __version__
 from tzrun.errors import TzrunError
@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="check a config (both passes) without building a model or reading data")
     config_args(check)
+    check.add_argument(
+        "--params", action="store_true",
+        help="also build the model on the meta device (imports torch) and print which dense "
+             "parameters each dense optimizer part gets, and each table's sparse optimizer",
+    )
 
     plugins = sub.add_parser("plugins", help="list the installed plugins and what each registers")
     plugins.add_argument("--json", action="store_true", help="print JSON")
@@ -103,14 +108,44 @@ def _prepare(config: str, overrides: Sequence[str]):  # noqa: ANN202
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    _, _, _, cfg = _prepare(args.config, args.overrides)
+    _, _, registries, cfg = _prepare(args.config, args.overrides)
     run = "steps" if cfg.train.num_steps is not None else "epochs"
     print(
         f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
         f"{len(cfg.features.sparse)} id features; sparse {cfg.train.sparse_optimizer.type}, "
         f"dense {cfg.train.dense_optimizer.type}; {cfg.train.num_steps or cfg.train.num_epochs} {run})"
     )
+    if args.params:
+        _print_parameters(cfg, registries)
     return 0
+
+
+def _print_parameters(cfg: Any, registries: Any) -> None:
+    """The dense parameters of each dense optimizer key, and each table's sparse optimizer."""
+    import torch
+
+    from tzrun.data.features import feature_specs
+    from tzrun.runner.build import _embedding_modules, _embedding_tables, assign_parts, build_model, dense_parameter_names, plan_table_updates
+
+    model = build_model(cfg, registries, feature_specs(cfg.features), torch.device("meta"))
+    parts = cfg.train.dense_optimizer.fields.parts
+    shapes = {n: tuple(p.shape) for n, p in model.model.named_parameters()}
+    for key, names in assign_parts(dense_parameter_names(model.model), parts).items():
+        if key == "dense":
+            title = f"dense ({cfg.train.dense_optimizer.type})"
+        else:
+            i = int(key[len("dense.parts["):-1])
+            title = f"dense.parts[{i}] ({parts[i].type}, pattern '{parts[i].fields.pattern}')"
+        print(f"{title}: {len(names)} parameter(s)")
+        for name in names:
+            print(f"  {name} {list(shapes[name])}")
+    updates = plan_table_updates(cfg, registries, _embedding_modules(model), torch.device("cpu"))
+    print(f"embedding tables: {len(updates)}")
+    for module in _embedding_modules(model):
+        for table, weight in _embedding_tables(module):
+            u = updates[table.name]
+            how = "frozen" if u.frozen else f"{u.spec.fbgemm_type} from {u.path}" + (" (data-parallel, torch)" if u.data_parallel else "")
+            print(f"  {table.name} {list(weight.shape)}: {how}")
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:

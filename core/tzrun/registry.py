@@ -49,9 +49,9 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
         k.key: k
         for k in (
             Kind("sparse_optimizer", "tzrun_register_sparse_optimizers", "sparse optimizer", "sparse optimizers",
-                 reserved=frozenset({"type", "lr_schedule"})),
+                 reserved=frozenset({"type", "lr_schedule", "cpu_policy"})),
             Kind("dense_optimizer", "tzrun_register_dense_optimizers", "dense optimizer", "dense optimizers",
-                 reserved=frozenset({"type", "lr_schedule"})),
+                 reserved=frozenset({"type", "lr_schedule", "parts", "ema", "pattern"})),
             Kind("lr_scheduler", "tzrun_register_lr_schedulers", "lr schedule", "lr schedules"),
             Kind("loss", "tzrun_register_losses", "loss", "losses", {"prediction": "logits"},
                  frozenset({"type", "name", "label", "prediction", "weight"})),

@@ -72,7 +72,10 @@ def test_unknown_key_wrong_type_and_steps_with_epochs_are_reported_together(tzru
         "data.batch_size=3.7",
         pm=tzrun_pm,
     )
-    assert "train.bogus: unknown key (known keys: sparse_optimizer, dense_optimizer, num_steps, num_epochs, seed, save_checkpoints_steps, log_every_n_steps, pipeline, stages)" in problems
+    assert any(
+        p.startswith("train.bogus: unknown key (known keys: sparse_optimizer, dense_optimizer, num_steps, num_epochs, seed,")
+        for p in problems
+    ), problems
     assert 'train.dense_optimizer.lr: expected a float, got "fast"' in problems
     assert "data.batch_size: expected an integer, got 3.7" in problems
     assert "train.num_steps and train.num_epochs: set exactly one" in problems
@@ -184,7 +187,7 @@ def test_a_plugin_registered_in_a_test_provides_a_dense_optimizer_the_toml_uses(
     assert optimizer.param_groups[0]["lr"] == 0.25
     # without the plugin the same TOML is an error that offers the real names
     problems = problems_of(MINIMAL, 'train.dense_optimizer={type="halving_sgd", lr=0.5}', pm=tzrun_pm)
-    assert problems[0].startswith("train.dense_optimizer.type: unknown dense optimizer 'halving_sgd' (available: adagrad, adam, adamw, sgd")
+    assert problems[0].startswith("train.dense_optimizer.type: unknown dense optimizer 'halving_sgd' (available: adadelta, adagrad, adam, adamw, rmsprop, sgd")
 
 
 @pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.toml")), ids=lambda p: p.name)

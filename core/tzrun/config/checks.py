@@ -54,7 +54,16 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
     if not names:
         add("features", "declare at least one [[features.dense]] or [[features.sparse]]")
 
+    if train.gradient_accumulation_steps < 1:
+        add("train.gradient_accumulation_steps", f"must be at least 1 (1: no accumulation), got {train.gradient_accumulation_steps}")
+    if train.grad_scaler is not None and train.mixed_precision != "fp16":
+        add(
+            "train.grad_scaler",
+            "loss scaling is for fp16 gradients; set train.mixed_precision = \"fp16\" or remove [train.grad_scaler]",
+        )
+
     tables: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+    updates: dict[str, list[tuple[str, object]]] = defaultdict(list)
     for i, feature in enumerate(cfg.features.sparse):
         path = f"features.sparse[{i}]"
         if (feature.num_buckets is None) == (feature.hash_bucket_size is None):
@@ -72,12 +81,24 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
                 f"(FBGEMM's fused embedding kernels need one); use {lower} or {lower + FBGEMM_DIM_MULTIPLE}",
             )
         size = feature.num_buckets if feature.num_buckets is not None else feature.hash_bucket_size
-        tables[feature.table or f"{feature.name}_emb"].append((path, size or 0, dim))
+        table = feature.table or f"{feature.name}_emb"
+        tables[table].append((path, size or 0, dim))
+        if not feature.trainable and feature.sparse_optimizer is not None:
+            add(f"{path}.sparse_optimizer", f"feature '{feature.name}' has trainable = false: its table is never updated; remove sparse_optimizer")
+        optimizer = None if feature.sparse_optimizer is None else (feature.sparse_optimizer.type, dict(feature.sparse_optimizer.raw))
+        updates[table].append((path, (feature.trainable, optimizer)))
     for table, users in tables.items():
         if len({(size, dim) for _, size, dim in users}) > 1:
             where = ", ".join(p for p, _, _ in users)
             add(
                 users[-1][0] + ".table",
                 f"features sharing table '{table}' ({where}) must agree on its size and embedding_dim",
+            )
+    for table, users in updates.items():
+        if len({repr(u) for _, u in users}) > 1:
+            where = ", ".join(p for p, _ in users)
+            add(
+                users[-1][0] + ".table",
+                f"features sharing table '{table}' ({where}) must agree on trainable and sparse_optimizer",
             )
     return problems

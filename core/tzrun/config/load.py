@@ -18,10 +18,13 @@ import attrs
 from tzrun.config.converter import StructureFailed, ValueProblem, make_converter, show, structure
 from tzrun.config.schema import (
     Component,
+    DenseOptimizerFields,
+    EMAConfig,
     LossFields,
     MetricFields,
-    OptimizerFields,
+    PartFields,
     RunConfig,
+    SparseOptimizerFields,
 )
 from tzrun.errors import ConfigError, ConfigProblem, UnknownComponentError
 from tzrun.registry import Registries
@@ -245,9 +248,22 @@ class _Resolver:
         if "model" in data:
             self.component(data["model"], "model", "model")
         train = _table(data.get("train"))
-        for key in ("sparse_optimizer", "dense_optimizer"):
-            if key in train:
-                self.component(train[key], f"train.{key}", key, OptimizerFields)
+        if "sparse_optimizer" in train:
+            self.component(train["sparse_optimizer"], "train.sparse_optimizer", "sparse_optimizer", SparseOptimizerFields)
+        if "dense_optimizer" in train:
+            self.component(train["dense_optimizer"], "train.dense_optimizer", "dense_optimizer", DenseOptimizerFields)
+        features = _table(data.get("features"))
+        for i, feature in enumerate(_list(features.get("sparse"))):
+            if isinstance(feature, dict) and "sparse_optimizer" in feature:
+                path = f"features.sparse[{i}].sparse_optimizer"
+                value = feature["sparse_optimizer"]
+                if isinstance(value, dict) and "lr_schedule" in value:
+                    self.problems.append(ConfigProblem(
+                        f"{path}.lr_schedule",
+                        "per-table sparse optimizers share train.sparse_optimizer.lr_schedule (applied to their own lr); remove it",
+                    ))
+                    value = {k: v for k, v in value.items() if k != "lr_schedule"}
+                self.component(value, path, "sparse_optimizer", SparseOptimizerFields)
         self.component(train.get("pipeline", {"type": "sparse_dist"}), "train.pipeline", "train_pipeline")
         for i, stage in enumerate(_list(train.get("stages", [{"type": "progress"}]))):
             self.component(stage, f"train.stages[{i}]", "stage")
@@ -270,15 +286,8 @@ class _Resolver:
             names = {f.name for f in attrs.fields(fields_cls)}
             core = {k: options.pop(k) for k in list(options) if k in names}
         fields = None
-        if fields_cls is OptimizerFields:
-            schedule = core.pop("lr_schedule", {"type": "constant"})
-            if not isinstance(schedule, dict):
-                self.problems.append(
-                    ConfigProblem(f"{path}.lr_schedule", f'expected a table like {{ type = "constant" }}, got {show(schedule)}')
-                )
-            else:
-                self.component(schedule, f"{path}.lr_schedule", "lr_scheduler")
-            fields = OptimizerFields(lr_schedule=self.found.get(f"{path}.lr_schedule"))
+        if fields_cls in (SparseOptimizerFields, DenseOptimizerFields, PartFields):
+            fields = self.optimizer_fields(core, path, fields_cls)
         elif fields_cls is not None:
             try:
                 fields = structure(self.conv, core, fields_cls, path)
@@ -290,6 +299,62 @@ class _Resolver:
             self.problems.extend(failed.problems)
             return
         self.found[path] = Component(value["type"], options, config, fields)
+
+    def schedule(self, value: Any, path: str) -> Component | None:
+        if not isinstance(value, dict):
+            self.problems.append(ConfigProblem(path, f'expected a table like {{ type = "constant" }}, got {show(value)}'))
+            return None
+        self.component(value, path, "lr_scheduler")
+        return self.found.get(path)
+
+    def optimizer_fields(self, core: dict[str, Any], path: str, fields_cls: type) -> Any:
+        """The core keys of an optimizer table (or a part): schedule, parts, EMA, CPU policy."""
+        values: dict[str, Any] = {}
+        if "lr_schedule" in core:
+            values["lr_schedule"] = self.schedule(core["lr_schedule"], f"{path}.lr_schedule")
+        elif fields_cls is not PartFields:
+            values["lr_schedule"] = self.schedule({"type": "constant"}, f"{path}.lr_schedule")
+        if fields_cls is SparseOptimizerFields and "cpu_policy" in core:
+            values["cpu_policy"] = core["cpu_policy"]
+            if core["cpu_policy"] not in ("error", "data_parallel"):
+                self.problems.append(ConfigProblem(
+                    f"{path}.cpu_policy", f'expected "error" or "data_parallel", got {show(core["cpu_policy"])}'
+                ))
+                values.pop("cpu_policy")
+        if fields_cls is DenseOptimizerFields:
+            if "ema" in core:
+                try:
+                    values["ema"] = structure(self.conv, core["ema"], EMAConfig, f"{path}.ema")
+                except StructureFailed as failed:
+                    self.problems.extend(failed.problems)
+            parts = core.get("parts", [])
+            if not isinstance(parts, list):
+                self.problems.append(ConfigProblem(f"{path}.parts", f"expected an array of tables ([[{path}.parts]]), got {show(parts)}"))
+                parts = []
+            found = []
+            for i, part in enumerate(parts):
+                part_path = f"{path}.parts[{i}]"
+                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                    self.problems.append(ConfigProblem(part_path, f'expected a table with "type" and "pattern", got {show(part)}'))
+                    continue
+                self.component(part, part_path, "dense_optimizer", PartFields)
+                if part_path in self.found and self.found[part_path].fields is not None:
+                    found.append(self.found[part_path])
+            values["parts"] = tuple(found)
+        if fields_cls is PartFields:
+            pattern = core.get("pattern")
+            if not isinstance(pattern, str):
+                self.problems.append(ConfigProblem(
+                    f"{path}.pattern", 'each part needs pattern = "<regex over parameter names>", e.g. "deep\\..*"'
+                ))
+                return None
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                self.problems.append(ConfigProblem(f"{path}.pattern", f"not a valid regular expression: {exc}"))
+                return None
+            values["pattern"] = pattern
+        return fields_cls(**values)
 
     def apply(self, config: RunConfig) -> RunConfig:
         f = self.found
@@ -305,6 +370,14 @@ class _Resolver:
                 dense_optimizer=f["train.dense_optimizer"],
                 pipeline=f["train.pipeline"],
                 stages=stages,
+            ),
+            features=attrs.evolve(
+                config.features,
+                sparse=tuple(
+                    attrs.evolve(feature, sparse_optimizer=f[f"features.sparse[{i}].sparse_optimizer"])
+                    if feature.sparse_optimizer is not None else feature
+                    for i, feature in enumerate(config.features.sparse)
+                ),
             ),
             losses=tuple(f[f"losses[{i}]"] for i in range(len(config.losses))),
             metrics=tuple(f[f"metrics[{i}]"] for i in range(len(config.metrics))),

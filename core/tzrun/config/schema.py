@@ -13,7 +13,12 @@ import attrs
 
 __all__ = [
     "Component",
-    "OptimizerFields",
+    "SparseOptimizerFields",
+    "DenseOptimizerFields",
+    "PartFields",
+    "EMAConfig",
+    "GradScalerConfig",
+    "GradClippingConfig",
     "LossFields",
     "MetricFields",
     "DataConfig",
@@ -36,7 +41,8 @@ class Component:
         raw: every other key of the table, as TOML gave it.
         config: the plugin's options instance (set by the second pass).
         fields: the core-read keys of the table, structured (set by the second pass):
-            :class:`OptimizerFields`, :class:`LossFields` or :class:`MetricFields`.
+            :class:`SparseOptimizerFields`, :class:`DenseOptimizerFields`,
+            :class:`PartFields`, :class:`LossFields` or :class:`MetricFields`.
     """
 
     type: str
@@ -45,15 +51,76 @@ class Component:
     fields: Any = None
 
 
+def _in_unit_open(instance: Any, attribute: Any, value: float) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"must be between 0 and 1 (exclusive), got {value}")
+
+
+def _positive(instance: Any, attribute: Any, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"must be positive, got {value}")
+
+
 @attrs.frozen
-class OptimizerFields:
-    """Keys of an optimizer table that tzrec-run reads itself.
+class SparseOptimizerFields:
+    """Keys of a sparse optimizer table that tzrec-run reads itself.
 
     Attributes:
-        lr_schedule: the schedule of this optimizer's learning rate (default ``constant``).
+        lr_schedule: the schedule of the fused optimizer's learning rate (default ``constant``);
+            per-table overrides share the schedule of ``train.sparse_optimizer``.
+        cpu_policy: what to do on CPU when FBGEMM has no CPU kernel for the optimizer:
+            ``"error"`` (default) stops with a config error; ``"data_parallel"`` trains the
+            table data-parallel with the equivalent torch optimizer, whose state moves for
+            every row at every step (not only for the touched rows).
     """
 
     lr_schedule: Optional[Component] = None
+    cpu_policy: Literal["error", "data_parallel"] = "error"
+
+
+@attrs.frozen
+class EMAConfig:
+    """``ema = { decay = 0.999 }`` in ``[train.dense_optimizer]``: an exponential moving
+    average of every dense parameter, updated after each dense optimizer step.
+
+    Attributes:
+        decay: ``ema = decay * ema + (1 - decay) * weight``; the first update copies the weights.
+        use_for_eval: evaluate with the averaged weights (training continues on the raw ones).
+    """
+
+    decay: float = attrs.field(default=0.999, validator=_in_unit_open)
+    use_for_eval: bool = True
+
+
+@attrs.frozen
+class PartFields:
+    """Keys of a ``[[train.dense_optimizer.parts]]`` table that tzrec-run reads itself.
+
+    Attributes:
+        pattern: a regular expression that must match the whole parameter name (as
+            ``tzrec-run check --params`` prints them); a parameter matched by two parts is an error.
+        lr_schedule: this part's schedule (default: the dense optimizer's schedule, with the
+            same options, applied to this part's lr).
+    """
+
+    pattern: str
+    lr_schedule: Optional[Component] = None
+
+
+@attrs.frozen
+class DenseOptimizerFields:
+    """Keys of ``[train.dense_optimizer]`` that tzrec-run reads itself.
+
+    Attributes:
+        lr_schedule: the schedule of the optimizer's learning rate (default ``constant``).
+        parts: part optimizers, each over the dense parameters its ``pattern`` matches; the
+            others stay with this optimizer.
+        ema: an exponential moving average of the dense weights (off when unset).
+    """
+
+    lr_schedule: Optional[Component] = None
+    parts: tuple[Component, ...] = ()
+    ema: Optional[EMAConfig] = None
 
 
 @attrs.frozen
@@ -138,6 +205,9 @@ class SparseFeatureConfig:
         table: the embedding table's name; features naming one table share it (default:
             ``<name>_emb``).
         pooling: how a multi-id row is pooled, ``sum`` or ``mean``.
+        sparse_optimizer: this feature's table's own sparse optimizer (default:
+            ``train.sparse_optimizer``); features sharing a table must agree.
+        trainable: false freezes the table: its rows are never updated.
     """
 
     name: str
@@ -147,6 +217,8 @@ class SparseFeatureConfig:
     embedding_dim: int = 16
     table: Optional[str] = None
     pooling: Literal["sum", "mean"] = "sum"
+    sparse_optimizer: Optional[Component] = None
+    trainable: bool = True
 
 
 @attrs.frozen
@@ -155,6 +227,48 @@ class FeaturesConfig:
 
     dense: tuple[DenseFeatureConfig, ...] = ()
     sparse: tuple[SparseFeatureConfig, ...] = ()
+
+
+@attrs.frozen
+class GradScalerConfig:
+    """``[train.grad_scaler]``: dynamic loss scaling for ``mixed_precision = "fp16"``
+    (``torch.amp.GradScaler``).
+
+    Attributes:
+        init_scale: the first scale factor.
+        growth_factor: the scale is multiplied by it after ``growth_interval`` clean steps.
+        backoff_factor: the scale is multiplied by it after a step with inf/NaN gradients
+            (that step is skipped).
+        growth_interval: clean steps between two growths.
+    """
+
+    init_scale: float = attrs.field(default=65536.0, validator=_positive)
+    growth_factor: float = 2.0
+    backoff_factor: float = attrs.field(default=0.5, validator=_in_unit_open)
+    growth_interval: int = attrs.field(default=2000, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.growth_factor <= 1.0:
+            raise ValueError(f"growth_factor must be above 1, got {self.growth_factor}")
+
+
+@attrs.frozen
+class GradClippingConfig:
+    """``[train.grad_clipping]``: clipping of the dense gradients before each dense step.
+
+    Sparse (embedding) gradients are clipped inside FBGEMM's kernel instead: see the
+    ``gradient_clipping`` option of the sparse optimizers.
+
+    Attributes:
+        by: ``"norm"`` scales all dense gradients together so that their global norm is at
+            most ``max_gradient``; ``"value"`` clamps each element to ``[-max_gradient, max_gradient]``.
+        max_gradient: the bound.
+        norm_type: the p of the p-norm (``inf`` for the max norm); only for ``by = "norm"``.
+    """
+
+    by: Literal["norm", "value"] = "norm"
+    max_gradient: float = attrs.field(default=1.0, validator=_positive)
+    norm_type: float = attrs.field(default=2.0, validator=_positive)
 
 
 @attrs.frozen
@@ -171,6 +285,16 @@ class TrainConfig:
         log_every_n_steps: the interval of train log lines (stages may have their own).
         pipeline: the TorchRec train pipeline (default ``sparse_dist``).
         stages: loop stages, in order (default: one ``progress`` stage).
+        gradient_accumulation_steps: the dense optimizer steps once per this many batches,
+            on the mean of their gradients; embeddings are still updated at every batch, with
+            that batch's own (unscaled) gradient.
+        mixed_precision: run the model and losses under ``torch.autocast`` in ``"bf16"`` or
+            ``"fp16"`` (unset: float32).
+        grad_scaler: dynamic loss scaling; only with ``mixed_precision = "fp16"``.
+        grad_clipping: clip the dense gradients before each dense step.
+        cudnn_allow_tf32: set ``torch.backends.cudnn.allow_tf32`` (unset: torch's default).
+        cuda_matmul_allow_tf32: set ``torch.backends.cuda.matmul.allow_tf32`` (unset: torch's
+            default). Both only affect CUDA devices.
     """
 
     sparse_optimizer: Component
@@ -182,6 +306,12 @@ class TrainConfig:
     log_every_n_steps: int = 100
     pipeline: Component = Component("sparse_dist")
     stages: tuple[Component, ...] = (Component("progress"),)
+    gradient_accumulation_steps: int = 1
+    mixed_precision: Optional[Literal["bf16", "fp16"]] = None
+    grad_scaler: Optional[GradScalerConfig] = None
+    grad_clipping: Optional[GradClippingConfig] = None
+    cudnn_allow_tf32: Optional[bool] = None
+    cuda_matmul_allow_tf32: Optional[bool] = None
 
 
 @attrs.frozen

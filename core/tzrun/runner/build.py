@@ -14,11 +14,26 @@ from torch import nn
 from tzrun.config.schema import Component, RunConfig
 from tzrun.data.features import FeatureSpecs
 from tzrun.errors import ConfigError, ConfigProblem
-from tzrun.interfaces import ModelContext
+from tzrun.interfaces import ModelContext, SparseOptimizerSpec
 from tzrun.registry import Registries
 from tzrun.runner.distributed import DistInfo
 
-__all__ = ["LossSlot", "TrainModel", "Built", "build_run", "loss_slots", "metric_slots", "MetricSlot"]
+__all__ = [
+    "LossSlot",
+    "MetricSlot",
+    "TrainModel",
+    "Built",
+    "TableUpdate",
+    "build_run",
+    "build_model",
+    "loss_slots",
+    "metric_slots",
+    "plan_table_updates",
+    "dense_parameter_names",
+    "assign_parts",
+    "fused_constraints",
+    "apply_tf32",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,28 +98,53 @@ def metric_slots(cfg: RunConfig, registries: Registries) -> list[MetricSlot]:
 class TrainModel(nn.Module):
     """The module DMP wraps: the user's model plus its losses.
 
-    ``forward(batch)`` returns ``(total_loss, (total_loss, losses, outputs, labels, weights,
-    num_rows))``, the ``(loss, output)`` pair TorchRec's train pipelines expect; everything in
-    the second element is detached.
+    ``forward(batch)`` returns ``(loss_for_backward, (total_loss, losses, outputs, labels,
+    weights, num_rows))``, the ``(loss, output)`` pair TorchRec's train pipelines expect.
+    Everything in the second element is detached and float32. ``loss_for_backward`` is the
+    total loss times ``loss_factor()`` when one is set in training (``1 / accumulation steps``,
+    times the fp16 loss scale): the only place the loss is ever scaled.
+
+    With ``mixed_precision``, the model and its losses run under ``torch.autocast``.
     """
 
-    def __init__(self, model: nn.Module, losses: Mapping[str, nn.Module], slots: Sequence[LossSlot]) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        losses: Mapping[str, nn.Module],
+        slots: Sequence[LossSlot],
+        mixed_precision: str | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.losses = nn.ModuleDict(dict(losses))
         self.slots = list(slots)
+        self.autocast_dtype = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[mixed_precision]
+        self.loss_factor: Any = None
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
+        if self.autocast_dtype is None:
+            outputs, total, values = self._forward(batch)
+        else:
+            device_type = batch.labels[next(iter(batch.labels))].device.type
+            with torch.autocast(device_type, dtype=self.autocast_dtype):
+                outputs, total, values = self._forward(batch)
+        detached = {k: v.detach().float() for k, v in outputs.items()}
+        backward = total
+        if self.training and self.loss_factor is not None:
+            backward = total * self.loss_factor()
+        return backward, (total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows)
+
+    def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
         outputs = self.model(batch)
         total = None
         values = {}
         for slot in self.slots:
-            value = self.losses[slot.name](outputs[slot.prediction], batch.labels[slot.label], batch.weights)
+            value = self.losses[slot.name](outputs[slot.prediction].float(), batch.labels[slot.label], batch.weights).float()
             values[slot.name] = value.detach()
             weighted = value * slot.weight
             total = weighted if total is None else total + weighted
-        detached = {k: v.detach() for k, v in outputs.items()}
-        return total, (total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows)
+        assert total is not None, "a run has at least one loss"
+        return outputs, total, values
 
 
 @attrs.define
@@ -113,23 +153,36 @@ class Built:
 
     Attributes:
         model: the DistributedModelParallel-wrapped :class:`TrainModel`.
-        optimizer: sparse (fused) and dense optimizers combined; what the pipeline steps.
-        optimizers: ``{"sparse": ..., "dense": ...}``, each schedulable.
-        schedulers: ``{"sparse": ..., "dense": ...}``.
+        optimizer: every optimizer combined (torchrec ``CombinedOptimizer``): what checkpoints save.
+        update: the :class:`~tzrun.runner.update.UpdateOptimizer` the train pipeline steps:
+            accumulation, loss scaling, clipping and EMA around ``optimizer``.
+        optimizers: each schedulable optimizer by key: ``sparse`` (the fused one),
+            ``sparse_dp.<i>`` (CPU data-parallel fallbacks), ``dense``, ``dense.parts[<i>]``.
+        schedulers: the LR scheduler of each key of ``optimizers``.
         plan: the sharding plan.
+        parts: the dense parameter names each dense optimizer key got.
     """
 
     model: Any
     optimizer: Any
+    update: Any
     optimizers: dict[str, Any]
     schedulers: dict[str, Any]
     plan: Any
+    parts: dict[str, list[str]] = attrs.field(factory=dict)
 
 
 def _embedding_modules(model: nn.Module) -> list[nn.Module]:
     from torchrec import EmbeddingBagCollection, EmbeddingCollection
 
     return [m for m in model.modules() if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection))]
+
+
+def _embedding_tables(module: nn.Module) -> list[tuple[Any, nn.Parameter]]:
+    """``(table config, weight)`` of every table of an unsharded EBC or EC."""
+    if hasattr(module, "embedding_bag_configs"):
+        return [(t, module.embedding_bags[t.name].weight) for t in module.embedding_bag_configs()]
+    return [(t, module.embeddings[t.name].weight) for t in module.embedding_configs()]
 
 
 #: Sharding types the planner may choose by default. ``data_parallel`` is left out on purpose:
@@ -144,32 +197,131 @@ def fused_constraints(embedding_modules: Sequence[nn.Module]) -> dict[str, Any]:
     """Planner constraints that put every table on a fused kernel with model-parallel sharding."""
     from torchrec.distributed.planner.types import ParameterConstraints
 
-    constraints = {}
-    for module in embedding_modules:
-        configs = module.embedding_bag_configs() if hasattr(module, "embedding_bag_configs") else module.embedding_configs()
-        for table in configs:
-            constraints[table.name] = ParameterConstraints(
-                sharding_types=list(MODEL_PARALLEL_SHARDING_TYPES), compute_kernels=["fused"]
-            )
-    return constraints
+    return {
+        table.name: ParameterConstraints(sharding_types=list(MODEL_PARALLEL_SHARDING_TYPES), compute_kernels=["fused"])
+        for module in embedding_modules
+        for table, _ in _embedding_tables(module)
+    }
 
 
-def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info: DistInfo) -> Built:
-    """Build the sharded model, optimizers and schedules of a run, on every rank.
+@attrs.frozen
+class TableUpdate:
+    """How one embedding table is updated.
+
+    Attributes:
+        table: the table's name (its ``EmbeddingBagConfig`` name).
+        path: the TOML path of its sparse optimizer (``train.sparse_optimizer`` or a feature's).
+        spec: what the optimizer plugin returned (SGD with lr 0 for a frozen table).
+        data_parallel: trained data-parallel with ``spec.torch_fallback`` (CPU policy).
+        frozen: ``trainable = false``.
+    """
+
+    table: str
+    path: str
+    spec: Any
+    data_parallel: bool = False
+    frozen: bool = False
+
+
+def plan_table_updates(
+    cfg: RunConfig, registries: Registries, embedding_modules: Sequence[nn.Module], device: torch.device
+) -> dict[str, TableUpdate]:
+    """Decide each table's sparse optimizer: the feature's own, ``train.sparse_optimizer``, or
+    frozen; and, on CPU, what happens to optimizers FBGEMM has no CPU kernel for.
 
     Raises:
-        ConfigError: when a component rejects the config at build time (the model's own
-            cross-checks, a sparse optimizer FBGEMM cannot run on this device, ...).
+        ConfigError: for an optimizer FBGEMM cannot run on ``device`` without ``cpu_policy =
+            "data_parallel"``, or with that policy but no torch equivalent.
     """
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.model_parallel import get_default_sharders
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
-    from torchrec.distributed.types import ShardingEnv
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
-    from torchrec.optim.optimizers import in_backward_optimizer_filter
+    from torchrec.optim.optimizers import SGD
 
-    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("meta"), tuple(cfg.data.labels))
+    features = {f.name: (i, f) for i, f in enumerate(cfg.features.sparse)}
+    specs: dict[str, Any] = {}
+    problems: list[ConfigProblem] = []
+    updates: dict[str, TableUpdate] = {}
+    for module in embedding_modules:
+        for table, _ in _embedding_tables(module):
+            users = [features[name] for name in table.feature_names if name in features]
+            component, path, frozen = cfg.train.sparse_optimizer, "train.sparse_optimizer", False
+            for i, feature in users:
+                frozen = frozen or not feature.trainable
+                if feature.sparse_optimizer is not None:
+                    component, path = feature.sparse_optimizer, f"features.sparse[{i}].sparse_optimizer"
+            if frozen:
+                updates[table.name] = TableUpdate(table.name, path, SparseOptimizerSpec(SGD, {"lr": 0.0}, "EXACT_SGD"), frozen=True)
+                continue
+            if path not in specs:
+                specs[path] = registries["sparse_optimizer"].get(component.type, f"{path}.type").build(component.config)
+            spec = specs[path]
+            data_parallel = False
+            if device.type == "cpu" and not spec.cpu_supported:
+                policy = component.fields.cpu_policy
+                if policy == "data_parallel" and spec.torch_fallback is not None:
+                    data_parallel = True
+                elif policy == "data_parallel":
+                    problems.append(ConfigProblem(f"{path}.cpu_policy", f"sparse optimizer '{component.type}' has no torch equivalent to train data-parallel with; on CPU use sgd, adagrad or rowwise_adagrad"))
+                else:
+                    problems.append(ConfigProblem(
+                        f"{path}.type",
+                        f"sparse optimizer '{component.type}' (FBGEMM {spec.fbgemm_type}) has no FBGEMM CPU kernel "
+                        "(FBGEMM fuses only sgd, adagrad and rowwise_adagrad on CPU). Use one of those, run on CUDA, "
+                        f'or set {path}.cpu_policy = "data_parallel" to train these tables data-parallel with the '
+                        "equivalent torch optimizer (its state then moves for every row at every step)",
+                    ))
+            updates[table.name] = TableUpdate(table.name, path, spec, data_parallel=data_parallel)
+    if problems:
+        unique = list(dict.fromkeys(problems))
+        raise ConfigError("train.sparse_optimizer", unique)
+    return updates
+
+
+def dense_parameter_names(model: nn.Module) -> list[str]:
+    """The names of a user model's dense parameters (everything outside its embedding
+    collections), as part ``pattern``s see them."""
+    embedding = {id(p) for m in _embedding_modules(model) for p in m.parameters()}
+    return [name for name, p in model.named_parameters() if id(p) not in embedding]
+
+
+def assign_parts(names: Sequence[str], parts: Sequence[Component], where: str = "train.dense_optimizer") -> dict[str, list[str]]:
+    """Split dense parameter names between the part optimizers (whole-name regex match) and
+    the main dense optimizer (key ``dense``; parts are ``dense.parts[<i>]``).
+
+    Raises:
+        ConfigError: when a name matches two parts (naming both patterns) or a part matches
+            no parameter.
+    """
+    import re
+
+    compiled = [(i, re.compile(part.fields.pattern)) for i, part in enumerate(parts)]
+    groups: dict[str, list[str]] = {"dense": []}
+    groups.update({f"dense.parts[{i}]": [] for i in range(len(parts))})
+    problems = []
+    for name in names:
+        matched = [i for i, pattern in compiled if pattern.fullmatch(name)]
+        if len(matched) > 1:
+            a, b = matched[:2]
+            problems.append(ConfigProblem(
+                f"{where}.parts[{b}].pattern",
+                f"parameter '{name}' is matched by parts[{a}] ('{parts[a].fields.pattern}') and parts[{b}] "
+                f"('{parts[b].fields.pattern}'); a parameter belongs to one part",
+            ))
+        groups[f"dense.parts[{matched[0]}]" if matched else "dense"].append(name)
+    for i, part in enumerate(parts):
+        if not groups[f"dense.parts[{i}]"]:
+            sample = ", ".join(list(names)[:6]) + (", ..." if len(names) > 6 else "")
+            problems.append(ConfigProblem(
+                f"{where}.parts[{i}].pattern",
+                f"'{part.fields.pattern}' matches no dense parameter (the pattern must match the whole name; names: {sample}; "
+                "see tzrec-run check --params)",
+            ))
+    if problems:
+        raise ConfigError(where, problems)
+    return groups
+
+
+def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, device: torch.device) -> TrainModel:
+    """The user's model and its losses, with embedding collections on ``device``."""
+    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, device, tuple(cfg.data.labels))
     model_entry = registries["model"].get(cfg.model.type, "model.type")
     model = model_entry.build(cfg.model.config, ctx)
     slots = loss_slots(cfg, registries)
@@ -177,20 +329,65 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
         slot.name: registries["loss"].get(c.type, f"losses[{i}].type").build(c.config)
         for i, (slot, c) in enumerate(zip(slots, cfg.losses))
     }
-    train_model = TrainModel(model, losses, slots)
+    return TrainModel(model, losses, slots, cfg.train.mixed_precision)
 
-    sparse = cfg.train.sparse_optimizer
-    spec = registries["sparse_optimizer"].get(sparse.type, "train.sparse_optimizer.type").build(sparse.config)
-    if info.device.type == "cpu" and not spec.cpu_supported:
-        raise ConfigError(
-            "train.sparse_optimizer",
-            [ConfigProblem("train.sparse_optimizer.type", f"'{sparse.type}' ({spec.fbgemm_type}) has no FBGEMM CPU kernel; on CPU use sgd, adagrad or rowwise_adagrad")],
-        )
+
+def apply_tf32(cfg: RunConfig) -> None:
+    """Set torch's TF32 switches the config names (CUDA only; harmless on CPU)."""
+    if cfg.train.cudnn_allow_tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = cfg.train.cudnn_allow_tf32
+    if cfg.train.cuda_matmul_allow_tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = cfg.train.cuda_matmul_allow_tf32
+
+
+def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info: DistInfo) -> Built:
+    """Build the sharded model, optimizers, schedules and update path of a run, on every rank.
+
+    Raises:
+        ConfigError: when a component rejects the config at build time (the model's own
+            cross-checks, a sparse optimizer FBGEMM cannot run on this device, a part pattern
+            that matches nothing, ...).
+    """
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.model_parallel import get_default_sharders
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.types import ShardingEnv
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    from tzrun.runner.update import UpdateOptimizer
+
+    apply_tf32(cfg)
+    train_model = build_model(cfg, registries, specs, torch.device("meta"))
     embedding_modules = _embedding_modules(train_model)
     if not embedding_modules:
         raise ConfigError("model", [ConfigProblem("model.type", f"model '{cfg.model.type}' built no EmbeddingBagCollection; tzrec-run shards embeddings with TorchRec")])
+    dense_names = dense_parameter_names(train_model.model)
+    dense_fields = cfg.train.dense_optimizer.fields
+    parts = assign_parts(dense_names, dense_fields.parts)
+
+    updates = plan_table_updates(cfg, registries, embedding_modules, info.device)
+    constraints = {}
     for module in embedding_modules:
-        apply_optimizer_in_backward(spec.optimizer_class, module.parameters(), dict(spec.kwargs))
+        for table, weight in _embedding_tables(module):
+            update = updates[table.name]
+            if update.data_parallel:
+                constraints[table.name] = ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["dense"])
+            else:
+                constraints[table.name] = ParameterConstraints(
+                    sharding_types=list(MODEL_PARALLEL_SHARDING_TYPES), compute_kernels=["fused"]
+                )
+                apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
+    fallback_tables = {name: u for name, u in updates.items() if u.data_parallel}
+    if fallback_tables and info.rank == 0:
+        log.warning(
+            "tables %s train data-parallel with the torch equivalent of their sparse optimizer "
+            "(cpu_policy = \"data_parallel\"): unlike FBGEMM's fused update, every row's optimizer state "
+            "moves at every step, not only the rows a batch touched",
+            ", ".join(sorted(fallback_tables)),
+        )
 
     sharders = get_default_sharders()
     topology = Topology(
@@ -198,25 +395,65 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
         local_world_size=info.local_world_size,
         compute_device=info.device.type,
     )
-    planner = EmbeddingShardingPlanner(
-        topology=topology, batch_size=cfg.data.batch_size, constraints=fused_constraints(embedding_modules)
-    )
+    planner = EmbeddingShardingPlanner(topology=topology, batch_size=cfg.data.batch_size, constraints=constraints)
     pg = dist.GroupMember.WORLD
     plan = planner.collective_plan(train_model, sharders, pg)
     dmp = DistributedModelParallel(
         train_model, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=sharders, device=info.device
     )
+    initial = {name: u.spec.initial_accumulator_value for name, u in updates.items()
+               if u.spec.initial_accumulator_value and not u.data_parallel}
+    if initial:
+        from tzrun.runner.sparse_state import set_initial_accumulators
 
+        set_initial_accumulators(dmp, initial)
+
+    # Everything without an in-backward optimizer: dense layers and data-parallel fallback tables.
+    unfused = dict(in_backward_optimizer_filter(dmp.named_parameters(), include=False))
+    fallback_params: dict[str, dict[str, Any]] = {}
+    for name, param in list(unfused.items()):
+        parts_of_name = name.split(".")
+        if len(parts_of_name) >= 3 and parts_of_name[-1] == "weight" and parts_of_name[-2] in fallback_tables:
+            fallback_params.setdefault(fallback_tables[parts_of_name[-2]].path, {})[name] = unfused.pop(name)
+    by_user_name = {name.removeprefix("model."): (name, p) for name, p in unfused.items()}
+    missing = [n for group in parts.values() for n in group if n not in by_user_name]
+    if missing:
+        raise RuntimeError(f"dense parameters not found after sharding: {missing[:5]}")
+
+    optimizers: dict[str, Any] = {"sparse": dmp.fused_optimizer}
+    schedule_of: dict[str, tuple[str, Component]] = {"sparse": ("train.sparse_optimizer", cfg.train.sparse_optimizer.fields.lr_schedule)}
+    for i, (path, params) in enumerate(sorted(fallback_params.items())):
+        spec = updates[next(n for n, u in fallback_tables.items() if u.path == path)].spec
+        key = f"sparse_dp.{i}"
+        optimizers[key] = KeyedOptimizerWrapper(params, spec.torch_fallback)
+        schedule_of[key] = ("train.sparse_optimizer", cfg.train.sparse_optimizer.fields.lr_schedule)
     dense = cfg.train.dense_optimizer
-    dense_entry = registries["dense_optimizer"].get(dense.type, "train.dense_optimizer.type")
-    dense_params = dict(in_backward_optimizer_filter(dmp.named_parameters(), include=False))
-    dense_optimizer = KeyedOptimizerWrapper(dense_params, lambda params: dense_entry.build(dense.config, params))
-    optimizers = {"sparse": dmp.fused_optimizer, "dense": dense_optimizer}
-    combined = CombinedOptimizer([("sparse", dmp.fused_optimizer), ("dense", dense_optimizer)])
+    for key, names in parts.items():
+        if not names:
+            continue
+        if key == "dense":
+            component, where, schedule = dense, "train.dense_optimizer", dense_fields.lr_schedule
+        else:
+            index = int(key[len("dense.parts["):-1])
+            component, where = dense_fields.parts[index], f"train.dense_optimizer.parts[{index}]"
+            schedule = component.fields.lr_schedule or dense_fields.lr_schedule
+        entry = registries["dense_optimizer"].get(component.type, f"{where}.type")
+        params = {by_user_name[n][0]: by_user_name[n][1] for n in names}
+        optimizers[key] = KeyedOptimizerWrapper(params, lambda ps, e=entry, c=component: e.build(c.config, ps))
+        schedule_of[key] = (where, schedule)
+    combined = CombinedOptimizer(list(optimizers.items()))
 
     schedulers = {}
-    for key, component in (("sparse", sparse), ("dense", dense)):
-        schedule = component.fields.lr_schedule
-        entry = registries["lr_scheduler"].get(schedule.type, f"train.{key}_optimizer.lr_schedule.type")
+    for key, (where, schedule) in schedule_of.items():
+        entry = registries["lr_scheduler"].get(schedule.type, f"{where}.lr_schedule.type")
         schedulers[key] = entry.build(schedule.config, optimizers[key])
-    return Built(dmp, combined, optimizers, schedulers, plan)
+    update = UpdateOptimizer(
+        model=dmp,
+        train_model=train_model,
+        per_batch={k: v for k, v in optimizers.items() if k.startswith("sparse")},
+        dense={k: v for k, v in optimizers.items() if k.startswith("dense")},
+        train=cfg.train,
+        ema=dense_fields.ema,
+        device=info.device,
+    )
+    return Built(dmp, combined, update, optimizers, schedulers, plan, {k: v for k, v in parts.items() if v})

@@ -4,6 +4,7 @@ Layout of one checkpoint::
 
     step-N/state/          sharded model and optimizer state (DCP: .metadata, __<rank>_<i>.distcp)
     step-N/schedules.pt    every LR schedule's state_dict
+    step-N/update.pt       the update path's state (fp16 loss scaler, EMA of dense weights)
     step-N/meta.json       step, epoch, world size, plan, plugin set, stage states, resolved config
     step-N/COMPLETE        written last, by rank 0, after every rank finished; without it the
                            directory is not a checkpoint and is never loaded
@@ -32,6 +33,7 @@ __all__ = [
     "latest_checkpoint",
     "save_checkpoint",
     "load_model_state",
+    "load_training_state",
 ]
 
 MARKER = "COMPLETE"
@@ -84,6 +86,7 @@ def save_checkpoint(
     schedulers: Mapping[str, Any],
     meta: Mapping[str, Any],
     rank: int,
+    update: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the checkpoint of ``step`` on every rank; returns its directory.
 
@@ -107,6 +110,9 @@ def save_checkpoint(
         buffer = io.BytesIO()
         torch.save({k: s.state_dict() for k, s in schedulers.items()}, buffer)
         _write_atomic(path / "schedules.pt", buffer.getvalue())
+        buffer = io.BytesIO()
+        torch.save(dict(update or {}), buffer)
+        _write_atomic(path / "update.pt", buffer.getvalue())
         _write_atomic(path / "meta.json", json.dumps(dict(meta), indent=2, default=str).encode())
     dist.barrier()
     if rank == 0:
@@ -128,3 +134,38 @@ def load_model_state(path: Path, model: torch.nn.Module) -> None:
     state = {"model": model.state_dict()}
     dcp.load(state, checkpoint_id=str(Path(path) / "state"))
     model.load_state_dict(state["model"])
+
+
+def load_training_state(
+    path: Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: Any,
+    schedulers: Mapping[str, Any],
+    update: Any | None = None,
+) -> dict[str, Any]:
+    """Load everything a checkpoint holds into a built run (collective): weights, every
+    optimizer's state, each LR schedule's position and the update path's state. Returns the
+    checkpoint's ``meta.json``.
+
+    Raises:
+        FileNotFoundError: when ``path`` is not a complete checkpoint.
+        KeyError: when a schedule of the run has no saved state.
+    """
+    if not is_complete(path):
+        raise FileNotFoundError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
+    import torch.distributed.checkpoint as dcp
+
+    path = Path(path)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    dcp.load(state, checkpoint_id=str(path / "state"))
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    saved = torch.load(path / "schedules.pt", weights_only=False)
+    for key, scheduler in schedulers.items():
+        if key not in saved:
+            raise KeyError(f"{path}: no saved state for the lr schedule of '{key}' (saved: {', '.join(saved)})")
+        scheduler.load_state_dict(saved[key])
+    if update is not None and (path / "update.pt").is_file():
+        update.load_state_dict(torch.load(path / "update.pt", weights_only=False))
+    return json.loads((path / "meta.json").read_text(encoding="utf-8"))

@@ -127,7 +127,7 @@ def train(
     pipeline_entry = registries["train_pipeline"].get(cfg.train.pipeline.type, "train.pipeline.type")
 
     def make_pipeline() -> Any:
-        return pipeline_entry.build(cfg.train.pipeline.config, built.model, built.optimizer, info.device)
+        return pipeline_entry.build(cfg.train.pipeline.config, built.model, built.update, info.device)
 
     steps_per_epoch = train_input.steps
     total = cfg.train.num_steps if cfg.train.num_steps is not None else cfg.train.num_epochs * steps_per_epoch
@@ -153,17 +153,20 @@ def train(
         for boundary in _boundaries(total, cfg.train.save_checkpoints_steps):
             segment_start = time.perf_counter()
             step = _run_segment(run, pm, built, make_pipeline(), itertools.islice(stream, boundary - step), step, steps_per_epoch)
+            built.update.flush()  # no gradient stays pending across a checkpoint
             train_seconds += time.perf_counter() - segment_start
             state: dict[str, Any] = {}
             pm.hook.tzrun_before_checkpoint_save(run=run, step=step, state=state)
             last_ckpt = save_checkpoint(
                 model_dir, step, model=built.model, optimizer=built.optimizer, schedulers=built.schedulers,
+                update=built.update.state_dict(),
                 meta={**meta_base, "step": step, "epoch": (step - 1) // steps_per_epoch, "stages": state,
                       "plan": str(built.plan)},
                 rank=info.rank,
             )
             if eval_input is not None:
-                last_eval = _evaluate_and_record(run, pm, eval_input, slots, registries, make_pipeline, step)
+                with built.update.eval_weights():
+                    last_eval = _evaluate_and_record(run, pm, eval_input, slots, registries, make_pipeline, step)
             if _any_rank_asks_to_stop(run):
                 break
         pm.hook.tzrun_after_train(run=run, step=step)
@@ -221,7 +224,8 @@ def _run_segment(
     steps_per_epoch: int,
 ) -> int:
     hook = pm.hook.tzrun_after_train_step
-    schedulers = list(built.schedulers.values())
+    per_batch = [s for s in built.schedulers.values() if not getattr(s, "by_epoch", False)]
+    per_epoch = [s for s in built.schedulers.values() if getattr(s, "by_epoch", False)]
     optimizers = built.optimizers
     try:
         while True:
@@ -229,10 +233,13 @@ def _run_segment(
                 total_loss, losses, _, _, _, num_rows = pipeline.progress(batches)
             except StopIteration:
                 break
-            for scheduler in schedulers:
-                scheduler.step()
             step += 1
             lrs = {k: groups[0]["lr"] for k, opt in optimizers.items() if (groups := opt.param_groups)}
+            for scheduler in per_batch:
+                scheduler.step()
+            if per_epoch and step % steps_per_epoch == 0:
+                for scheduler in per_epoch:
+                    scheduler.step()
             hook(run=run, step=StepInfo(step, (step - 1) // steps_per_epoch, total_loss, losses, num_rows, lrs))
     finally:
         if hasattr(pipeline, "detach"):
