@@ -90,6 +90,9 @@ def _setup_logging() -> None:
     for category, module in ((DeprecationWarning, r"(torchrec|fbgemm_gpu|torch\.jit)(\.|$)"),
                              (FutureWarning, r"(torchrec|torch\.distributed\.checkpoint)(\.|$)")):
         warnings.filterwarnings("ignore", category=category, module=module)
+    # FBGEMM's CPU dense embedding op (data-parallel tables) has no registered autograd kernel;
+    # torch's fallback computes the right gradient (tested) and warns about the fallback itself
+    warnings.filterwarnings("ignore", message="fbgemm::dense_embedding_codegen_lookup_function", category=UserWarning)
     # torchrec's planner and pipelines warn about every table on every rank at set-up
     for name in ("torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
                  "torchrec.distributed.utils", "torchrec.distributed.model_parallel"):

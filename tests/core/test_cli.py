@@ -22,7 +22,9 @@ def test_plugins_json_lists_first_party_plugins_and_their_components():
     listing = json.loads(proc.stdout)
     by_name = {p["name"]: p for p in listing["plugins"]}
     assert by_name["tzrun_plugins.optim"]["distribution"] == "tzrec-run"
-    assert by_name["tzrun_plugins.optim"]["components"]["sparse_optimizer"] == ["adagrad", "rowwise_adagrad", "sgd"]
+    assert by_name["tzrun_plugins.optim"]["components"]["sparse_optimizer"] == [
+        "adagrad", "adam", "lamb", "lars_sgd", "partial_rowwise_adam", "partial_rowwise_lamb", "rowwise_adagrad", "sgd"
+    ]
     assert by_name["tzrun_plugins.metrics"]["components"] == {"metric": ["auc"]}
     assert by_name["tzrun_plugins.stages"]["hooks"] == ["tzrun_register_stages"]
     assert listing["failed"] == []

@@ -86,7 +86,8 @@ def test_misspelled_component_gets_did_you_mean_with_its_path(tzrun_pm):
     problems = problems_of(MINIMAL, 'train.sparse_optimizer.type="rowwise_adagard"', 'metrics[0].type="acu"', pm=tzrun_pm)
     assert problems == [
         "train.sparse_optimizer.type: unknown sparse optimizer 'rowwise_adagard' "
-        "(available: adagrad, rowwise_adagrad, sgd; did you mean 'rowwise_adagrad'?)",
+        "(available: adagrad, adam, lamb, lars_sgd, partial_rowwise_adam, partial_rowwise_lamb, rowwise_adagrad, sgd; "
+        "did you mean 'rowwise_adagrad'?)",
         "metrics[0].type: unknown metric 'acu' (available: auc; did you mean 'auc'?)",
     ]
 

@@ -35,8 +35,10 @@ def test_first_party_plugins_load_from_entry_points_with_their_distribution(tzru
     assert FIRST_PARTY <= set(infos)
     optim = infos["tzrun_plugins.optim"]
     assert optim.distribution == "tzrec-run" and optim.version == tzrun.__version__
-    assert set(optim.components["sparse_optimizer"]) == {"sgd", "adagrad", "rowwise_adagrad"}
-    assert set(optim.components["dense_optimizer"]) == {"sgd", "adam", "adamw", "adagrad"}
+    assert set(optim.components["sparse_optimizer"]) == {
+        "sgd", "adagrad", "rowwise_adagrad", "adam", "lamb", "lars_sgd", "partial_rowwise_adam", "partial_rowwise_lamb"
+    }
+    assert set(optim.components["dense_optimizer"]) == {"sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta"}
     assert infos["tzrun_plugins.models"].components == {"model": ("deepfm",)}
 
 
@@ -65,7 +67,7 @@ def test_unknown_name_lists_available_and_guesses(tzrun_pm):
         registries["sparse_optimizer"].get("rowwise_adagard", "train.sparse_optimizer.type")
     message = str(info.value)
     assert message.startswith("train.sparse_optimizer.type: unknown sparse optimizer 'rowwise_adagard'")
-    assert "available: adagrad, rowwise_adagrad, sgd" in message
+    assert "available: adagrad, adam, lamb, lars_sgd, partial_rowwise_adam, partial_rowwise_lamb, rowwise_adagrad, sgd;" in message
     assert "did you mean 'rowwise_adagrad'?" in message
 
 

@@ -6,6 +6,8 @@ int, an int is accepted where a float is expected (TOML writes ``1`` for ``1.0``
 
 from __future__ import annotations
 
+import re
+
 import json
 import typing
 from typing import Any, Literal, TypeVar
@@ -154,6 +156,10 @@ def _format(exc: BaseException, tp: type | None) -> str:
         return "\x01".join(parts)
     if isinstance(exc, ValueProblem):
         return str(exc)
+    if isinstance(exc, ValueError):
+        keyed = _validator_key(exc)
+        if keyed is not None:
+            return f"\x00{keyed[0]}\x00{keyed[1]}"
     if isinstance(exc, KeyError):
         return f"required key {exc.args[0]!r} is missing"
     if isinstance(exc, (ValueError, TypeError)) and tp is not None:
@@ -161,6 +167,23 @@ def _format(exc: BaseException, tp: type | None) -> str:
     if isinstance(exc, ValueError):  # an attrs validator's own message
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
+
+
+def _validator_key(exc: ValueError) -> tuple[str, str] | None:
+    """``(key, message)`` when a validator's error names the field it rejected: ours pass the
+    ``attrs.Attribute`` as the second argument, attrs' built-in ones word it
+    ``'lr' must be >= 0.0: -1.0``."""
+    if len(exc.args) > 1 and isinstance(exc.args[1], attrs.Attribute):
+        return exc.args[1].name, str(exc.args[0])
+    named = _ATTRS_MESSAGE.match(str(exc))
+    if named:
+        key, condition, value = named.groups()
+        return key, f"must be {condition}, got {value}"
+    return None
+
+
+#: How attrs' built-in validators word a failure: ``'lr' must be >= 0.0: -1.0``.
+_ATTRS_MESSAGE = re.compile(r"^'([A-Za-z_][A-Za-z0-9_]*)' must be (.+): (.+)$", re.S)
 
 
 def structure(conv: cattrs.Converter, data: Any, cls: type[T], path: str) -> T:
@@ -181,7 +204,11 @@ def structure(conv: cattrs.Converter, data: Any, cls: type[T], path: str) -> T:
         return conv.structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
         if not isinstance(exc, cattrs.BaseValidationError):
-            # an attrs validator (or __attrs_post_init__) rejected the values as a whole
+            # an attrs validator (or __attrs_post_init__) rejected the values; attrs' own
+            # validators (and ours) pass the field as the second argument: name its key
+            keyed = _validator_key(exc) if isinstance(exc, ValueError) else None
+            if keyed is not None and attrs.has(cls) and keyed[0] in attrs.fields_dict(cls):
+                raise StructureFailed([ConfigProblem(join_path(path, keyed[0]), keyed[1])]) from exc
             raise StructureFailed([ConfigProblem(path, str(exc))]) from exc
         problems = []
         for line in cattrs.transform_error(exc, path="", format_exception=_format):

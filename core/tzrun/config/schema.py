@@ -53,12 +53,12 @@ class Component:
 
 def _in_unit_open(instance: Any, attribute: Any, value: float) -> None:
     if not 0.0 < value < 1.0:
-        raise ValueError(f"must be between 0 and 1 (exclusive), got {value}")
+        raise ValueError(f"must be between 0 and 1 (exclusive), got {value}", attribute)
 
 
 def _positive(instance: Any, attribute: Any, value: float) -> None:
     if not value > 0:
-        raise ValueError(f"must be positive, got {value}")
+        raise ValueError(f"must be positive, got {value}", attribute)
 
 
 @attrs.frozen
