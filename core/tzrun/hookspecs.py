@@ -91,8 +91,13 @@ def tzrun_register_lr_schedulers(register: Register) -> None:
 
     Called once per run, on every rank, before the config's component sections are checked.
     Call ``register(name, config=..., build=...)``; ``build(cfg, optimizer)`` returns a
-    ``torch.optim.lr_scheduler.LRScheduler`` over ``optimizer``. The runner calls its
-    ``step()`` once after every training step (``by = "step"``, the default).
+    ``torch.optim.lr_scheduler.LRScheduler`` over ``optimizer`` (every param group of it;
+    a group whose base lr is 0 is frozen and should stay at 0). If the scheduler has a true
+    ``by_epoch`` attribute the runner calls its ``step()`` after the last batch of every epoch,
+    otherwise after every training batch; batch n of a run therefore trains with the lr of
+    position n - 1 (resp. epoch e with position e). Its ``state_dict()`` is saved in every
+    checkpoint and ``load_state_dict()`` must restore the position, including the lr of the
+    optimizer's param groups, so that a resumed run continues the schedule.
     """
 
 
