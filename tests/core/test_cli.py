@@ -38,3 +38,25 @@ def test_plugins_and_check_do_not_import_torch():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_check_params_prints_what_each_part_and_table_gets():
+    from tests.conftest import EXAMPLE
+
+    part = 'train.dense_optimizer.parts=[{type="sgd", lr=0.1, pattern="deep\\\\..*"}]'
+    proc = run_cli(["check", str(EXAMPLE), "--params", "--set", part, "--set", "features.sparse[0].trainable=false"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "dense (adam): 4 parameter(s)\n  final.0.weight [64, 84]\n" in out
+    assert "dense.parts[0] (sgd, pattern 'deep\\..*'): 6 parameter(s)\n  deep.0.weight [256, 429]\n" in out
+    assert "  cat_0_emb [1000, 16]: frozen\n" in out
+    assert "  cat_1_emb [500, 16]: EXACT_ROWWISE_ADAGRAD from train.sparse_optimizer\n" in out
+
+
+def test_check_params_reports_a_parameter_in_two_parts():
+    from tests.conftest import EXAMPLE
+
+    parts = 'train.dense_optimizer.parts=[{type="sgd", lr=0.1, pattern="deep\\\\..*"}, {type="sgd", lr=0.1, pattern=".*bias"}]'
+    proc = run_cli(["check", str(EXAMPLE), "--params", "--set", parts])
+    assert proc.returncode != 0
+    assert "train.dense_optimizer.parts[1].pattern: parameter 'deep.0.bias' is matched by parts[0] ('deep\\..*') and parts[1] ('.*bias')" in proc.stderr
