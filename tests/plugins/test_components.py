@@ -36,6 +36,58 @@ def test_dense_optimizers_are_torch_classes_with_torch_defaults(registries, name
 
 
 @pytest.mark.parametrize(
+    ("toml", "reference"),
+    [
+        ('{type="sgd", lr=0.1, momentum=0.9, dampening=0.0, nesterov=true, weight_decay=0.01}',
+         lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.01)),
+        ('{type="sgd", lr=0.1, momentum=0.5, dampening=0.3, fused=true}',
+         lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.5, dampening=0.3)),
+        ('{type="adagrad", lr=0.1, lr_decay=0.1, weight_decay=0.01, initial_accumulator_value=0.1, eps=1e-6, foreach=false}',
+         lambda p: torch.optim.Adagrad(p, lr=0.1, lr_decay=0.1, weight_decay=0.01, initial_accumulator_value=0.1, eps=1e-6)),
+        ('{type="adam", lr=0.1, beta1=0.8, beta2=0.9, eps=1e-6, weight_decay=0.01, amsgrad=true}',
+         lambda p: torch.optim.Adam(p, lr=0.1, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.01, amsgrad=True)),
+        ('{type="adamw", lr=0.1, beta1=0.8, beta2=0.9, eps=1e-6, weight_decay=0.1, fused=true}',
+         lambda p: torch.optim.AdamW(p, lr=0.1, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)),
+        ('{type="rmsprop", lr=0.01, alpha=0.9, eps=1e-6, weight_decay=0.01, momentum=0.5, centered=true}',
+         lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.9, eps=1e-6, weight_decay=0.01, momentum=0.5, centered=True)),
+        ('{type="adadelta", lr=1.0, rho=0.95, eps=1e-5, weight_decay=0.01}',
+         lambda p: torch.optim.Adadelta(p, lr=1.0, rho=0.95, eps=1e-5, weight_decay=0.01)),
+    ],
+)
+def test_every_dense_option_reaches_torch(registries, toml, reference):
+    """Three steps with every option set give the parameters torch's own optimizer gives."""
+    cfg, _ = load_config_text(MINIMAL, overrides=[f"train.dense_optimizer={toml}"])
+    entry = registries["dense_optimizer"].get(cfg.train.dense_optimizer.type, "x")
+    gen = torch.Generator().manual_seed(1)
+    start = torch.randn(6, generator=gen)
+    grads = [torch.randn(6, generator=gen) for _ in range(3)]
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    optimizers = (entry.build(cfg.train.dense_optimizer.config, [ours]), reference([theirs]))
+    for grad in grads:
+        for param, optimizer in zip((ours, theirs), optimizers):
+            param.grad = grad.clone()
+            optimizer.step()
+    assert not torch.equal(ours.detach(), start)
+    torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('{type="sgd", lr=0.1, nesterov=true}', "nesterov = true needs momentum > 0 and dampening = 0"),
+        ('{type="adam", lr=0.1, fused=true, foreach=true}', "fused = true and foreach = true exclude each other"),
+        ('{type="adam", lr=0.1, beta1=1.0}', "train.dense_optimizer.beta1: must be"),
+        ('{type="rmsprop", lr=-1.0}', "train.dense_optimizer.lr: must be >= 0"),
+    ],
+)
+def test_dense_option_errors_say_what_is_wrong(toml, message):
+    from tzrun.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        load_config_text(MINIMAL, overrides=[f"train.dense_optimizer={toml}"])
+
+
+@pytest.mark.parametrize(
     ("name", "fbgemm", "kwargs"),
     [
         ("sgd", "EXACT_SGD", {"lr": 0.5}),
