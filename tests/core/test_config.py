@@ -107,7 +107,7 @@ def test_misspelled_option_of_a_component_names_the_component_path(tzrun_pm):
         ('model_dir=3', "model_dir: expected a string, got 3"),
         ('data.labels="label"', 'data.labels: expected an array, got "label"'),
         ('features.sparse[0].pooling="max"', 'features.sparse[0].pooling: expected one of "sum", "mean", got "max"'),
-        ("train.sparse_optimizer.lr=-1.0", "train.sparse_optimizer: 'lr' must be >= 0.0: -1.0"),
+        ("train.sparse_optimizer.lr=-1.0", "train.sparse_optimizer.lr: must be >= 0.0, got -1.0"),
         ("train.num_steps=0", "train.num_steps: must be at least 1, got 0"),
         ("train.dense_optimizer=3", 'train.dense_optimizer: expected a table with a "type" key, e.g. { type = "name" }; got 3'),
     ],

@@ -479,3 +479,8 @@ def test_a_data_parallel_table_gets_the_gradient_nn_embedding_bag_computes():
     (reference(ids, offsets) * coefficients).sum().backward()
     torch.testing.assert_close(weight.grad, reference.weight.grad)
     assert weight.grad[[0, 3, 4, 6, 8, 9]].abs().sum() == 0 and weight.grad[2].abs().sum() > 0
+
+
+def test_rowwise_adagrad_weight_decay_on_cpu_is_refused_not_ignored(tmp_path, criteo_dir):
+    with pytest.raises(ConfigError, match=r"train.sparse_optimizer.weight_decay: FBGEMM's CPU kernel for rowwise_adagrad ignores weight_decay"):
+        run_small(tmp_path, criteo_dir, 'train.sparse_optimizer={type = "rowwise_adagrad", lr = 0.1, weight_decay = 0.01}')

@@ -254,6 +254,14 @@ def plan_table_updates(
                 specs[path] = registries["sparse_optimizer"].get(component.type, f"{path}.type").build(component.config)
             spec = specs[path]
             data_parallel = False
+            if device.type == "cpu" and spec.fbgemm_type == "EXACT_ROWWISE_ADAGRAD" and spec.kwargs.get("weight_decay"):
+                # FBGEMM's vectorised CPU kernel (every float32 table read by one feature) is
+                # called with weight decay 0: the option would be silently ignored
+                problems.append(ConfigProblem(
+                    f"{path}.weight_decay",
+                    "FBGEMM's CPU kernel for rowwise_adagrad ignores weight_decay (it applies it only on CUDA); "
+                    "remove weight_decay on CPU, or train on CUDA",
+                ))
             if device.type == "cpu" and not spec.cpu_supported:
                 policy = component.fields.cpu_policy
                 if policy == "data_parallel" and spec.torch_fallback is not None:
