@@ -484,3 +484,32 @@ def test_a_data_parallel_table_gets_the_gradient_nn_embedding_bag_computes():
 def test_rowwise_adagrad_weight_decay_on_cpu_is_refused_not_ignored(tmp_path, criteo_dir):
     with pytest.raises(ConfigError, match=r"train.sparse_optimizer.weight_decay: FBGEMM's CPU kernel for rowwise_adagrad ignores weight_decay"):
         run_small(tmp_path, criteo_dir, 'train.sparse_optimizer={type = "rowwise_adagrad", lr = 0.1, weight_decay = 0.01}')
+
+
+def test_by_epoch_schedules_step_at_epoch_ends(tmp_path, criteo_dir):
+    text = CONFIG.replace("num_steps = 4", "num_epochs = 2")
+    recorder = Recorder()
+    pm = make_plugin_manager(plugins=[("recorder", recorder)])
+    registries = collect_registries(pm)
+    raw = parse_config(text.format(model_dir=tmp_path / "epochs", train=criteo_dir / "train"), "<test>", [
+        "data.batch_size=4096",  # 12000 rows: 3 steps per epoch, the last one short
+        'train.dense_optimizer.lr_schedule={type = "exponential_decay", decay_size = 1, decay_factor = 0.5, by_epoch = true}',
+        'train.sparse_optimizer.lr_schedule={type = "exponential_decay", decay_size = 2, decay_factor = 0.5}',
+    ])
+    result = train(load_config(raw, registries), raw, pm, registries)
+    assert result.steps == 6
+    assert [round(lr["dense"], 6) for lr in recorder.lrs] == [0.1, 0.1, 0.1, 0.05, 0.05, 0.05]
+    assert [round(lr["sparse"], 6) for lr in recorder.lrs] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
+
+
+def test_initial_accumulator_value_reaches_fbgemm_state(tmp_path, criteo_dir):
+    result, _ = run_small(
+        tmp_path, criteo_dir, 'train.sparse_optimizer={type = "adagrad", lr = 0.1, initial_accumulator_value = 0.25}',
+        "train.num_steps=1",
+    )
+    states = {k: _local(v) for s in result.model.fused_optimizer.state.values() for k, v in s.items()}
+    momentum = states["cat_2_emb.momentum1"]
+    assert momentum.shape == (4000, 8)
+    untouched = (momentum == 0.25).all(dim=1)
+    assert untouched.sum() > 3000  # rows no batch touched keep the initial value
+    assert (momentum[~untouched] >= 0.25).all()  # touched rows added their squared gradients
