@@ -221,7 +221,10 @@ class StepInfo:
         loss: the step's total loss; an unsynchronized tensor (``.item()`` syncs).
         losses: each named loss, unsynchronized tensors.
         rows: rows of this step on this rank, padding excluded.
-        learning_rates: the current learning rate of each optimizer ("sparse", "dense").
+        learning_rates: the learning rate this step used, per optimizer ("sparse", "dense",
+            "dense.parts[0]", ...).
+        metrics: the decayed ``[[train_metrics]]`` values so far, by name (empty before the
+            first window closes).
     """
 
     step: int
@@ -230,6 +233,7 @@ class StepInfo:
     losses: Mapping[str, Any]
     rows: int
     learning_rates: Mapping[str, float]
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
 
 
 @attrs.frozen

@@ -53,10 +53,10 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("dense_optimizer", "tzrun_register_dense_optimizers", "dense optimizer", "dense optimizers",
                  reserved=frozenset({"type", "lr_schedule", "parts", "ema", "pattern"})),
             Kind("lr_scheduler", "tzrun_register_lr_schedulers", "lr schedule", "lr schedules"),
-            Kind("loss", "tzrun_register_losses", "loss", "losses", {"prediction": "logits"},
-                 frozenset({"type", "name", "label", "prediction", "weight"})),
-            Kind("metric", "tzrun_register_metrics", "metric", "metrics", {"prediction": "probs"},
-                 frozenset({"type", "name", "label", "prediction"})),
+            Kind("loss", "tzrun_register_losses", "loss", "losses", {"prediction": "logits", "group": "none"},
+                 frozenset({"type", "name", "label", "prediction", "weight", "group_by"})),
+            Kind("metric", "tzrun_register_metrics", "metric", "metrics", {"prediction": "probs", "group": "none"},
+                 frozenset({"type", "name", "label", "prediction", "group_by"})),
             Kind("train_pipeline", "tzrun_register_train_pipelines", "train pipeline", "train pipelines"),
             Kind("stage", "tzrun_register_stages", "stage", "stages"),
             Kind("model", "tzrun_register_models", "model", "models"),
@@ -235,6 +235,11 @@ class _Registrar:
             raise PluginError(
                 f"plugin {who} registered {kind.label} '{name}' with unknown option(s) "
                 f"{sorted(unknown)} (allowed for {kind.label}s: {allowed})"
+            )
+        if "group" in extras and extras["group"] not in ("none", "optional", "required"):
+            raise PluginError(
+                f"plugin {who} registered {kind.label} '{name}' with group={extras['group']!r}; "
+                "use \"none\", \"optional\" or \"required\""
             )
         if name in self._entries:
             first = self._entries[name]

@@ -25,6 +25,7 @@ from tzrun.config.schema import (
     PartFields,
     RunConfig,
     SparseOptimizerFields,
+    TrainMetricFields,
 )
 from tzrun.errors import ConfigError, ConfigProblem, UnknownComponentError
 from tzrun.registry import Registries
@@ -271,6 +272,8 @@ class _Resolver:
             self.component(loss, f"losses[{i}]", "loss", LossFields)
         for i, metric in enumerate(_list(data.get("metrics"))):
             self.component(metric, f"metrics[{i}]", "metric", MetricFields)
+        for i, metric in enumerate(_list(data.get("train_metrics"))):
+            self.component(metric, f"train_metrics[{i}]", "metric", TrainMetricFields)
 
     def component(self, value: Any, path: str, kind: str, fields_cls: type | None = None) -> None:
         if not isinstance(value, dict) or not isinstance(value.get("type"), str):
@@ -293,12 +296,26 @@ class _Resolver:
                 fields = structure(self.conv, core, fields_cls, path)
             except StructureFailed as failed:
                 self.problems.extend(failed.problems)
+            else:
+                self.check_group(fields, entry, path)
         try:
             config = structure(self.conv, options, entry.config, path)
         except StructureFailed as failed:
             self.problems.extend(failed.problems)
             return
         self.found[path] = Component(value["type"], options, config, fields)
+
+    def check_group(self, fields: Any, entry: Any, path: str) -> None:
+        """``group_by`` is required by components registered with ``group="required"`` and
+        refused by those registered with ``group="none"``."""
+        group = entry.extras.get("group", "none") if hasattr(entry, "extras") else "none"
+        given = getattr(fields, "group_by", None)
+        if group == "required" and not given:
+            self.problems.append(ConfigProblem(
+                f"{path}.group_by", f"'{entry.name}' groups rows: name the column that holds the group key, e.g. group_by = \"user_id\""
+            ))
+        elif group == "none" and given:
+            self.problems.append(ConfigProblem(f"{path}.group_by", f"'{entry.name}' does not use a group key; remove group_by"))
 
     def schedule(self, value: Any, path: str) -> Component | None:
         if not isinstance(value, dict):
@@ -381,6 +398,7 @@ class _Resolver:
             ),
             losses=tuple(f[f"losses[{i}]"] for i in range(len(config.losses))),
             metrics=tuple(f[f"metrics[{i}]"] for i in range(len(config.metrics))),
+            train_metrics=tuple(f[f"train_metrics[{i}]"] for i in range(len(config.train_metrics))),
         )
 
 

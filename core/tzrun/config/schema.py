@@ -21,6 +21,7 @@ __all__ = [
     "GradClippingConfig",
     "LossFields",
     "MetricFields",
+    "TrainMetricFields",
     "DataConfig",
     "DenseFeatureConfig",
     "SparseFeatureConfig",
@@ -132,21 +133,42 @@ class LossFields:
         label: the label column it is computed against (default: the first of ``data.labels``).
         prediction: the model output it consumes (default: what the loss registered).
         weight: its factor in the total loss.
+        group_by: the input column whose values group rows (a session, a user, a query) for
+            the losses that need one (``jrc``) or accept one (``pairwise_logistic``).
     """
 
     name: Optional[str] = None
     label: Optional[str] = None
     prediction: Optional[str] = None
     weight: float = 1.0
+    group_by: Optional[str] = None
 
 
 @attrs.frozen
 class MetricFields:
-    """Keys of a ``[[metrics]]`` table that tzrec-run reads itself (see :class:`LossFields`)."""
+    """Keys of a ``[[metrics]]`` table that tzrec-run reads itself (see :class:`LossFields`;
+    ``group_by`` names the group key of grouped metrics such as ``grouped_auc``)."""
 
     name: Optional[str] = None
     label: Optional[str] = None
     prediction: Optional[str] = None
+    group_by: Optional[str] = None
+
+
+@attrs.frozen
+class TrainMetricFields(MetricFields):
+    """Keys of a ``[[train_metrics]]`` table that tzrec-run reads itself: those of
+    :class:`MetricFields`, and the decay of the value training logs show.
+
+    Attributes:
+        decay_rate: every ``decay_step`` steps the metric is computed over those steps' rows
+            (all ranks) and reset; the value shown is ``decay_rate * previous + (1 - decay_rate)
+            * window`` (the first window's value as is).
+        decay_step: the window, in training steps.
+    """
+
+    decay_rate: float = attrs.field(default=0.9, validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.lt(1.0)))
+    decay_step: int = attrs.field(default=100, validator=attrs.validators.ge(1))
 
 
 @attrs.frozen
@@ -348,6 +370,8 @@ class RunConfig:
         data, features, model, train, eval, plugins: the sections.
         losses: ``[[losses]]``, summed (times their weights) into the training loss.
         metrics: ``[[metrics]]``, computed over all ranks at each evaluation.
+        train_metrics: ``[[train_metrics]]``, computed on training batches over windows of
+            ``decay_step`` steps and shown decayed in the train log lines.
     """
 
     model_dir: str
@@ -357,5 +381,6 @@ class RunConfig:
     train: TrainConfig
     losses: tuple[Component, ...] = ()
     metrics: tuple[Component, ...] = ()
+    train_metrics: tuple[Component, ...] = ()
     eval: EvalConfig = EvalConfig()
     plugins: PluginsConfig = PluginsConfig()

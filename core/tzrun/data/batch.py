@@ -21,6 +21,8 @@ class Batch(Pipelineable):
         weights: ``[rows]`` float32 sample weights; 0 marks padding rows, which every loss and
             metric must ignore.
         num_rows: rows that are real data (not padding).
+        groups: group-key columns (``group_by`` of losses and metrics) as ``[rows]`` int64;
+            strings are FNV-1a 64 hashes.
     """
 
     def __init__(
@@ -30,12 +32,14 @@ class Batch(Pipelineable):
         labels: Mapping[str, torch.Tensor],
         weights: torch.Tensor,
         num_rows: int,
+        groups: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.dense = dense
         self.sparse = sparse
         self.labels = dict(labels)
         self.weights = weights
         self.num_rows = num_rows
+        self.groups = dict(groups or {})
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
         """This batch on ``device``."""
@@ -45,6 +49,7 @@ class Batch(Pipelineable):
             {k: v.to(device, non_blocking=non_blocking) for k, v in self.labels.items()},
             self.weights.to(device, non_blocking=non_blocking),
             self.num_rows,
+            {k: v.to(device, non_blocking=non_blocking) for k, v in self.groups.items()},
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -54,6 +59,8 @@ class Batch(Pipelineable):
         for v in self.labels.values():
             v.record_stream(stream)
         self.weights.record_stream(stream)
+        for v in self.groups.values():
+            v.record_stream(stream)
 
     def pin_memory(self) -> "Batch":
         """This batch in pinned host memory."""
@@ -63,6 +70,7 @@ class Batch(Pipelineable):
             {k: v.pin_memory() for k, v in self.labels.items()},
             self.weights.pin_memory(),
             self.num_rows,
+            {k: v.pin_memory() for k, v in self.groups.items()},
         )
 
     @property

@@ -30,11 +30,12 @@ class FeatureSpecs:
     sparse: tuple[SparseFeature, ...]
     tables: tuple[EmbeddingTable, ...]
 
-    def columns(self, labels: Sequence[str], sample_weight: str | None) -> list[str]:
+    def columns(self, labels: Sequence[str], sample_weight: str | None, groups: Sequence[str] = ()) -> list[str]:
         """Every input column a batch needs, each once, in a stable order."""
         names = [f.column for f in self.dense] + [f.column for f in self.sparse] + list(labels)
         if sample_weight:
             names.append(sample_weight)
+        names.extend(groups)
         return list(dict.fromkeys(names))
 
 
@@ -63,12 +64,17 @@ class BatchBuilder:
         specs: the run's features.
         labels: label columns.
         sample_weight: the sample-weight column, if any.
+        groups: group-key columns (``group_by`` of losses and metrics): integers, or strings
+            hashed with FNV-1a 64.
     """
 
-    def __init__(self, specs: FeatureSpecs, labels: Sequence[str], sample_weight: str | None) -> None:
+    def __init__(
+        self, specs: FeatureSpecs, labels: Sequence[str], sample_weight: str | None, groups: Sequence[str] = ()
+    ) -> None:
         self.specs = specs
         self.labels = tuple(labels)
         self.sample_weight = sample_weight
+        self.groups = tuple(dict.fromkeys(groups))
 
     def __call__(self, table: pa.Table | pa.RecordBatch, source: str) -> "Batch":
         """Build a batch from ``table``; ``source`` (a file name) is named in errors.
@@ -106,7 +112,8 @@ class BatchBuilder:
                 raise DataError(f"{source}: column '{self.sample_weight}' (sample_weight) has negative weights")
         else:
             weights = np.ones(rows, dtype=np.float32)
-        return Batch(torch.from_numpy(dense), sparse, labels, torch.from_numpy(weights), rows)
+        groups = {name: torch.from_numpy(self._group_keys(table, name, source)) for name in self.groups}
+        return Batch(torch.from_numpy(dense), sparse, labels, torch.from_numpy(weights), rows, groups)
 
     def padding(self) -> "Batch":
         """A one-row batch of weight 0: what a rank with no data left feeds so that every rank
@@ -128,6 +135,7 @@ class BatchBuilder:
             {name: torch.zeros(1) for name in self.labels},
             torch.zeros(1),
             0,
+            {name: torch.zeros(1, dtype=torch.int64) for name in self.groups},
         )
 
     @staticmethod
@@ -150,6 +158,18 @@ class BatchBuilder:
                 raise DataError(f"{source}: column '{name}' has {column.null_count} null value(s); labels and weights cannot be null")
             column = pc.fill_null(column, fill)
         return np.array(column.cast(pa.float32()).to_numpy(zero_copy_only=False), dtype=np.float32, copy=True)
+
+    def _group_keys(self, table: pa.Table | pa.RecordBatch, name: str, source: str) -> np.ndarray:
+        column = self._column(table, name, source)
+        if column.null_count:
+            raise DataError(f"{source}: column '{name}' (a group_by key) has {column.null_count} null value(s); fill them")
+        if pa.types.is_integer(column.type):
+            return np.array(column.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(column.type):
+            from tzrun.data.hashing import fnv1a_64
+
+            return fnv1a_64(column).view(np.int64)
+        raise DataError(f"{source}: column '{name}' (a group_by key) has type {column.type}; expected integers or strings")
 
     def _ids(self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str) -> tuple[np.ndarray, np.ndarray]:
         column = self._column(table, feature.column, source)

@@ -4,7 +4,7 @@ sharding plan, DistributedModelParallel, the dense optimizer and the schedules."
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import attrs
 import torch
@@ -21,6 +21,8 @@ from tzrun.runner.distributed import DistInfo
 __all__ = [
     "LossSlot",
     "MetricSlot",
+    "StepOutput",
+    "group_columns",
     "TrainModel",
     "Built",
     "TableUpdate",
@@ -40,22 +42,24 @@ log = logging.getLogger(__name__)
 
 @attrs.frozen
 class LossSlot:
-    """A configured loss: its name, the output and label it reads, its weight."""
+    """A configured loss: its name, the output and label it reads, its weight, its group key."""
 
     name: str
     prediction: str
     label: str
     weight: float
+    group_by: str | None = None
 
 
 @attrs.frozen
 class MetricSlot:
-    """A configured metric: its name, the output and label it reads, and its component."""
+    """A configured metric: its name, the output and label it reads, its component, its group key."""
 
     name: str
     prediction: str
     label: str
     component: Component
+    group_by: str | None = None
 
 
 def _slot_names(components: Sequence[Component], what: str) -> list[str]:
@@ -87,20 +91,47 @@ def _resolve_slots(cfg: RunConfig, registries: Registries, kind: str, what: str)
 
 def loss_slots(cfg: RunConfig, registries: Registries) -> list[LossSlot]:
     """Each ``[[losses]]`` entry resolved to what it reads."""
-    return [LossSlot(n, p, lbl, c.fields.weight) for n, p, lbl, c in _resolve_slots(cfg, registries, "loss", "losses")]
+    return [
+        LossSlot(n, p, lbl, c.fields.weight, c.fields.group_by)
+        for n, p, lbl, c in _resolve_slots(cfg, registries, "loss", "losses")
+    ]
 
 
-def metric_slots(cfg: RunConfig, registries: Registries) -> list[MetricSlot]:
-    """Each ``[[metrics]]`` entry resolved to what it reads."""
-    return [MetricSlot(n, p, lbl, c) for n, p, lbl, c in _resolve_slots(cfg, registries, "metric", "metrics")]
+def metric_slots(cfg: RunConfig, registries: Registries, what: str = "metrics") -> list[MetricSlot]:
+    """Each ``[[metrics]]`` (or ``[[train_metrics]]``) entry resolved to what it reads."""
+    return [MetricSlot(n, p, lbl, c, c.fields.group_by) for n, p, lbl, c in _resolve_slots(cfg, registries, "metric", what)]
+
+
+def group_columns(cfg: RunConfig) -> list[str]:
+    """The ``group_by`` columns of every loss and metric, each once."""
+    names = [c.fields.group_by for c in (*cfg.losses, *cfg.metrics, *cfg.train_metrics) if c.fields and c.fields.group_by]
+    return list(dict.fromkeys(names))
+
+
+class StepOutput(NamedTuple):
+    """What :class:`TrainModel` returns next to the loss (all detached).
+
+    Attributes:
+        loss: the total loss.
+        losses: each named loss.
+        outputs: the model's outputs, float32.
+        labels, weights, num_rows, groups: from the batch.
+    """
+
+    loss: torch.Tensor
+    losses: dict[str, torch.Tensor]
+    outputs: dict[str, torch.Tensor]
+    labels: dict[str, torch.Tensor]
+    weights: torch.Tensor
+    num_rows: int
+    groups: dict[str, torch.Tensor]
 
 
 class TrainModel(nn.Module):
     """The module DMP wraps: the user's model plus its losses.
 
-    ``forward(batch)`` returns ``(loss_for_backward, (total_loss, losses, outputs, labels,
-    weights, num_rows))``, the ``(loss, output)`` pair TorchRec's train pipelines expect.
-    Everything in the second element is detached and float32. ``loss_for_backward`` is the
+    ``forward(batch)`` returns ``(loss_for_backward, StepOutput)``, the ``(loss, output)`` pair
+    TorchRec's train pipelines expect; everything in the :class:`StepOutput` is detached. ``loss_for_backward`` is the
     total loss times ``loss_factor()`` when one is set in training (``1 / accumulation steps``,
     times the fp16 loss scale): the only place the loss is ever scaled.
 
@@ -132,14 +163,19 @@ class TrainModel(nn.Module):
         backward = total
         if self.training and self.loss_factor is not None:
             backward = total * self.loss_factor()
-        return backward, (total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows)
+        return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups)
 
     def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
         outputs = self.model(batch)
         total = None
         values = {}
         for slot in self.slots:
-            value = self.losses[slot.name](outputs[slot.prediction].float(), batch.labels[slot.label], batch.weights).float()
+            loss = self.losses[slot.name]
+            prediction, label = outputs[slot.prediction].float(), batch.labels[slot.label]
+            if slot.group_by is None:
+                value = loss(prediction, label, batch.weights).float()
+            else:
+                value = loss(prediction, label, batch.weights, group=batch.groups[slot.group_by]).float()
             values[slot.name] = value.detach()
             weighted = value * slot.weight
             total = weighted if total is None else total + weighted

@@ -11,7 +11,7 @@ from tzrun.interfaces import EvalResult, RunContext
 from tzrun.registry import Registries
 from tzrun.runner.build import MetricSlot
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "update_metric"]
 
 
 def evaluate(
@@ -45,12 +45,13 @@ def evaluate(
         with torch.no_grad():
             while True:
                 try:
-                    _, losses, outputs, labels, weights, num_rows = pipeline.progress(batches)
+                    out = pipeline.progress(batches)
                 except StopIteration:
                     break
+                losses, outputs, labels, weights, num_rows = out.losses, out.outputs, out.labels, out.weights, out.num_rows
                 rows += num_rows
                 for slot in slots:
-                    metrics[slot.name].update(outputs[slot.prediction], labels[slot.label], weights)
+                    update_metric(metrics[slot.name], slot, out)
                 for name, value in losses.items():
                     mean = loss_means.setdefault(name, torchmetrics.MeanMetric().to(run.device))
                     mean.update(value, weight=float(num_rows))
@@ -69,6 +70,15 @@ def evaluate(
     if save:
         _save_predictions(run.model_dir, step, run.rank, saved)
     return EvalResult(step=step, metrics=values, rows=int(total_rows.item()))
+
+
+def update_metric(metric: Any, slot: MetricSlot, out: Any) -> None:
+    """Feed one step's output to a metric: ``update(prediction, label, weight[, group=...])``."""
+    prediction, label = out.outputs[slot.prediction], out.labels[slot.label]
+    if slot.group_by is None:
+        metric.update(prediction, label, out.weights)
+    else:
+        metric.update(prediction, label, out.weights, group=out.groups[slot.group_by])
 
 
 def _save_predictions(model_dir: Path, step: int, rank: int, saved: dict[str, list[torch.Tensor]]) -> None:

@@ -31,10 +31,11 @@ from tzrun.errors import TzrunError
 from tzrun.interfaces import EvalResult, RunContext, StepInfo
 from tzrun.plugins import PluginManager, plugin_infos
 from tzrun.registry import Registries
-from tzrun.runner.build import build_run, metric_slots
+from tzrun.runner.build import build_run, group_columns, metric_slots
 from tzrun.runner.checkpoint import latest_checkpoint, save_checkpoint
 from tzrun.runner.distributed import init_distributed
 from tzrun.runner.evaluate import evaluate
+from tzrun.runner.train_metrics import TrainMetrics
 
 __all__ = ["TrainResult", "train"]
 
@@ -98,8 +99,9 @@ def train(
     _claim_model_dir(model_dir, overwrite, info.rank)
     specs = feature_specs(cfg.features)
     reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
-    builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight)
-    columns = specs.columns(cfg.data.labels, cfg.data.sample_weight)
+    groups = group_columns(cfg)
+    builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups)
+    columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
     def rank_input(path: str, batch_size: int) -> RankInput:
         return RankInput(reader, path, batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size)
 
@@ -140,6 +142,7 @@ def train(
         )
     stream = _train_stream(train_input, total)
     slots = metric_slots(cfg, registries)
+    train_metrics = TrainMetrics(metric_slots(cfg, registries, "train_metrics"), registries, info.device)
     meta_base = {
         "world_size": info.world_size,
         "plugins": [p.to_json() for p in plugin_infos(pm, registries)],
@@ -153,7 +156,9 @@ def train(
         pm.hook.tzrun_before_train(run=run)
         for boundary in _boundaries(total, cfg.train.save_checkpoints_steps):
             segment_start = time.perf_counter()
-            step = _run_segment(run, pm, built, make_pipeline(), itertools.islice(stream, boundary - step), step, steps_per_epoch)
+            step = _run_segment(
+                run, pm, built, make_pipeline(), itertools.islice(stream, boundary - step), step, steps_per_epoch, train_metrics
+            )
             built.update.flush()  # no gradient stays pending across a checkpoint
             train_seconds += time.perf_counter() - segment_start
             state: dict[str, Any] = {}
@@ -223,6 +228,7 @@ def _run_segment(
     batches: Iterator[Any],
     step: int,
     steps_per_epoch: int,
+    train_metrics: Any = None,
 ) -> int:
     hook = pm.hook.tzrun_after_train_step
     per_batch = [s for s in built.schedulers.values() if not getattr(s, "by_epoch", False)]
@@ -236,7 +242,7 @@ def _run_segment(
     try:
         while True:
             try:
-                total_loss, losses, _, _, _, num_rows = pipeline.progress(batches)
+                out = pipeline.progress(batches)
             except StopIteration:
                 break
             step += 1
@@ -246,7 +252,12 @@ def _run_segment(
             if per_epoch and step % steps_per_epoch == 0:
                 for scheduler in per_epoch:
                     scheduler.step()
-            hook(run=run, step=StepInfo(step, (step - 1) // steps_per_epoch, total_loss, losses, num_rows, lrs))
+            if train_metrics:
+                train_metrics.update(out)
+            hook(run=run, step=StepInfo(
+                step, (step - 1) // steps_per_epoch, out.loss, out.losses, out.num_rows, lrs,
+                dict(train_metrics.values) if train_metrics else {},
+            ))
     finally:
         quiet.__exit__(None, None, None)
         if hasattr(pipeline, "detach"):

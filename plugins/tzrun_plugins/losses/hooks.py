@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.losses import binary
+from tzrun_plugins.losses import binary, multiclass, ranking
 
 
 @tzrun.hookimpl
 def tzrun_register_losses(register: tzrun.Register) -> None:
     register("binary_cross_entropy", config=binary.BCEConfig, build=binary.build_bce,
-             description="sigmoid cross entropy on logits, sample-weighted", prediction="logits")
+             description="sigmoid cross entropy on logits, label smoothing, sample-weighted", prediction="logits")
+    register("binary_focal", config=binary.FocalConfig, build=binary.build_focal,
+             description="focal loss (gamma, alpha) on logits", prediction="logits")
+    register("softmax_cross_entropy", config=multiclass.SoftmaxCEConfig, build=multiclass.build_softmax_ce,
+             description="softmax cross entropy over [B, C] logits, label smoothing", prediction="logits")
+    register("jrc", config=multiclass.JRCConfig, build=multiclass.build_jrc,
+             description="joint ranking-calibration loss over [B, 2] logits within sessions (group_by)",
+             prediction="logits", group="required")
+    register("l2", config=ranking.L2Config, build=ranking.build_l2,
+             description="weighted mean squared error (regression)", prediction="logits")
+    register("pairwise_logistic", config=ranking.PairwiseLogisticConfig, build=ranking.build_pairwise_logistic,
+             description="RankNet / BPR pairwise loss, optionally within groups (group_by)",
+             prediction="logits", group="optional")
+    register("in_batch_softmax", config=ranking.InBatchSoftmaxConfig, build=ranking.build_in_batch_softmax,
+             description="two-tower in-batch softmax over a [B, B] similarity, with temperature",
+             prediction="similarity")

@@ -61,7 +61,8 @@ class ProgressStage:
         mean_loss = float(self._loss_sum) / self._steps
         rate = self._rows * run.world_size / max(now - self._since, 1e-9)
         lrs = " ".join(f"lr/{k}={v:.6g}" for k, v in step.learning_rates.items())
-        log.info("step %d epoch %d  loss=%.5f  %s  samples/s=%.0f", step.step, step.epoch, mean_loss, lrs, rate)
+        metrics = "".join(f"  {k}={v:.5f}" for k, v in step.metrics.items())
+        log.info("step %d epoch %d  loss=%.5f%s  %s  samples/s=%.0f", step.step, step.epoch, mean_loss, metrics, lrs, rate)
         self._loss_sum, self._rows, self._steps, self._since = None, 0, 0, now
 
     @tzrun.hookimpl

@@ -1,0 +1,63 @@
+"""Training metrics: the decayed values that train log lines show (``[[train_metrics]]``).
+
+Each configured metric is updated with every training batch's outputs. Every ``decay_step``
+steps it is computed over the window's rows (a collective over all ranks, at the same step on
+every rank, like evaluation) and reset, and the value shown becomes
+``decay_rate * previous + (1 - decay_rate) * window`` (the first window's value as is). Before
+the first window there is no value (TorchEasyRec shows 0.0 there).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from tzrun.registry import Registries
+from tzrun.runner.build import MetricSlot
+from tzrun.runner.evaluate import update_metric
+
+__all__ = ["TrainMetrics"]
+
+
+class TrainMetrics:
+    """The ``[[train_metrics]]`` of a run on one rank.
+
+    Args:
+        slots: the resolved ``[[train_metrics]]`` entries.
+        registries: where their components come from.
+        device: the training device.
+    """
+
+    def __init__(self, slots: Sequence[MetricSlot], registries: Registries, device: Any) -> None:
+        self.slots = list(slots)
+        self.metrics = {
+            s.name: registries["metric"].get(s.component.type, "train_metrics").build(s.component.config).to(device)
+            for s in self.slots
+        }
+        self.values: dict[str, float] = {}
+        self.steps = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.slots)
+
+    def update(self, out: Any) -> None:
+        """Feed one training step's output; close the windows that end at this step."""
+        self.steps += 1
+        for slot in self.slots:
+            metric = self.metrics[slot.name]
+            update_metric(metric, slot, out)
+            fields = slot.component.fields
+            if self.steps % fields.decay_step == 0:
+                window = float(metric.compute())
+                metric.reset()
+                previous = self.values.get(slot.name)
+                rate = fields.decay_rate
+                self.values[slot.name] = window if previous is None else rate * previous + (1 - rate) * window
+
+    def state_dict(self) -> dict[str, Any]:
+        """The decayed values and the step count (windows in progress are not saved)."""
+        return {"values": dict(self.values), "steps": self.steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.values = dict(state.get("values", {}))
+        self.steps = int(state.get("steps", 0))
