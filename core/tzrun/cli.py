@@ -63,7 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     plugins = sub.add_parser("plugins", help="list the installed plugins and what each registers")
-    plugins.add_argument("--json", action="store_true", help="print JSON")
+    plugins_output = plugins.add_mutually_exclusive_group()
+    plugins_output.add_argument("--json", action="store_true", help="print JSON")
+    plugins_output.add_argument(
+        "--freeze", action="store_true",
+        help="print a pinned requirement line (name==version) for each distribution that provides "
+             "a loaded plugin, e.g. to reproduce a run's plugin set with pip install -r",
+    )
 
     data = sub.add_parser("data", help="data utilities")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
@@ -152,17 +158,22 @@ def _print_parameters(cfg: Any, registries: Any) -> None:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from tzrun.plugins import make_plugin_manager, plugin_infos
+    from tzrun.plugins import make_plugin_manager, pinned_requirements, plugin_infos
     from tzrun.registry import collect_registries
 
     pm = make_plugin_manager()
+    if args.freeze:
+        for line in pinned_requirements(pm):
+            print(line)
+        for failure in pm.load_failures:  # comments: the output stays a valid requirements file
+            print(f"# not loaded: {failure}")
+        return 0
     registries = collect_registries(pm)
     infos = plugin_infos(pm, registries)
     if args.json:
         print(json.dumps({
             "plugins": [i.to_json() for i in infos],
-            "failed": [{"name": f.name, "distribution": f.distribution, "version": f.version, "error": f.error}
-                       for f in pm.load_failures],
+            "failed": [f.to_json() for f in pm.load_failures],
         }, indent=2))
         return 0
     for info in infos:

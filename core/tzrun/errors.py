@@ -71,7 +71,9 @@ class PluginError(TzrunError):
 
 
 class PluginLoadError(PluginError):
-    """An entry point of the ``tzrun`` group failed to import (strict mode only)."""
+    """An entry point of the ``tzrun`` group could not be loaded (strict mode only): it failed
+    to import, its distribution requires another tzrec-run version, or its hooks do not match
+    the hookspecs."""
 
 
 class DuplicateRegistrationError(PluginError):

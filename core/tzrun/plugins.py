@@ -1,9 +1,16 @@
 """The plugin manager of a run: one per run (and per test), never module-global.
 
 Order (DESIGN.md): add hookspecs, block what ``[plugins] disable`` and ``TZRUN_DISABLE_PLUGINS``
-name, load the ``tzrun`` entry-point group one entry point at a time (one that fails to import
-is reported with its distribution and error and the rest still load; ``TZRUN_STRICT_PLUGINS=1``
-makes that an error), register explicit ``plugins=``, then ``check_pending()``.
+name, load the ``tzrun`` entry-point group one entry point at a time, register explicit
+``plugins=``, then ``check_pending()``.
+
+An entry point is rejected, with a warning that names it and its distribution (an error when
+``TZRUN_STRICT_PLUGINS=1``), and the others still load, when
+
+* its distribution requires a ``tzrec-run`` version this one is not (it is not even imported);
+* it fails to import;
+* it was written for another hook API: a hookimpl whose arguments the hookspec does not have,
+  or a hook tzrec-run does not define.
 """
 
 from __future__ import annotations
@@ -11,41 +18,64 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+import re
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import attrs
 import pluggy
 
-from tzrun import hookspecs
-from tzrun.errors import PluginLoadError
+from tzrun import __version__, hookspecs
+from tzrun.errors import PluginLoadError, did_you_mean
 
 __all__ = [
+    "CORE_DISTRIBUTION",
     "ENTRY_POINT_GROUP",
     "PluginLoadFailure",
     "PluginManager",
     "PluginInfo",
     "make_plugin_manager",
+    "pinned_requirements",
     "plugin_infos",
+    "plugin_set_changes",
     "strict_plugins_from_env",
 ]
 
 ENTRY_POINT_GROUP = "tzrun"
+#: The distribution name a plugin's dependency specifier names to state the versions it supports.
+CORE_DISTRIBUTION = "tzrec-run"
 log = logging.getLogger(__name__)
+
+FailureReason = Literal["import", "incompatible", "hook_api"]
 
 
 @attrs.frozen
 class PluginLoadFailure:
-    """An entry point that could not be imported."""
+    """An entry point that was not loaded.
+
+    Attributes:
+        name: the entry point's name (what ``TZRUN_DISABLE_PLUGINS`` takes).
+        distribution, version: the distribution that declares it.
+        error: what went wrong, in words.
+        reason: ``"import"`` (importing it raised), ``"incompatible"`` (its distribution
+            requires another tzrec-run version) or ``"hook_api"`` (its hookimpls do not match
+            tzrec-run's hookspecs).
+    """
 
     name: str
     distribution: str | None
     version: str | None
     error: str
+    reason: FailureReason = "import"
 
     def __str__(self) -> str:
         dist = f" (from {self.distribution} {self.version})" if self.distribution else ""
-        return f"plugin '{self.name}'{dist} failed to load: {self.error}"
+        verb = "failed to load" if self.reason == "import" else "was rejected"
+        return f"plugin '{self.name}'{dist} {verb}: {self.error}"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict."""
+        return attrs.asdict(self)
 
 
 class PluginManager(pluggy.PluginManager):
@@ -71,6 +101,12 @@ class PluginManager(pluggy.PluginManager):
         if registered is not None:
             self._origins[registered] = (distribution, version)
         return registered
+
+    def forget(self, plugin: object) -> None:
+        """Unregister ``plugin`` and its origin."""
+        name = self.get_name(plugin)
+        self.unregister(plugin)
+        self._origins.pop(name or "", None)
 
     def origin(self, plugin_name: str) -> tuple[str | None, str | None]:
         """The (distribution, version) a plugin was loaded from; ``(None, None)`` when it was
@@ -99,6 +135,7 @@ def make_plugin_manager(
     disable: Iterable[str] = (),
     plugins: Sequence[object | tuple[str, object]] = (),
     load_entry_points: bool = True,
+    distributions: Iterable[str] | None = None,
     strict: bool | None = None,
     environ: dict[str, str] | None = None,
 ) -> PluginManager:
@@ -110,7 +147,10 @@ def make_plugin_manager(
         plugins: extra plugin objects to register, each an object or a ``(name, object)`` pair
             (the programmatic equivalent of an installed entry point).
         load_entry_points: load the installed ``tzrun`` entry-point group.
-        strict: make a plugin that fails to import an error; ``None`` reads
+        distributions: load only the entry points of these distributions (e.g.
+            ``["tzrec-run"]`` for the built-ins alone, whatever else is installed); ``None``
+            loads every one.
+        strict: make a plugin that cannot be loaded an error; ``None`` reads
             ``TZRUN_STRICT_PLUGINS``.
         environ: the environment to read (defaults to ``os.environ``).
 
@@ -118,14 +158,16 @@ def make_plugin_manager(
         The manager, with ``check_pending()`` already passed.
 
     Raises:
-        PluginLoadError: in strict mode, when an entry point fails to import.
-        pluggy.PluginValidationError: when a plugin implements a hook that does not exist.
+        PluginLoadError: in strict mode, when an entry point fails to import, requires another
+            tzrec-run version, or does not match the hookspecs.
+        pluggy.PluginValidationError: when a plugin passed in ``plugins`` implements a hook
+            that does not exist.
     """
     pm = PluginManager(strict=strict_plugins_from_env(environ) if strict is None else strict)
     for name in [*disable, *_disabled_from_env(environ)]:
         pm.set_blocked(name)
     if load_entry_points:
-        _load_entry_points(pm)
+        _load_entry_points(pm, None if distributions is None else {_canonical(d) for d in distributions})
     for item in plugins:
         name, obj = item if isinstance(item, tuple) else (None, item)
         pm.register_with_origin(obj, name, None, None)
@@ -133,7 +175,12 @@ def make_plugin_manager(
     return pm
 
 
-def _load_entry_points(pm: PluginManager) -> None:
+def _canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them (``tzrec_run`` is ``tzrec-run``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _load_entry_points(pm: PluginManager, distributions: set[str] | None) -> None:
     seen: set[str] = set()
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if ep.name in seen or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
@@ -142,24 +189,103 @@ def _load_entry_points(pm: PluginManager) -> None:
         dist = getattr(ep, "dist", None)
         dist_name = dist.metadata["Name"] if dist is not None else None
         dist_version = dist.version if dist is not None else None
+        if distributions is not None and (dist_name is None or _canonical(dist_name) not in distributions):
+            continue
+
+        def reject(error: str, reason: FailureReason, cause: BaseException | None = None) -> None:
+            _reject(pm, PluginLoadFailure(ep.name, dist_name, dist_version, error, reason), cause)
+
+        unsupported = _unsupported_core(dist)
+        if unsupported is not None:
+            reject(unsupported, "incompatible")
+            continue
         try:
             plugin = ep.load()
         except Exception as exc:  # a broken plugin must not take the others down
-            failure = PluginLoadFailure(ep.name, dist_name, dist_version, f"{type(exc).__name__}: {exc}")
-            if pm.strict:
-                raise PluginLoadError(
-                    f"{failure} (TZRUN_STRICT_PLUGINS is on; fix or uninstall "
-                    f"{dist_name or ep.name}, or disable it with TZRUN_DISABLE_PLUGINS={ep.name})"
-                ) from exc
-            pm.load_failures.append(failure)
+            reject(f"{type(exc).__name__}: {exc}", "import", exc)
+            continue
+        same = pm.get_name(plugin)
+        if same is not None:
             warnings.warn(
-                f"{failure}; the other plugins are loaded. Disable it with "
-                f"TZRUN_DISABLE_PLUGINS={ep.name} or make this an error with TZRUN_STRICT_PLUGINS=1",
+                f"entry point '{ep.name}' ({dist_name} {dist_version}) names the same plugin as '{same}'; "
+                f"it is loaded once, as '{same}'",
                 RuntimeWarning,
                 stacklevel=3,
             )
             continue
-        pm.register_with_origin(plugin, ep.name, dist_name, dist_version)
+        try:
+            pm.register_with_origin(plugin, ep.name, dist_name, dist_version)
+        except pluggy.PluginValidationError as exc:
+            reject(f"its hooks do not match tzrec-run {__version__}'s hookspecs: {exc}".replace("\n", "; "), "hook_api", exc)
+            continue
+        unknown = _unknown_hooks(pm, plugin)
+        if unknown:
+            pm.forget(plugin)
+            reject(_unknown_hooks_message(unknown), "hook_api")
+
+
+def _reject(pm: PluginManager, failure: PluginLoadFailure, cause: BaseException | None) -> None:
+    """Record ``failure`` and warn, or raise it in strict mode."""
+    who = failure.distribution or failure.name
+    if failure.reason == "import":
+        fix = f"fix or uninstall {who}"
+    else:
+        fix = f"install a version of {who} made for tzrec-run {__version__}, or uninstall it"
+    disable = f"TZRUN_DISABLE_PLUGINS={failure.name}"
+    if pm.strict:
+        raise PluginLoadError(f"{failure} (TZRUN_STRICT_PLUGINS is on; {fix}, or disable it with {disable})") from cause
+    pm.load_failures.append(failure)
+    warnings.warn(
+        f"{failure}; the other plugins are loaded. To silence this, {fix}, or disable it with {disable}; "
+        "TZRUN_STRICT_PLUGINS=1 makes it an error",
+        RuntimeWarning,
+        stacklevel=5,  # the caller of make_plugin_manager
+    )
+
+
+def _unsupported_core(dist: importlib.metadata.Distribution | None) -> str | None:
+    """Why ``dist`` cannot run on this tzrec-run (its ``tzrec-run`` requirement excludes
+    ``__version__``), or None. A distribution that does not name tzrec-run is accepted."""
+    if dist is None or not dist.requires:
+        return None
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for line in dist.requires:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if _canonical(requirement.name) != CORE_DISTRIBUTION:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue  # only under an extra, or on another platform
+        if not requirement.specifier.contains(__version__, prereleases=True):
+            return (
+                f"it supports {CORE_DISTRIBUTION}{requirement.specifier} (its requirement "
+                f"'{line}'), and this is tzrec-run {__version__}"
+            )
+    return None
+
+
+def _unknown_hooks(pm: PluginManager, plugin: object) -> list[str]:
+    """The hooks ``plugin`` implements (not as ``optionalhook``) that have no hookspec."""
+    unknown = []
+    for caller in pm.get_hookcallers(plugin) or ():
+        if caller.spec is None and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls()):
+            unknown.append(caller.name)
+    return sorted(unknown)
+
+
+def _unknown_hooks_message(unknown: Sequence[str]) -> str:
+    known = [name for name in vars(hookspecs) if name.startswith(f"{hookspecs.PROJECT_NAME}_")]
+    parts = []
+    for name in unknown:
+        guess = did_you_mean(name, known)
+        parts.append(f"{name} (did you mean {guess}?)" if guess else name)
+    return (
+        f"it implements hook(s) that tzrec-run {__version__} does not define: {', '.join(parts)}; "
+        "it was written for another version of the hook API"
+    )
 
 
 @attrs.frozen
@@ -199,3 +325,55 @@ def plugin_infos(pm: PluginManager, registries: Any | None = None) -> list[Plugi
         dist, version = pm.origin(name)
         infos.append(PluginInfo(name, dist, version, hooks, components))
     return infos
+
+
+def pinned_requirements(pm: PluginManager) -> list[str]:
+    """``name==version`` of every distribution that provides a loaded plugin, sorted by name.
+
+    This is what ``tzrec-run plugins --freeze`` prints: a requirements file that reinstalls
+    the plugin set of this environment. Plugins registered in code have no distribution and
+    are left out.
+    """
+    pins: dict[str, str] = {}
+    for name, plugin in pm.list_name_plugin():
+        dist, version = pm.origin(name)
+        if plugin is not None and dist:
+            pins.setdefault(_canonical(dist), f"{dist}=={version}")
+    return [pins[key] for key in sorted(pins)]
+
+
+def plugin_set_changes(saved: Sequence[Mapping[str, Any]], current: Sequence[PluginInfo | Mapping[str, Any]]) -> list[str]:
+    """What changed between the plugin set a run recorded and the current one, one line each.
+
+    Args:
+        saved: the ``plugins`` a checkpoint recorded (``PluginInfo.to_json()`` dicts).
+        current: this run's plugins (:func:`plugin_infos`, or the same dicts).
+
+    Returns:
+        Lines such as ``plugin 'x' (tzrun-x): 0.1.0 -> 0.2.0``; empty when nothing changed.
+    """
+
+    def by_name(items: Sequence[PluginInfo | Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+        return {i["name"]: i for i in (x.to_json() if isinstance(x, PluginInfo) else x for x in items)}
+
+    def shown(info: Mapping[str, Any]) -> str:
+        if not info.get("distribution"):
+            return "registered in code"
+        return f"{info['distribution']} {info.get('version')}"
+
+    before, after = by_name(saved), by_name(current)
+    lines = []
+    for name in sorted(before.keys() | after.keys()):
+        old, new = before.get(name), after.get(name)
+        if new is None:
+            lines.append(f"plugin '{name}' ({shown(old)}) is no longer loaded")
+        elif old is None:
+            lines.append(f"plugin '{name}' ({shown(new)}) is new")
+        elif (old.get("distribution"), old.get("version")) != (new.get("distribution"), new.get("version")):
+            lines.append(f"plugin '{name}': {shown(old)} -> {shown(new)}")
+        else:
+            was = {k: tuple(v) for k, v in (old.get("components") or {}).items()}
+            now = {k: tuple(v) for k, v in (new.get("components") or {}).items()}
+            if was != now:
+                lines.append(f"plugin '{name}' ({shown(new)}) registers other components: {was} -> {now}")
+    return lines

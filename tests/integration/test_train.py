@@ -57,11 +57,19 @@ def test_model_dir_with_checkpoints_is_refused_without_overwrite(criteo_dir, tmp
     assert len(_results(model_dir)) == 1  # the old results went with --overwrite
 
 
+METRICS = (
+    'metrics=[{type = "auc"}, {type = "grouped_auc", group_by = "cat_5"}, '
+    '{type = "grouped_xauc", group_by = "cat_5", prediction = "probs"}, {type = "xauc", prediction = "probs"}, '
+    '{type = "log_loss"}, {type = "normalized_entropy"}, {type = "calibration"}, {type = "accuracy"}, '
+    '{type = "mae", prediction = "probs"}, {type = "mse", prediction = "probs"}, {type = "rmse", prediction = "probs"}]'
+)
+
+
 @pytest.mark.multiproc
 def test_two_ranks_train_and_their_auc_is_the_one_process_auc_of_the_same_predictions(criteo_dir, tmp_path):
     model_dir = tmp_path / "run2"
     # eval batches of 750: rank 0 has 1,500 rows (2 batches), rank 1 has 1,501 (3): rank 0 pads
-    overrides = example_overrides(criteo_dir, model_dir, "data.eval_batch_size=750", "eval.save_predictions=true")
+    overrides = example_overrides(criteo_dir, model_dir, "data.eval_batch_size=750", "eval.save_predictions=true", METRICS)
     proc = run_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     # 6,000 rows per rank at 1,024 per step: 6 steps
@@ -78,6 +86,25 @@ def test_two_ranks_train_and_their_auc_is_the_one_process_auc_of_the_same_predic
     one_process = binary_auc(torch.from_numpy(probs), torch.from_numpy(labels))
     assert result["auc"] == pytest.approx(one_process, abs=1e-6)
     assert result["auc"] == pytest.approx(roc_auc_score(labels, probs), abs=1e-6)
+    # every metric over the 2 ranks equals the metric over all rows in this one process; the
+    # cat_5 groups (and their duplicates) are split across the ranks
+    groups = np.concatenate([t.column("group/cat_5").to_numpy() for t in tables])
+    assert len(set(tables[0].column("group/cat_5").to_numpy()) & set(tables[1].column("group/cat_5").to_numpy())) > 5
+    from tzrun.plugins import make_plugin_manager
+    from tzrun.registry import collect_registries
+    from tzrun.testing import load_config_text
+
+    registries = collect_registries(make_plugin_manager())
+    cfg, _ = load_config_text(EXAMPLE.read_text(), overrides=[*overrides[:2], METRICS])
+    p, y, g = torch.from_numpy(probs), torch.from_numpy(labels), torch.from_numpy(groups)
+    for component in cfg.metrics:
+        metric = registries["metric"].get(component.type, "x").build(component.config)
+        if component.fields.group_by:
+            metric.update(p, y, torch.ones_like(p), group=g)
+        else:
+            metric.update(p, y, torch.ones_like(p))
+        name = component.fields.name or component.type
+        assert result[name] == pytest.approx(float(metric.compute()), abs=1e-6), name
     # the eval labels are exactly the eval split's labels (each row once)
     eval_labels = pq.read_table(criteo_dir / "eval").column("label").to_numpy()
     assert sorted(labels.tolist()) == sorted(eval_labels.astype(np.float32).tolist())

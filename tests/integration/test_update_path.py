@@ -88,6 +88,7 @@ class Recorder:
         self.before: dict[str, torch.Tensor] = {}
         self.after_steps: list[dict[str, torch.Tensor]] = []
         self.lrs: list[dict[str, float]] = []
+        self.metrics: list[dict[str, float]] = []
         self.run: Any = None
 
     @tzrun.hookimpl
@@ -99,6 +100,7 @@ class Recorder:
     def tzrun_after_train_step(self, run, step):
         self.after_steps.append(weights(run.model, dense_only=True))
         self.lrs.append(dict(step.learning_rates))
+        self.metrics.append(dict(step.metrics))
 
 
 def _local(value: Any) -> torch.Tensor:

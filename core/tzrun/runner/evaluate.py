@@ -26,7 +26,8 @@ def evaluate(
 
     Every loss is reported too, as ``loss/<name>``: its mean over rows (each batch's loss
     weighted by its real row count). With ``eval.save_predictions``, each rank writes what it
-    saw to ``predictions/step-N/rank-R.parquet``.
+    saw to ``predictions/step-N/rank-R.parquet``: every model output, ``label/<column>``,
+    ``weight`` and ``group/<column>`` (the int64 ``group_by`` keys).
     """
     import torchmetrics
 
@@ -58,6 +59,8 @@ def evaluate(
                 if save and num_rows:
                     for key, tensor in [*outputs.items(), *((f"label/{k}", v) for k, v in labels.items()), ("weight", weights)]:
                         saved.setdefault(key, []).append(tensor.detach().float().cpu())
+                    for key, tensor in out.groups.items():
+                        saved.setdefault(f"group/{key}", []).append(tensor.detach().cpu())
     finally:
         if hasattr(pipeline, "detach"):
             pipeline.detach()

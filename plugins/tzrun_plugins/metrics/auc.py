@@ -125,7 +125,12 @@ def _exact_auc(preds: Tensor, target: Tensor, weight: Tensor | None) -> Tensor |
     n = preds.numel()
     if n == 0:
         return "no rows (with positive weight) were given"
-    sorted_preds, order = torch.sort(preds.to(torch.float64), descending=True)
+    # Sort an integer key with the order of the scores: torch sorts integers with a radix sort,
+    # about twice as fast as its comparison sort of floats (equal scores get equal keys).
+    from tzrun_plugins.metrics._segments import float_key
+
+    key, _ = float_key(preds)
+    sorted_preds, order = torch.sort(key, descending=True)
     pos = target.to(torch.float64)[order]
     if weight is None:
         tp_inc, fp_inc = pos, 1.0 - pos

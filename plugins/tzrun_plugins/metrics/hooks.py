@@ -1,21 +1,70 @@
-"""Registers the first-party metrics."""
+"""Registers the first-party metrics.
+
+Modules holding torch code are imported when a metric is built, not when the plugin loads.
+``grouped_auc`` and ``grouped_xauc`` are registered with ``group="required"``: their
+``update(preds, target, weight, group)`` takes the int64 key the core reads from the
+``group_by`` column. Regression metrics read the raw output, ``logits``, as ``l2`` does.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 import tzrun
-from tzrun_plugins.metrics.options import AUCConfig
+from tzrun_plugins.metrics.options import (
+    AccuracyConfig,
+    AUCConfig,
+    GroupedAUCConfig,
+    GroupedXAUCConfig,
+    LogLossConfig,
+    NoOptionsConfig,
+    TopKConfig,
+    XAUCConfig,
+)
 
 
-def _build_auc(cfg: AUCConfig) -> Any:
-    from tzrun_plugins.metrics.auc import build_auc
+def _lazy(module: str, builder: str) -> Callable[[Any], Any]:
+    """A ``build(cfg)`` that imports ``tzrun_plugins.metrics.<module>`` on first use."""
 
-    return build_auc(cfg)
+    def build(cfg: Any) -> Any:
+        return getattr(importlib.import_module(f"tzrun_plugins.metrics.{module}"), builder)(cfg)
+
+    build.__name__ = build.__qualname__ = builder
+    return build
 
 
 @tzrun.hookimpl
 def tzrun_register_metrics(register: tzrun.Register) -> None:
-    register("auc", config=AUCConfig, build=_build_auc,
+    register("auc", config=AUCConfig, build=_lazy("auc", "build_auc"),
              description="exact ROC AUC over all ranks (ties averaged); thresholds=N for the binned variant",
              prediction="probs")
+    register("xauc", config=XAUCConfig, build=_lazy("xauc", "build_xauc"),
+             description="pairwise ordering accuracy for regression targets; exact O(n log n) by default",
+             prediction="logits")
+    register("grouped_auc", config=GroupedAUCConfig, build=_lazy("grouped_auc", "build_grouped_auc"),
+             description="exact AUC per group (group_by), averaged over groups with both classes",
+             prediction="probs", group="required")
+    register("grouped_xauc", config=GroupedXAUCConfig, build=_lazy("grouped_xauc", "build_grouped_xauc"),
+             description="exact XAUC per group (group_by), size-weighted by default",
+             prediction="logits", group="required")
+    register("log_loss", config=LogLossConfig, build=_lazy("pointwise", "build_log_loss"),
+             description="weighted binary cross entropy of probabilities", prediction="probs")
+    register("normalized_entropy", config=LogLossConfig, build=_lazy("pointwise", "build_normalized_entropy"),
+             description="log loss divided by the entropy of the weighted base rate", prediction="probs")
+    register("calibration", config=NoOptionsConfig, build=_lazy("pointwise", "build_calibration"),
+             description="sum of weighted probabilities / sum of weighted labels", prediction="probs")
+    register("accuracy", config=AccuracyConfig, build=_lazy("pointwise", "build_accuracy"),
+             description="weighted share of rows with (prob >= threshold) == label", prediction="probs")
+    register("mae", config=NoOptionsConfig, build=_lazy("pointwise", "build_mae"),
+             description="weighted mean absolute error", prediction="logits")
+    register("mse", config=NoOptionsConfig, build=_lazy("pointwise", "build_mse"),
+             description="weighted mean squared error", prediction="logits")
+    register("rmse", config=NoOptionsConfig, build=_lazy("pointwise", "build_rmse"),
+             description="square root of the weighted mean squared error", prediction="logits")
+    register("recall_at_k", config=TopKConfig, build=_lazy("retrieval", "build_recall_at_k"),
+             description="share of positives in the top k of a [B, C] score matrix (in-batch or given)",
+             prediction="similarity")
+    register("hit_rate_at_k", config=TopKConfig, build=_lazy("retrieval", "build_hit_rate_at_k"),
+             description="share of rows with a positive in the top k of a [B, C] score matrix",
+             prediction="similarity")

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import attrs
 
-__all__ = ["AUCConfig"]
+__all__ = [
+    "AUCConfig",
+    "AccuracyConfig",
+    "GroupedAUCConfig",
+    "GroupedXAUCConfig",
+    "LogLossConfig",
+    "NoOptionsConfig",
+    "TopKConfig",
+    "XAUCConfig",
+]
 
 
 def _check_thresholds(thresholds: object) -> None:
@@ -28,3 +39,85 @@ class AUCConfig:
     """``None`` (default): the exact ROC AUC over all rows. An integer ``N >= 2``: the binned
     approximation of ``torchmetrics.classification.BinaryAUROC(thresholds=N)`` (constant memory;
     sample weights weight the counts)."""
+
+
+def _positive_int(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
+
+
+def _non_negative_int(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def _open_half(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 < value < 0.5:
+        raise ValueError(f"{attribute.name} must be in (0, 0.5), got {value!r}")
+
+
+@attrs.frozen
+class NoOptionsConfig:
+    """TOML options of a metric that has none (``calibration``, ``mae``, ``mse``, ``rmse``)."""
+
+
+@attrs.frozen
+class GroupedAUCConfig:
+    """TOML options of the metric ``grouped_auc``."""
+
+    weight_by_size: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    """``false`` (default): the plain mean of the groups' AUCs. ``true``: each group's AUC
+    weighted by its number of rows (of positive weight)."""
+
+
+@attrs.frozen
+class XAUCConfig:
+    """TOML options of the metric ``xauc``."""
+
+    mode: Literal["exact", "sampled", "in_batch"] = attrs.field(
+        default="exact", validator=attrs.validators.in_(("exact", "sampled", "in_batch"))
+    )
+    """``"exact"`` (default): every pair of rows of all ranks, O(n log n). ``"sampled"``:
+    ``num_samples`` random pairs drawn at ``compute`` from all ranks' rows. ``"in_batch"``:
+    only pairs inside one ``update`` batch, pooled over batches."""
+    num_samples: int = attrs.field(default=1_000_000, validator=_positive_int)
+    """``"sampled"`` mode: number of pairs drawn (pairs with equal targets are then dropped)."""
+    seed: int = attrs.field(default=0, validator=_non_negative_int)
+    """``"sampled"`` mode: seed of the pair sampler; the same rows give the same value."""
+
+
+@attrs.frozen
+class GroupedXAUCConfig:
+    """TOML options of the metric ``grouped_xauc``."""
+
+    weight_by_size: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    """``true`` (default): each group's XAUC weighted by its number of rows (of positive
+    weight). ``false``: the plain mean over groups."""
+
+
+@attrs.frozen
+class LogLossConfig:
+    """TOML options of the metrics ``log_loss`` and ``normalized_entropy``."""
+
+    eps: float = attrs.field(default=1e-12, validator=_open_half)
+    """Probabilities are clamped to ``[eps, 1 - eps]`` (in float64) before the logarithm."""
+
+
+@attrs.frozen
+class AccuracyConfig:
+    """TOML options of the metric ``accuracy``."""
+
+    threshold: float = attrs.field(default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)])
+    """A row is predicted positive when its probability is ``>= threshold``."""
+
+
+@attrs.frozen
+class TopKConfig:
+    """TOML options of the metrics ``recall_at_k`` and ``hit_rate_at_k``."""
+
+    k: int = attrs.field(default=10, validator=_positive_int)
+    """Number of top-scored candidates that count as retrieved."""
+    in_batch: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    """``true``: the score matrix is ``[B, B]`` and row ``i``'s positive is column ``i`` (the
+    other rows' items are its negatives; padding rows' columns are no candidates). ``false``:
+    the label gives each row's positive column (or a ``[B, C]`` relevance matrix)."""

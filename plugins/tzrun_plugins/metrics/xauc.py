@@ -1,0 +1,189 @@
+"""XAUC: how often the predictions order two rows the way their regression targets do.
+
+This module provides the metric ``xauc`` (for targets such as watch time):
+
+* :class:`XAUC` - a :class:`torchmetrics.Metric` with three modes (``exact``, ``sampled``,
+  ``in_batch``),
+* :func:`exact_xauc` - the exact value of one set of rows as a plain function,
+* :func:`build_xauc` - builds the metric from :class:`XAUCConfig`.
+
+**Definition** (``mode = "exact"``, the default). Over the unordered pairs of rows ``(i, j)``
+whose targets differ, each weighted by ``w_i w_j``::
+
+    XAUC = sum w_i w_j ([sign(p_i - p_j) == sign(y_i - y_j)] + 0.5 [p_i == p_j])
+           / sum w_i w_j
+
+**Tie policy**: pairs with equal targets are not comparable and are left out entirely; a
+comparable pair with equal predictions counts one half (as a tie counts in the ROC AUC, of
+which XAUC is the generalisation: on 0/1 targets it equals the AUC). When no pair is
+comparable (fewer than two distinct targets) the value is ``0.5`` with a
+:class:`RuntimeWarning`.
+
+The exact value is computed in ``O(n log n)`` without sampling (see
+:mod:`tzrun_plugins.metrics._pairs`): two radix sorts and ``log2(n)`` vectorized passes.
+Every rank keeps its rows and ``compute`` gathers them, so the value is the same for any
+number of ranks and any split of the rows.
+
+**Other modes**, for compatibility with TorchEasyRec's sampled variants:
+
+* ``"sampled"``: at ``compute``, the rows of all ranks are put in a canonical order (sorted
+  by target, prediction, weight, so the order does not depend on how rows were spread over
+  ranks) and ``num_samples`` index pairs ``(i, j)`` are drawn uniformly, with replacement,
+  from a CPU ``torch.Generator`` seeded with ``seed``. Drawn pairs with equal targets
+  (including ``i == j``) are dropped and the formula above is taken over the rest. The same
+  rows and seed give the same value on any number of ranks; it is an estimate of the exact
+  value, not cheaper to compute on CPU.
+* ``"in_batch"``: only pairs inside one ``update`` call count; each batch adds its exact
+  numerator and denominator to two sums (summed across ranks), so the value is the
+  pair-weighted pool of the batches, ``sum_b num_b / sum_b den_b`` (not a mean of per-batch
+  values). It depends on how rows are batched, not on how batches are spread over ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
+
+from tzrun_plugins.metrics._inputs import weighted_rows
+from tzrun_plugins.metrics._pairs import PairCounts, pair_counts
+from tzrun_plugins.metrics._segments import float_key, lexsort
+from tzrun_plugins.metrics._states import RowStates, half_if_undefined
+from tzrun_plugins.metrics.options import XAUCConfig
+
+__all__ = ["XAUC", "XAUCConfig", "build_xauc", "exact_xauc"]
+
+_NO_PAIR = "no pair of rows (with positive weight) has different targets"
+
+
+def build_xauc(cfg: XAUCConfig) -> XAUC:
+    """Build the ``xauc`` metric from its options."""
+    return XAUC(mode=cfg.mode, num_samples=cfg.num_samples, seed=cfg.seed)
+
+
+def _ratio(counts: PairCounts) -> Tensor | str:
+    comparable = counts.comparable.sum()
+    if not bool(comparable > 0):
+        return _NO_PAIR
+    return (counts.concordant.sum() + 0.5 * counts.tied.sum()) / comparable
+
+
+def exact_xauc(preds: Tensor, target: Tensor, weight: Tensor | None = None) -> float:
+    """Exact XAUC of one set of rows (see the module docstring for definition and ties).
+
+    Args:
+        preds: Predictions, ``[B]`` or ``[B, 1]``.
+        target: Finite real targets, same shape.
+        weight: Optional finite non-negative sample weights; rows of weight 0 are ignored.
+
+    Returns:
+        The XAUC in ``[0, 1]``; ``0.5`` with a :class:`RuntimeWarning` if no pair is
+        comparable.
+
+    Raises:
+        ValueError: On a bad shape, a NaN prediction, a non-finite target or a negative or
+            non-finite weight.
+    """
+    preds, target, weight, _ = weighted_rows("xauc", preds, target, weight, labels="real")
+    return float(half_if_undefined(_ratio(pair_counts(preds, target, weight)), preds.device, "XAUC"))
+
+
+def _sampled_xauc(preds: Tensor, target: Tensor, weight: Tensor, num_samples: int, seed: int) -> Tensor | str:
+    """XAUC over ``num_samples`` pairs drawn from the rows in their canonical order."""
+    n = preds.numel()
+    if n < 2:
+        return _NO_PAIR
+    order = lexsort([float_key(target), float_key(preds), float_key(weight)]).perm
+    preds, target = preds[order].to(torch.float64), target[order].to(torch.float64)
+    weight = weight[order].to(torch.float64)
+    generator = torch.Generator().manual_seed(seed)
+    i = torch.randint(n, (num_samples,), generator=generator).to(preds.device)
+    j = torch.randint(n, (num_samples,), generator=generator).to(preds.device)
+    dy = target[i] - target[j]
+    dp = preds[i] - preds[j]
+    pair_weight = weight[i] * weight[j] * (dy != 0)
+    total = pair_weight.sum()
+    if not bool(total > 0):
+        return _NO_PAIR
+    score = (torch.sign(dy) == torch.sign(dp)).to(torch.float64) + 0.5 * (dp == 0)
+    return (pair_weight * score).sum() / total
+
+
+class XAUC(RowStates, Metric):
+    """XAUC over the rows of all ranks (see the module docstring).
+
+    ``exact`` and ``sampled`` modes keep every row (``cat`` states in ``self.dtype``,
+    gathered at :meth:`compute`); ``in_batch`` keeps two float64 sums.
+
+    Example:
+        >>> metric = XAUC()
+        >>> metric.update(torch.tensor([0.1, 0.5, 0.3]), torch.tensor([1.0, 9.0, 4.0]))
+        >>> float(metric.compute())
+        1.0
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
+
+    def __init__(self, mode: str = "exact", num_samples: int = 1_000_000, seed: int = 0, **kwargs: Any) -> None:
+        """Create the metric.
+
+        Args:
+            mode: ``"exact"``, ``"sampled"`` or ``"in_batch"``.
+            num_samples: Pairs drawn in ``"sampled"`` mode.
+            seed: Seed of the pair sampler in ``"sampled"`` mode.
+            **kwargs: Passed to :class:`torchmetrics.Metric`.
+
+        Raises:
+            ValueError: On an unknown mode or a non-positive ``num_samples``.
+        """
+        XAUCConfig(mode=mode, num_samples=num_samples, seed=seed)  # validates
+        super().__init__(**kwargs)
+        self.mode, self.num_samples, self.seed = mode, num_samples, seed
+        if mode == "in_batch":
+            self.add_state("agree", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state("pairs", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        else:
+            self.add_state("preds", default=[], dist_reduce_fx="cat")
+            self.add_state("target", default=[], dist_reduce_fx="cat")
+            self.add_state("weight", default=[], dist_reduce_fx="cat")
+
+    def update(self, preds: Tensor, target: Tensor, weight: Tensor | None = None) -> None:
+        """Add a batch of rows.
+
+        Args:
+            preds: Predictions, ``[B]`` or ``[B, 1]``.
+            target: Finite real targets.
+            weight: Sample weights or ``None``; rows of weight 0 are dropped.
+
+        Raises:
+            ValueError: On invalid input (see :func:`exact_xauc`).
+        """
+        preds, target, weight, _ = weighted_rows("xauc", preds, target, weight, labels="real")
+        if self.mode != "in_batch":
+            self.append_rows(preds, target, weight)
+            return
+        counts = pair_counts(preds.detach(), target.detach(), None if weight is None else weight.detach())
+        if counts.comparable.numel():
+            self.agree = self.agree + (counts.concordant.sum() + 0.5 * counts.tied.sum()).to(self.agree.device)
+            self.pairs = self.pairs + counts.comparable.sum().to(self.pairs.device)
+
+    def compute(self) -> Tensor:
+        """XAUC over all ranks' rows (float64 scalar; 0.5 with a warning if undefined)."""
+        if self.mode == "in_batch":
+            result: Tensor | str = self.agree / self.pairs if bool(self.pairs > 0) else _NO_PAIR
+        elif isinstance(self.preds, list) and not self.preds:
+            result = _NO_PAIR
+        else:
+            preds, target, weight = dim_zero_cat(self.preds), dim_zero_cat(self.target), dim_zero_cat(self.weight)
+            if self.mode == "exact":
+                result = _ratio(pair_counts(preds, target, weight))
+            else:
+                result = _sampled_xauc(preds, target, weight, self.num_samples, self.seed)
+        return half_if_undefined(result, self.device, "XAUC")
