@@ -110,7 +110,10 @@ def tzrun_register_losses(register: Register) -> None:
     an ``nn.Module`` whose ``forward(prediction, label, weight)`` returns a scalar loss.
     ``prediction`` names the model output it consumes by default (``"logits"`` or
     ``"probs"``); ``weight`` is the per-row sample weight (0 for padding rows, which must
-    contribute nothing).
+    contribute nothing). ``group="none"`` (default), ``"optional"`` or ``"required"`` says
+    whether the loss takes a group key: with one, ``forward`` also receives ``group=`` an int64
+    key per row, read from the loss table's ``group_by`` column (a session, a user, a query).
+    The loss is computed in float32 (outside autocast's reduced precision).
     """
 
 
@@ -122,7 +125,10 @@ def tzrun_register_metrics(register: Register) -> None:
     Call ``register(name, config=..., build=..., prediction="probs")``; ``build(cfg)`` returns a
     ``torchmetrics.Metric`` whose ``update(prediction, label, weight)`` accumulates a batch and
     whose ``compute()`` returns the value over all ranks' rows. Rows of weight 0 are padding
-    and must not change the result.
+    and must not change the result. With ``group="required"`` (or ``"optional"``) the metric
+    also receives ``group=`` an int64 key per row, read from the table's ``group_by`` column.
+    A config class may define a ``default_name`` property: the result name when the table sets
+    no ``name`` (e.g. ``auc_binned200``), otherwise the type is used.
     """
 
 

@@ -175,3 +175,12 @@ def test_configs() -> None:
     with pytest.raises(ValueError, match="threshold"):
         AccuracyConfig(threshold=1.5)
     NoOptionsConfig()
+
+
+def test_binned_auc_is_labelled_as_such_in_results():
+    from tests.core.test_config import MINIMAL
+    from tzrun.runner.build import metric_slots
+    from tzrun.testing import load_config_text
+
+    cfg, registries = load_config_text(MINIMAL, overrides=['metrics=[{type = "auc"}, {type = "auc", thresholds = 200}]'])
+    assert [s.name for s in metric_slots(cfg, registries)] == ["auc", "auc_binned200"]

@@ -40,6 +40,12 @@ class AUCConfig:
     approximation of ``torchmetrics.classification.BinaryAUROC(thresholds=N)`` (constant memory;
     sample weights weight the counts)."""
 
+    @property
+    def default_name(self) -> str | None:
+        """The result name when the table sets no ``name``: the binned variant is labelled
+        ``auc_binned<N>`` so that it is never mistaken for the exact AUC."""
+        return None if self.thresholds is None else f"auc_binned{self.thresholds}"
+
 
 def _positive_int(_instance: object, attribute: attrs.Attribute, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
