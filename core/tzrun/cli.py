@@ -43,15 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train, evaluate and checkpoint as the config says")
     config_args(train)
     train.add_argument("--model-dir", help="write here instead of the config's model_dir")
-    train.add_argument(
+    existing = train.add_mutually_exclusive_group()
+    existing.add_argument(
         "--overwrite", action="store_true",
         help="remove the checkpoints and results of an earlier run in the model dir first "
-             "(without it, a model dir with checkpoints is refused)",
+             "(without --overwrite or --resume, a model dir with checkpoints is refused)",
+    )
+    existing.add_argument(
+        "--resume", action="store_true",
+        help="continue from the latest complete checkpoint in the model dir (start afresh if there "
+             "is none): the schedules, optimizer states and data position continue exactly",
     )
     train.add_argument(
         "--nproc-per-node", type=int, metavar="N",
         help="launch N processes on this machine through torchrun (same as `torchrun "
              "--nproc-per-node N -m tzrun train ...`)",
+    )
+    train.add_argument(
+        "--max-restarts", type=int, metavar="N",
+        help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
+             "failure or a signal stop (use with --resume so that they continue)",
     )
 
     check = sub.add_parser("check", help="check a config (both passes) without building a model or reading data")
@@ -209,8 +220,14 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
             continue
         if token.startswith("--nproc-per-node="):
             continue
+        if token == "--max-restarts":
+            skip = True
+            continue
+        if token.startswith("--max-restarts="):
+            continue
         rest.append(token)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    restarts = ["--max-restarts", str(args.max_restarts)] if args.max_restarts else []
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *restarts,
                "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
     return subprocess.call(command)
 
@@ -226,9 +243,15 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from tzrun.runner.loop import train
 
     try:
-        result = train(cfg, raw, pm, registries, overwrite=args.overwrite)
+        result = train(cfg, raw, pm, registries, overwrite=args.overwrite, resume=args.resume)
     finally:
         shutdown_distributed()
+    if result.stopped_by is not None:
+        from tzrun.runner.loop import EXIT_STOPPED_BY_SIGNAL
+
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"stopped by {result.stopped_by} at step {result.steps}; checkpoint: {result.checkpoint}")
+        return EXIT_STOPPED_BY_SIGNAL
     if int(os.environ.get("RANK", 0)) == 0:
         print(f"trained {result.steps} steps in {result.seconds:.1f} s ({result.samples_per_second:,.0f} samples/s)")
         if result.eval is not None:

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import warnings
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 import attrs
 import pluggy
@@ -31,13 +31,13 @@ from tzrun.errors import PluginLoadError, did_you_mean
 __all__ = [
     "CORE_DISTRIBUTION",
     "ENTRY_POINT_GROUP",
+    "canonical_name",
     "PluginLoadFailure",
     "PluginManager",
     "PluginInfo",
     "make_plugin_manager",
     "pinned_requirements",
     "plugin_infos",
-    "plugin_set_changes",
     "strict_plugins_from_env",
 ]
 
@@ -167,7 +167,7 @@ def make_plugin_manager(
     for name in [*disable, *_disabled_from_env(environ)]:
         pm.set_blocked(name)
     if load_entry_points:
-        _load_entry_points(pm, None if distributions is None else {_canonical(d) for d in distributions})
+        _load_entry_points(pm, None if distributions is None else {canonical_name(d) for d in distributions})
     for item in plugins:
         name, obj = item if isinstance(item, tuple) else (None, item)
         pm.register_with_origin(obj, name, None, None)
@@ -175,7 +175,7 @@ def make_plugin_manager(
     return pm
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
     """A distribution name as PEP 503 compares them (``tzrec_run`` is ``tzrec-run``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -189,7 +189,7 @@ def _load_entry_points(pm: PluginManager, distributions: set[str] | None) -> Non
         dist = getattr(ep, "dist", None)
         dist_name = dist.metadata["Name"] if dist is not None else None
         dist_version = dist.version if dist is not None else None
-        if distributions is not None and (dist_name is None or _canonical(dist_name) not in distributions):
+        if distributions is not None and (dist_name is None or canonical_name(dist_name) not in distributions):
             continue
 
         def reject(error: str, reason: FailureReason, cause: BaseException | None = None) -> None:
@@ -255,15 +255,12 @@ def _unsupported_core(dist: importlib.metadata.Distribution | None) -> str | Non
             requirement = Requirement(line)
         except InvalidRequirement:
             continue
-        if _canonical(requirement.name) != CORE_DISTRIBUTION:
+        if canonical_name(requirement.name) != CORE_DISTRIBUTION:
             continue
         if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
             continue  # only under an extra, or on another platform
         if not requirement.specifier.contains(__version__, prereleases=True):
-            return (
-                f"it supports {CORE_DISTRIBUTION}{requirement.specifier} (its requirement "
-                f"'{line}'), and this is tzrec-run {__version__}"
-            )
+            return f"it supports {CORE_DISTRIBUTION}{requirement.specifier}, and this is tzrec-run {__version__}"
     return None
 
 
@@ -338,42 +335,5 @@ def pinned_requirements(pm: PluginManager) -> list[str]:
     for name, plugin in pm.list_name_plugin():
         dist, version = pm.origin(name)
         if plugin is not None and dist:
-            pins.setdefault(_canonical(dist), f"{dist}=={version}")
+            pins.setdefault(canonical_name(dist), f"{dist}=={version}")
     return [pins[key] for key in sorted(pins)]
-
-
-def plugin_set_changes(saved: Sequence[Mapping[str, Any]], current: Sequence[PluginInfo | Mapping[str, Any]]) -> list[str]:
-    """What changed between the plugin set a run recorded and the current one, one line each.
-
-    Args:
-        saved: the ``plugins`` a checkpoint recorded (``PluginInfo.to_json()`` dicts).
-        current: this run's plugins (:func:`plugin_infos`, or the same dicts).
-
-    Returns:
-        Lines such as ``plugin 'x' (tzrun-x): 0.1.0 -> 0.2.0``; empty when nothing changed.
-    """
-
-    def by_name(items: Sequence[PluginInfo | Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-        return {i["name"]: i for i in (x.to_json() if isinstance(x, PluginInfo) else x for x in items)}
-
-    def shown(info: Mapping[str, Any]) -> str:
-        if not info.get("distribution"):
-            return "registered in code"
-        return f"{info['distribution']} {info.get('version')}"
-
-    before, after = by_name(saved), by_name(current)
-    lines = []
-    for name in sorted(before.keys() | after.keys()):
-        old, new = before.get(name), after.get(name)
-        if new is None:
-            lines.append(f"plugin '{name}' ({shown(old)}) is no longer loaded")
-        elif old is None:
-            lines.append(f"plugin '{name}' ({shown(new)}) is new")
-        elif (old.get("distribution"), old.get("version")) != (new.get("distribution"), new.get("version")):
-            lines.append(f"plugin '{name}': {shown(old)} -> {shown(new)}")
-        else:
-            was = {k: tuple(v) for k, v in (old.get("components") or {}).items()}
-            now = {k: tuple(v) for k, v in (new.get("components") or {}).items()}
-            if was != now:
-                lines.append(f"plugin '{name}' ({shown(new)}) registers other components: {was} -> {now}")
-    return lines

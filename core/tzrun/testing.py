@@ -6,6 +6,7 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["tzrun.testing"]``. It p
   shared one), and ``tzrun_pm_factory`` to make more with options;
 * :func:`registered`: a context manager that registers a plugin on a manager for a block;
 * :func:`load_config_text`: checks a TOML string through both passes, as ``tzrec-run check`` does;
+* :func:`entry_points_of`: the ``tzrun`` entry points an installed distribution declares;
 * :func:`run_tiny_training`: trains a tiny DeepFM for a few steps on synthetic data, with your
   component named in ``--set`` overrides, and returns the final evaluation: a smoke test of a
   plugin through the real training loop, in a fresh process (the default) or in this one.
@@ -14,6 +15,7 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["tzrun.testing"]``. It p
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -26,7 +28,7 @@ import pytest
 
 from tzrun.config.load import load_config, parse_config
 from tzrun.config.schema import RunConfig
-from tzrun.plugins import PluginManager, make_plugin_manager
+from tzrun.plugins import ENTRY_POINT_GROUP, PluginManager, canonical_name, make_plugin_manager
 from tzrun.registry import Registries, collect_registries
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "tzrun_pm_factory",
     "registered",
     "load_config_text",
+    "entry_points_of",
     "TINY_CONFIG",
     "TinyRun",
     "tiny_config_text",
@@ -80,6 +83,17 @@ def load_config_text(
     registries = collect_registries(pm)
     raw = parse_config(text, "<string>", overrides)
     return load_config(raw, registries), registries
+
+
+def entry_points_of(distribution: str) -> list[importlib.metadata.EntryPoint]:
+    """The ``tzrun`` entry points that ``distribution`` declares, as installed (empty when it
+    is not installed): what tzrec-run will load, e.g. to assert that ``pip install -e .``
+    registered yours."""
+    wanted = canonical_name(distribution)
+    return [
+        ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if ep.dist is not None and canonical_name(ep.dist.metadata["Name"]) == wanted
+    ]
 
 
 #: The config :func:`run_tiny_training` starts from: DeepFM over one dense and three id
@@ -215,7 +229,7 @@ def run_tiny_training(
 
     Raises:
         AssertionError: when the training fails (with its output), so that a test shows why.
-        ValueError: for ``plugins`` or ``env`` without ``in_process``, or the reverse.
+        ValueError: for ``plugins`` without ``in_process``, or ``env`` with it.
     """
     tmp = Path(tmp_path)
     if plugins and not in_process:

@@ -11,6 +11,7 @@ import tzrun
 from tzrun.cli import main
 from tzrun.config.load import read_config
 from tzrun.errors import ConfigError
+from tzrun.plugins import make_plugin_manager
 from tzrun.testing import load_config_text, registered
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,8 +83,9 @@ def test_unknown_key_wrong_type_and_steps_with_epochs_are_reported_together(tzru
     assert len(problems) == 4
 
 
-def test_misspelled_component_gets_did_you_mean_with_its_path(tzrun_pm):
-    problems = problems_of(MINIMAL, 'train.sparse_optimizer.type="rowwise_adagard"', 'metrics[0].type="acu"', pm=tzrun_pm)
+def test_misspelled_component_gets_did_you_mean_with_its_path(tzrun_pm_factory):
+    builtins = tzrun_pm_factory(distributions=["tzrec-run"])  # whatever else is installed
+    problems = problems_of(MINIMAL, 'train.sparse_optimizer.type="rowwise_adagard"', 'metrics[0].type="acu"', pm=builtins)
     assert problems == [
         "train.sparse_optimizer.type: unknown sparse optimizer 'rowwise_adagard' "
         "(available: adagrad, adam, lamb, lars_sgd, partial_rowwise_adam, partial_rowwise_lamb, rowwise_adagrad, sgd; "
@@ -188,7 +190,7 @@ def test_a_plugin_registered_in_a_test_provides_a_dense_optimizer_the_toml_uses(
     assert built == [HalvingConfig(lr=0.5)]
     assert optimizer.param_groups[0]["lr"] == 0.25
     # without the plugin the same TOML is an error that offers the real names
-    problems = problems_of(MINIMAL, 'train.dense_optimizer={type="halving_sgd", lr=0.5}', pm=tzrun_pm)
+    problems = problems_of(MINIMAL, 'train.dense_optimizer={type="halving_sgd", lr=0.5}', pm=make_plugin_manager(distributions=["tzrec-run"]))
     assert problems[0].startswith("train.dense_optimizer.type: unknown dense optimizer 'halving_sgd' (available: adadelta, adagrad, adam, adamw, rmsprop, sgd")
 
 

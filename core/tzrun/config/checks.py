@@ -27,6 +27,8 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
             add(f"train.{key}", f"must be at least 1, got {value}")
     if train.save_checkpoints_steps < 0:
         add("train.save_checkpoints_steps", "must be 0 (only at the end) or a positive interval")
+    if train.save_checkpoints_epochs is not None and train.save_checkpoints_epochs < 1:
+        add("train.save_checkpoints_epochs", "must be at least 1 (leave it unset for no per-epoch checkpoints)")
     if train.log_every_n_steps < 1:
         add("train.log_every_n_steps", "must be at least 1")
     if data.batch_size < 1:

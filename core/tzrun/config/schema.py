@@ -304,6 +304,7 @@ class TrainConfig:
         num_epochs: train this many passes over ``data.train_input``.
         seed: seeds torch, numpy and Python's ``random`` on every rank.
         save_checkpoints_steps: also checkpoint and evaluate every N steps (0: only at the end).
+        save_checkpoints_epochs: also checkpoint and evaluate at the end of every N-th epoch.
         log_every_n_steps: the interval of train log lines (stages may have their own).
         pipeline: the TorchRec train pipeline (default ``sparse_dist``).
         stages: loop stages, in order (default: one ``progress`` stage).
@@ -325,6 +326,7 @@ class TrainConfig:
     num_epochs: Optional[int] = None
     seed: int = 0
     save_checkpoints_steps: int = 0
+    save_checkpoints_epochs: Optional[int] = None
     log_every_n_steps: int = 100
     pipeline: Component = Component("sparse_dist")
     stages: tuple[Component, ...] = (Component("progress"),)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
-from tzrun.data.dataset import BatchStream, padded, split_rows
+from tzrun.data.dataset import BatchStream, consumed_rows, padded, resume_layout, split_rows, worker_runs
 from tzrun.data.features import BatchBuilder
 from tzrun.interfaces import Reader
 
@@ -46,6 +46,7 @@ class RankInput:
         builder: BatchBuilder,
         rank: int,
         world_size: int,
+        rows: Sequence[tuple[int, int]] | None = None,
     ) -> None:
         from tzrun.errors import DataError
 
@@ -53,9 +54,10 @@ class RankInput:
         self.total_rows = sum(g.num_rows for g in groups)
         if self.total_rows == 0:
             raise DataError(f"{input_path}: the input has no rows")
-        self.split = split_rows(groups, rank, world_size, batch_size)
+        self.split = split_rows(groups, rank, world_size, batch_size, rows)
         self.stream = BatchStream(reader, self.split, batch_size, columns, builder)
         self.builder = builder
+        self.batch_size = batch_size
         self.num_workers = num_workers
 
     @property
@@ -63,21 +65,35 @@ class RankInput:
         """Steps of one pass, the same on every rank."""
         return self.split.steps
 
-    def one_pass(self, max_steps: int | None = None) -> Iterator[Any]:
-        """One pass as exactly ``min(steps, max_steps)`` batches: this rank's rows, then
-        weight-0 padding batches if other ranks have more."""
+    @property
+    def runs(self) -> list[tuple[int, int]]:
+        """The batch run of each reading worker (one run when reading in this process)."""
+        workers = max(1, min(self.num_workers, self.split.num_batches)) if self.num_workers else 1
+        return worker_runs(self.split.num_batches, workers)
+
+    def consumed(self, done: int) -> list[tuple[int, int]]:
+        """The global row intervals this rank has consumed after ``done`` steps of a pass."""
+        return consumed_rows(self.split.rows, self.batch_size, self.split.num_rows, self.runs, done)
+
+    def one_pass(self, max_steps: int | None = None, start: int = 0) -> Iterator[Any]:
+        """One pass from step ``start`` on, as exactly ``min(steps, max_steps) - start``
+        batches (``max_steps`` counts from the start of the pass): this rank's rows, then
+        weight-0 padding batches if other ranks have more. The batches are the ones an
+        uninterrupted pass yields from step ``start``, in the same order, with or without
+        DataLoader workers."""
         from torch.utils.data import DataLoader
 
         steps = self.steps if max_steps is None else min(self.steps, max_steps)
+        remaining, order = resume_layout(self.runs, start)
         if self.num_workers == 0:
-            batches = self.stream.iter_worker(0, 1)
+            batches: Iterator[Any] = self.stream.iter_run(*remaining[0])
         else:
             batches = iter(
                 DataLoader(
-                    self.stream.torch_dataset(),
+                    self.stream.torch_dataset([remaining[w] for w in order]),
                     batch_size=None,
-                    num_workers=min(self.num_workers, max(1, self.split.num_batches)),
+                    num_workers=len(order),
                     worker_init_fn=_single_threaded_worker,
                 )
             )
-        return padded(batches, steps, self.builder.padding)
+        return padded(batches, max(0, steps - start), self.builder.padding)

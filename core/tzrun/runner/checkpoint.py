@@ -5,6 +5,7 @@ Layout of one checkpoint::
     step-N/state/          sharded model and optimizer state (DCP: .metadata, __<rank>_<i>.distcp)
     step-N/schedules.pt    every LR schedule's state_dict
     step-N/update.pt       the update path's state (fp16 loss scaler, EMA of dense weights)
+    step-N/ranks/rank-R.pt each rank's own state: random number generators, train-metric windows
     step-N/meta.json       step, epoch, world size, plan, plugin set, stage states, resolved config
     step-N/COMPLETE        written last, by rank 0, after every rank finished; without it the
                            directory is not a checkpoint and is never loaded
@@ -34,6 +35,7 @@ __all__ = [
     "save_checkpoint",
     "load_model_state",
     "load_training_state",
+    "remove_incomplete_checkpoints",
 ]
 
 MARKER = "COMPLETE"
@@ -68,6 +70,19 @@ def latest_checkpoint(model_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+def remove_incomplete_checkpoints(model_dir: Path) -> list[Path]:
+    """Delete checkpoint directories without the completion marker (an interrupted save);
+    returns what was removed. Call on one rank only."""
+    root = Path(model_dir) / "checkpoints"
+    removed = []
+    if root.is_dir():
+        for child in root.iterdir():
+            if _STEP_DIR.match(child.name) and not is_complete(child):
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child)
+    return removed
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
@@ -87,6 +102,7 @@ def save_checkpoint(
     meta: Mapping[str, Any],
     rank: int,
     update: Mapping[str, Any] | None = None,
+    rank_state: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the checkpoint of ``step`` on every rank; returns its directory.
 
@@ -104,6 +120,13 @@ def save_checkpoint(
     import torch.distributed.checkpoint as dcp
 
     dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_id=str(path / "state"))
+    if rank_state is not None:
+        import io
+
+        (path / "ranks").mkdir(exist_ok=True)
+        buffer = io.BytesIO()
+        torch.save(dict(rank_state), buffer)
+        _write_atomic(path / "ranks" / f"rank-{rank}.pt", buffer.getvalue())
     if rank == 0:
         import io
 
@@ -136,6 +159,18 @@ def load_model_state(path: Path, model: torch.nn.Module) -> None:
     model.load_state_dict(state["model"])
 
 
+def _init_lazy_states(optimizer: Any) -> None:
+    """Create the state of optimizers that make it lazily at their first step (Adam's moments,
+    SGD's momentum), so that the checkpoint's values have tensors to load into: DCP loads only
+    the keys the live state dict has. The dummy step's effect on the weights is overwritten by
+    the weights loaded next."""
+    children = [opt for _, opt in getattr(optimizer, "optimizers", [])] or [optimizer]
+    for child in children:
+        if not child.state and hasattr(child, "init_state"):
+            child.init_state()
+            child.zero_grad(set_to_none=True)
+
+
 def load_training_state(
     path: Path,
     *,
@@ -157,6 +192,7 @@ def load_training_state(
     import torch.distributed.checkpoint as dcp
 
     path = Path(path)
+    _init_lazy_states(optimizer)
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     dcp.load(state, checkpoint_id=str(path / "state"))
     model.load_state_dict(state["model"])

@@ -32,12 +32,13 @@ from tzrun.interfaces import EvalResult, RunContext, StepInfo
 from tzrun.plugins import PluginManager, plugin_infos
 from tzrun.registry import Registries
 from tzrun.runner.build import build_run, group_columns, metric_slots
-from tzrun.runner.checkpoint import latest_checkpoint, save_checkpoint
+from tzrun.runner.checkpoint import latest_checkpoint, load_training_state, remove_incomplete_checkpoints, save_checkpoint
 from tzrun.runner.distributed import init_distributed
 from tzrun.runner.evaluate import evaluate
+from tzrun.runner.position import DataPosition, Layout, TrainData, plan_epochs, resume_layout_for
 from tzrun.runner.train_metrics import TrainMetrics
 
-__all__ = ["TrainResult", "train"]
+__all__ = ["TrainResult", "train", "EXIT_STOPPED_BY_SIGNAL", "rng_state", "set_rng_state"]
 
 log = logging.getLogger("tzrun")
 
@@ -53,6 +54,7 @@ class TrainResult:
         seconds: wall time of the loop, set-up excluded.
         samples_per_second: training rows per second over all ranks, evaluation excluded.
         model: the trained DistributedModelParallel model (for programmatic use).
+        stopped_by: the signal that stopped the run early (its checkpoint is written), or None.
     """
 
     steps: int
@@ -61,6 +63,7 @@ class TrainResult:
     seconds: float
     samples_per_second: float
     model: Any = attrs.field(default=None, repr=False)
+    stopped_by: str | None = None
 
 
 def _seed_everything(seed: int) -> None:
@@ -69,13 +72,90 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _boundaries(total: int, every: int) -> list[int]:
-    points = list(range(every, total, every)) if every else []
-    return [*points, total]
+def rng_state() -> dict[str, Any]:
+    """This process's random number generator states (saved per rank in checkpoints)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+#: The exit code of a run stopped by SIGTERM or SIGUSR1 after writing its checkpoint: a retry
+#: with ``--resume`` (torchrun ``--max-restarts`` does one) continues it.
+EXIT_STOPPED_BY_SIGNAL = 75
+
+
+class StopSignals:
+    """SIGTERM / SIGUSR1 on any rank: every rank stops at the same step boundary.
+
+    A handler only sets a flag. The ranks agree on it with one all-reduce per step on a
+    separate gloo group, issued asynchronously after step k and read after step k + 1, so it
+    never waits on the hot path; all ranks see the same value at the same step.
+    """
+
+    SIGNALS = ("SIGTERM", "SIGUSR1")
+
+    def __init__(self, world_size: int) -> None:
+        import signal
+        import threading
+
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+        self._pending: Any = None
+        self._flag = torch.zeros(1, dtype=torch.int32)
+        self._group = torch.distributed.new_group(backend="gloo") if world_size > 1 else None
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                number = getattr(signal, name, None)
+                if number is not None:
+                    self._previous[number] = signal.signal(number, self._handle)
+
+    def _handle(self, number: int, frame: Any) -> None:
+        import signal
+
+        self.received = signal.Signals(number).name
+
+    def should_stop(self) -> bool:
+        """Called once per step on every rank: whether all ranks stop now."""
+        if self._group is None:
+            return self.received is not None
+        stop = False
+        if self._pending is not None:
+            self._pending.wait()
+            stop = bool(self._flag_result.item())
+        self._flag_result = torch.tensor([int(self.received is not None)], dtype=torch.int32)
+        self._pending = torch.distributed.all_reduce(
+            self._flag_result, op=torch.distributed.ReduceOp.MAX, group=self._group, async_op=True
+        )
+        return stop
+
+    def drain(self) -> None:
+        """Complete the all-reduce in flight (before the ranks do anything else together)."""
+        if self._pending is not None:
+            self._pending.wait()
+            self._pending = None
+
+    def restore(self) -> None:
+        """Put the previous signal handlers back."""
+        import signal
+
+        self.drain()
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
 
 
 def train(
-    cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries, *, overwrite: bool = False
+    cfg: RunConfig,
+    raw: RawConfig,
+    pm: PluginManager,
+    registries: Registries,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
 ) -> TrainResult:
     """Train, evaluate and checkpoint as ``cfg`` says, on every rank of the job.
 
@@ -84,28 +164,30 @@ def train(
         raw: the config as read (saved with checkpoints).
         pm: the run's plugin manager; the configured stages are registered on it.
         registries: the components collected from ``pm``.
-        overwrite: remove the checkpoints and results of an earlier run in ``model_dir``
-            first; without it, a ``model_dir`` that has checkpoints is refused.
+        overwrite: remove the checkpoints and results of an earlier run in ``model_dir`` first.
+        resume: continue from the latest complete checkpoint in ``model_dir`` (start afresh
+            when there is none). Without either, a ``model_dir`` with checkpoints is refused.
 
     Returns:
-        The result (the same on every rank, except timing).
+        The result (the same on every rank, except timing). ``stopped_by`` names the signal
+        when SIGTERM/SIGUSR1 stopped the run (after its checkpoint was written).
 
     Raises:
-        TzrunError: when ``model_dir`` already has checkpoints and ``overwrite`` is off.
+        TzrunError: when ``model_dir`` already has checkpoints and neither option is given.
     """
     info = init_distributed()
     _seed_everything(cfg.train.seed)
     model_dir = Path(cfg.model_dir)
-    _claim_model_dir(model_dir, overwrite, info.rank)
+    resume_from = _claim_model_dir(model_dir, overwrite, resume, info.rank)
     specs = feature_specs(cfg.features)
     reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
     groups = group_columns(cfg)
     builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups)
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
-    def rank_input(path: str, batch_size: int) -> RankInput:
-        return RankInput(reader, path, batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size)
 
-    train_input = rank_input(cfg.data.train_input, cfg.data.batch_size)
+    def rank_input(path: str, batch_size: int, rows: Any = None) -> RankInput:
+        return RankInput(reader, path, batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size, rows)
+
     eval_input = None
     if cfg.data.eval_input is not None:
         eval_input = rank_input(cfg.data.eval_input, cfg.data.eval_batch_size or cfg.data.batch_size)
@@ -132,17 +214,50 @@ def train(
     def make_pipeline() -> Any:
         return pipeline_entry.build(cfg.train.pipeline.config, built.model, built.update, info.device)
 
-    steps_per_epoch = train_input.steps
-    total = cfg.train.num_steps if cfg.train.num_steps is not None else cfg.train.num_epochs * steps_per_epoch
+    slots = metric_slots(cfg, registries)
+    train_metrics = TrainMetrics(metric_slots(cfg, registries, "train_metrics"), registries, info.device)
+    whole = Layout(info.world_size, cfg.data.num_workers, cfg.data.batch_size)
+    start_step, start_epoch, start_layout, start_in_epoch = 0, 0, whole, 0
+    saved_stages: dict[str, Any] = {}
+    if resume_from is not None:
+        meta = load_training_state(
+            resume_from, model=built.model, optimizer=built.optimizer, schedulers=built.schedulers, update=built.update
+        )
+        start_step = int(meta["step"])
+        position = DataPosition.from_json(meta["data"])
+        start_epoch = position.epoch
+        start_layout, start_in_epoch = resume_layout_for(position, whole)
+        train_metrics.load_state_dict(meta.get("train_metrics", {}))
+        rank_file = resume_from / "ranks" / f"rank-{info.rank}.pt"
+        if rank_file.is_file() and meta.get("world_size") == info.world_size:
+            rank_state = torch.load(rank_file, weights_only=False)
+            set_rng_state(rank_state["rng"])
+            train_metrics.load_window_state(rank_state.get("train_metric_windows", {}))
+        saved_stages = dict(meta.get("stages", {}))
+        _warn_if_plugins_changed(meta, pm, registries, info.rank)
+        if info.rank == 0:
+            how = "exactly where it stopped" if start_layout == position.layout else (
+                f"on a new layout: the {sum(b - a for a, b in start_layout.rows or ())} rows of epoch "
+                f"{start_epoch} not consumed yet are shared out across {info.world_size} rank(s)")
+            log.info("resuming from %s (step %d, epoch %d), %s", resume_from, start_step, start_epoch, how)
+
+    def steps_of(layout: Layout) -> int:
+        return data.input_for(layout).steps
+
+    data = TrainData([], lambda layout: rank_input(cfg.data.train_input, layout.batch_size, layout.rows))
+    data.plan = plan_epochs(
+        num_steps=cfg.train.num_steps, num_epochs=cfg.train.num_epochs, start_step=start_step,
+        start_epoch=start_epoch, start_layout=start_layout, start_in_epoch=start_in_epoch,
+        whole_layout=whole, steps_of=steps_of,
+    )
+    total = max(data.total, start_step)
+    steps_per_epoch = data.input_for(whole).steps
     if info.rank == 0:
         model_dir.mkdir(parents=True, exist_ok=True)
         log.info(
             "training %d steps (%d per epoch) on %d rank(s), %d rows per step; model_dir %s",
-            total, steps_per_epoch, info.world_size, run.global_batch_size, model_dir,
+            total - start_step, steps_per_epoch, info.world_size, run.global_batch_size, model_dir,
         )
-    stream = _train_stream(train_input, total)
-    slots = metric_slots(cfg, registries)
-    train_metrics = TrainMetrics(metric_slots(cfg, registries, "train_metrics"), registries, info.device)
     meta_base = {
         "world_size": info.world_size,
         "plugins": [p.to_json() for p in plugin_infos(pm, registries)],
@@ -150,56 +265,118 @@ def train(
         "config_source": raw.source,
         "steps_per_epoch": steps_per_epoch,
     }
-    step, last_eval, last_ckpt = 0, None, None
+    boundaries = _boundaries(start_step, total, cfg.train.save_checkpoints_steps,
+                             data.epoch_ends() if cfg.train.save_checkpoints_epochs else [],
+                             cfg.train.save_checkpoints_epochs)
+    stream = data.batches(start_step)
+    signals = StopSignals(info.world_size)
+    step, last_eval, last_ckpt, stopped_by = start_step, None, None, None
     train_seconds, started = 0.0, time.perf_counter()
     try:
+        if resume_from is not None:
+            pm.hook.tzrun_after_checkpoint_load(run=run, step=start_step, state=saved_stages)
         pm.hook.tzrun_before_train(run=run)
-        for boundary in _boundaries(total, cfg.train.save_checkpoints_steps):
+        for boundary in boundaries:
             segment_start = time.perf_counter()
-            step = _run_segment(
-                run, pm, built, make_pipeline(), itertools.islice(stream, boundary - step), step, steps_per_epoch, train_metrics
+            step, stopped = _run_segment(
+                run, pm, built, make_pipeline(), itertools.islice(stream, boundary - step), step, data,
+                train_metrics, signals,
             )
             built.update.flush()  # no gradient stays pending across a checkpoint
             train_seconds += time.perf_counter() - segment_start
-            state: dict[str, Any] = {}
-            pm.hook.tzrun_before_checkpoint_save(run=run, step=step, state=state)
-            last_ckpt = save_checkpoint(
-                model_dir, step, model=built.model, optimizer=built.optimizer, schedulers=built.schedulers,
-                update=built.update.state_dict(),
-                meta={**meta_base, "step": step, "epoch": (step - 1) // steps_per_epoch, "stages": state,
-                      "plan": str(built.plan)},
-                rank=info.rank,
-            )
+            signals.drain()
+            if stopped:
+                stopped_by = signals.received or "a signal on another rank"
+            last_ckpt = _save(run, pm, built, data, train_metrics, meta_base, step, info)
+            if stopped_by is not None:
+                if info.rank == 0:
+                    log.warning("stopped by %s at step %d after writing %s; rerun with --resume to continue "
+                                "(exit code %d)", stopped_by, step, last_ckpt, EXIT_STOPPED_BY_SIGNAL)
+                break
             if eval_input is not None:
                 with built.update.eval_weights():
                     last_eval = _evaluate_and_record(run, pm, eval_input, slots, registries, make_pipeline, step)
             if _any_rank_asks_to_stop(run):
                 break
+        if last_ckpt is None:  # resumed at the very end: nothing left to train
+            last_ckpt = latest_checkpoint(model_dir)
         pm.hook.tzrun_after_train(run=run, step=step)
     except BaseException as error:
         pm.hook.tzrun_on_train_error(run=run, error=error)
         raise
     finally:
+        signals.restore()
         for stage in stages:
             pm.unregister(stage)
     seconds = time.perf_counter() - started
-    rows = step * run.global_batch_size
+    rows = (step - start_step) * run.global_batch_size
     assert last_ckpt is not None
-    return TrainResult(step, last_ckpt, last_eval, seconds, rows / max(train_seconds, 1e-9), built.model)
+    return TrainResult(step, last_ckpt, last_eval, seconds, rows / max(train_seconds, 1e-9), built.model, stopped_by)
 
 
-def _claim_model_dir(model_dir: Path, overwrite: bool, rank: int) -> None:
+def _save(run: RunContext, pm: Any, built: Any, data: TrainData, train_metrics: Any, meta_base: dict[str, Any],
+          step: int, info: Any) -> Path:
+    state: dict[str, Any] = {}
+    pm.hook.tzrun_before_checkpoint_save(run=run, step=step, state=state)
+
+    def gather(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        if info.world_size == 1:
+            return intervals
+        everyone: list[Any] = [None] * info.world_size
+        torch.distributed.all_gather_object(everyone, intervals)
+        return [tuple(i) for part in everyone for i in part]
+
+    position = data.position(step, gather) if step > 0 else None
+    epoch = position.epoch if position is not None else 0
+    return save_checkpoint(
+        run.model_dir, step, model=built.model, optimizer=built.optimizer, schedulers=built.schedulers,
+        update=built.update.state_dict(),
+        rank_state={"rng": rng_state(), "train_metric_windows": train_metrics.window_state()},
+        meta={**meta_base, "step": step, "epoch": epoch, "data": position.to_json() if position else None,
+              "stages": state, "train_metrics": train_metrics.state_dict(),
+              "learning_rates": {k: g[0]["lr"] for k, o in built.optimizers.items() if (g := o.param_groups)},
+              "plan": str(built.plan)},
+        rank=info.rank,
+    )
+
+
+def _boundaries(start: int, total: int, every: int, epoch_ends: list[int], by_epoch: int | None) -> list[int]:
+    """The steps after ``start`` where a checkpoint (and an evaluation) is due."""
+    points = set(range(every, total, every)) if every else set()
+    if by_epoch:
+        points.update(end for i, end in enumerate(epoch_ends, 1) if i % by_epoch == 0)
+    points.add(total)
+    return sorted(p for p in points if start < p <= total)
+
+
+def _warn_if_plugins_changed(meta: dict[str, Any], pm: Any, registries: Any, rank: int) -> None:
+    saved = {(p.get("name"), p.get("distribution"), p.get("version")) for p in meta.get("plugins", [])}
+    now = {(p.name, p.distribution, p.version) for p in plugin_infos(pm, registries)}
+    if saved and saved != now and rank == 0:
+        gone = sorted(f"{n} ({d} {v})" for n, d, v in saved - now)
+        new = sorted(f"{n} ({d} {v})" for n, d, v in now - saved)
+        log.warning("the plugin set changed since the checkpoint: removed or changed %s; added %s",
+                    ", ".join(gone) or "none", ", ".join(new) or "none")
+
+
+def _claim_model_dir(model_dir: Path, overwrite: bool, resume: bool, rank: int) -> Path | None:
+    """Apply the policy for a model dir that already has checkpoints; returns the checkpoint to
+    resume from, if any. Removes checkpoint directories that an interrupted save left behind."""
     existing = latest_checkpoint(model_dir)
-    if existing is not None and not overwrite:
+    if existing is not None and not (overwrite or resume):
         raise TzrunError(
-            f"{model_dir} already has checkpoints (latest: {existing.name}); pass --overwrite to "
-            "start over in it, or --model-dir to train elsewhere"
+            f"{model_dir} already has checkpoints (latest: {existing.name}); pass --resume to continue "
+            "from it, --overwrite to start over in it, or --model-dir to train elsewhere"
         )
-    if overwrite and rank == 0:
-        for name in ("checkpoints", "predictions"):
-            shutil.rmtree(model_dir / name, ignore_errors=True)
-        (model_dir / "eval_results.jsonl").unlink(missing_ok=True)
+    if rank == 0:
+        if overwrite:
+            for name in ("checkpoints", "predictions"):
+                shutil.rmtree(model_dir / name, ignore_errors=True)
+            (model_dir / "eval_results.jsonl").unlink(missing_ok=True)
+        else:
+            remove_incomplete_checkpoints(model_dir)
     torch.distributed.barrier()
+    return existing if resume and not overwrite else None
 
 
 def _any_rank_asks_to_stop(run: RunContext) -> bool:
@@ -211,15 +388,6 @@ def _any_rank_asks_to_stop(run: RunContext) -> bool:
     return run.stop_requested
 
 
-def _train_stream(train_input: RankInput, total: int) -> Iterator[Any]:
-    """Exactly ``total`` batches: passes over the train input, each truncated at the end."""
-    remaining = total
-    while remaining > 0:
-        for batch in train_input.one_pass(max_steps=remaining):
-            remaining -= 1
-            yield batch
-
-
 def _run_segment(
     run: RunContext,
     pm: pluggy.PluginManager,
@@ -227,12 +395,16 @@ def _run_segment(
     pipeline: Any,
     batches: Iterator[Any],
     step: int,
-    steps_per_epoch: int,
-    train_metrics: Any = None,
-) -> int:
+    data: TrainData,
+    train_metrics: Any,
+    signals: StopSignals,
+) -> tuple[int, bool]:
+    """Train the batches of one segment; returns the last step and whether every rank agreed
+    to stop early (a signal)."""
     hook = pm.hook.tzrun_after_train_step
     per_batch = [s for s in built.schedulers.values() if not getattr(s, "by_epoch", False)]
     per_epoch = [s for s in built.schedulers.values() if getattr(s, "by_epoch", False)]
+    epoch_ends = set(data.epoch_ends()) if per_epoch else set()
     optimizers = built.optimizers
     # The schedules are closed-form in the number of steps: stepping one before its optimizer
     # has stepped (a dense optimizer inside an accumulation window) skips nothing.
@@ -249,20 +421,23 @@ def _run_segment(
             lrs = {k: groups[0]["lr"] for k, opt in optimizers.items() if (groups := opt.param_groups)}
             for scheduler in per_batch:
                 scheduler.step()
-            if per_epoch and step % steps_per_epoch == 0:
+            if step in epoch_ends:
                 for scheduler in per_epoch:
                     scheduler.step()
             if train_metrics:
                 train_metrics.update(out)
+            epoch = data.where(step)[0].epoch
             hook(run=run, step=StepInfo(
-                step, (step - 1) // steps_per_epoch, out.loss, out.losses, out.num_rows, lrs,
+                step, epoch, out.loss, out.losses, out.num_rows, lrs,
                 dict(train_metrics.values) if train_metrics else {},
             ))
+            if signals.should_stop():
+                return step, True
     finally:
         quiet.__exit__(None, None, None)
         if hasattr(pipeline, "detach"):
             pipeline.detach()
-    return step
+    return step, False
 
 
 def _evaluate_and_record(

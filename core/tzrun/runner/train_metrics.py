@@ -54,10 +54,27 @@ class TrainMetrics:
                 self.values[slot.name] = window if previous is None else rate * previous + (1 - rate) * window
 
     def state_dict(self) -> dict[str, Any]:
-        """The decayed values and the step count (windows in progress are not saved)."""
+        """The decayed values and the step count (the same on every rank)."""
         return {"values": dict(self.values), "steps": self.steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         self.values = dict(state.get("values", {}))
         self.steps = int(state.get("steps", 0))
+
+    def window_state(self) -> dict[str, Any]:
+        """This rank's rows of the windows in progress (saved per rank)."""
+        return {name: {k: _copy(v) for k, v in metric.metric_state.items()} for name, metric in self.metrics.items()}
+
+    def load_window_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`window_state` returned (same world size only)."""
+        for name, metric in self.metrics.items():
+            for key, value in state.get(name, {}).items():
+                setattr(metric, key, value)
+            metric._update_count = 1 if state.get(name) else 0
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, list):
+        return [v.detach().clone() for v in value]
+    return value.detach().clone()

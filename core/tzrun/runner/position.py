@@ -1,0 +1,219 @@
+"""Where a run stands in its training data, and the plan of the epochs still to train.
+
+A checkpoint records the data position: the epoch, the steps done in it, the layout the epoch
+was read with (world size, DataLoader workers, batch size, and the rows of a resumed partial
+epoch) and the global row intervals every rank had consumed in it. Batches a train pipeline
+had prefetched but not trained on are not consumed: they are read again after a resume.
+
+On resume with the same layout, the epoch continues exactly where it stopped, batch for batch
+in the same order (:meth:`tzrun.data.loader.RankInput.one_pass` with ``start``), so the resumed
+run is bit-identical to an uninterrupted one. With another layout (more or fewer ranks,
+workers, another batch size) the rows of the epoch not consumed yet are shared out across the
+new ranks as a partial epoch: every row is still trained on exactly once per epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+import attrs
+
+from tzrun.data.dataset import merge_intervals, subtract_intervals
+
+__all__ = ["Layout", "EpochRun", "DataPosition", "plan_epochs", "TrainData"]
+
+Interval = tuple[int, int]
+
+
+@attrs.frozen
+class Layout:
+    """How an epoch is read; the same layout reproduces the same batches in the same order.
+
+    Attributes:
+        world_size: ranks.
+        num_workers: DataLoader workers per rank.
+        batch_size: rows per batch per rank.
+        rows: the global row intervals of a partial (resumed) epoch; None for a whole epoch.
+    """
+
+    world_size: int
+    num_workers: int
+    batch_size: int
+    rows: Optional[tuple[Interval, ...]] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "num_workers": self.num_workers, "batch_size": self.batch_size,
+                "rows": None if self.rows is None else [list(i) for i in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Layout":
+        rows = data.get("rows")
+        return cls(int(data["world_size"]), int(data["num_workers"]), int(data["batch_size"]),
+                   None if rows is None else tuple((int(a), int(b)) for a, b in rows))
+
+
+@attrs.frozen
+class DataPosition:
+    """The position saved in a checkpoint (``meta.json["data"]``).
+
+    Attributes:
+        epoch: the current epoch (0-based).
+        step_in_epoch: steps of that epoch already trained.
+        layout: the layout that epoch is read with.
+        consumed: the global row intervals of that epoch consumed by all ranks.
+        total_rows: rows of the training input.
+    """
+
+    epoch: int
+    step_in_epoch: int
+    layout: Layout
+    consumed: tuple[Interval, ...]
+    total_rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "layout": self.layout.to_json(),
+                "consumed_rows": [list(i) for i in self.consumed], "total_rows": self.total_rows}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "DataPosition":
+        return cls(int(data["epoch"]), int(data["step_in_epoch"]), Layout.from_json(data["layout"]),
+                   tuple((int(a), int(b)) for a, b in data["consumed_rows"]), int(data["total_rows"]))
+
+
+@attrs.frozen
+class EpochRun:
+    """One epoch (or the rest of one) in the plan of a run.
+
+    Attributes:
+        epoch: its index.
+        layout: how it is read.
+        start: the step of the epoch to start at (same layout: the position saved).
+        steps: steps of the whole epoch under ``layout``.
+        first_step: the global step number its first trained batch gets, minus one.
+    """
+
+    epoch: int
+    layout: Layout
+    start: int
+    steps: int
+    first_step: int
+
+    @property
+    def last_step(self) -> int:
+        """The global step number of its last batch."""
+        return self.first_step + self.steps - self.start
+
+
+def resume_layout_for(saved: DataPosition, current: Layout) -> tuple[Layout, int]:
+    """The layout and start step of the epoch a resumed run continues: the saved one (exact
+    continuation) when nothing about the reading changed, otherwise a partial epoch over the
+    rows not consumed yet, from its first step."""
+    same = attrs.evolve(current, rows=saved.layout.rows) == saved.layout
+    if same:
+        return saved.layout, saved.step_in_epoch
+    epoch_rows = list(saved.layout.rows) if saved.layout.rows is not None else [(0, saved.total_rows)]
+    remaining = []
+    consumed = merge_intervals(saved.consumed)
+    for a, b in epoch_rows:
+        inside = [(max(a, x), min(b, y)) for x, y in consumed if min(b, y) > max(a, x)]
+        remaining.extend((a + x, a + y) for x, y in subtract_intervals(b - a, [(x - a, y - a) for x, y in inside]))
+    return attrs.evolve(current, rows=tuple(remaining)), 0
+
+
+def plan_epochs(
+    *,
+    num_steps: int | None,
+    num_epochs: int | None,
+    start_step: int,
+    start_epoch: int,
+    start_layout: Layout,
+    start_in_epoch: int,
+    whole_layout: Layout,
+    steps_of: Callable[[Layout], int],
+) -> list[EpochRun]:
+    """The epochs still to train, from global step ``start_step``.
+
+    Args:
+        num_steps / num_epochs: the run's length (one of them is set).
+        start_step: steps already trained.
+        start_epoch, start_layout, start_in_epoch: the epoch to continue and where.
+        whole_layout: the layout of every later epoch.
+        steps_of: steps of an epoch under a layout.
+    """
+    plan: list[EpochRun] = []
+    step, epoch, layout, start = start_step, start_epoch, start_layout, start_in_epoch
+    while True:
+        if num_epochs is not None and epoch >= num_epochs:
+            break
+        if num_steps is not None and step >= num_steps:
+            break
+        steps = steps_of(layout)
+        todo = steps - start
+        if num_steps is not None:
+            todo = min(todo, num_steps - step)
+        if todo > 0:
+            plan.append(EpochRun(epoch, layout, start, start + todo, step))
+            step += todo
+        if steps == 0 and layout.rows is None:
+            break  # an input without rows (the reader reports it before this)
+        epoch, layout, start = epoch + 1, whole_layout, 0
+    return plan
+
+
+class TrainData:
+    """The training batches of a run, epoch after epoch, resumable at any step.
+
+    Args:
+        plan: the epochs to train.
+        make_input: builds a rank's input for a layout (a
+            :class:`~tzrun.data.loader.RankInput`).
+    """
+
+    def __init__(self, plan: Sequence[EpochRun], make_input: Callable[[Layout], Any]) -> None:
+        self.plan = list(plan)
+        self.make_input = make_input
+        self._inputs: dict[Layout, Any] = {}
+
+    def input_for(self, layout: Layout) -> Any:
+        """The (cached) rank input of a layout."""
+        if layout not in self._inputs:
+            self._inputs[layout] = self.make_input(layout)
+        return self._inputs[layout]
+
+    @property
+    def total(self) -> int:
+        """The global step number of the last batch."""
+        return self.plan[-1].last_step if self.plan else 0
+
+    def epoch_ends(self) -> list[int]:
+        """Global steps that end an epoch (whole or partial)."""
+        return [r.last_step for r in self.plan if r.steps == self.input_for(r.layout).steps]
+
+    def where(self, step: int) -> tuple[EpochRun, int]:
+        """The epoch run holding global step ``step`` (1-based) and the step's index in its
+        epoch (1-based)."""
+        for run in self.plan:
+            if run.first_step < step <= run.last_step:
+                return run, run.start + step - run.first_step
+        raise IndexError(step)
+
+    def batches(self, from_step: int = 0) -> Iterator[Any]:
+        """Every batch after global step ``from_step``, across epochs."""
+        for run in self.plan:
+            if run.last_step <= from_step:
+                continue
+            start = run.start + max(0, from_step - run.first_step)
+            yield from self.input_for(run.layout).one_pass(max_steps=run.steps, start=start)
+
+    def position(self, step: int, gather: Callable[[list[Interval]], list[Interval]]) -> DataPosition:
+        """The data position after global step ``step`` (collective through ``gather``, which
+        returns the union of every rank's intervals)."""
+        run, in_epoch = self.where(step)
+        rank_input = self.input_for(run.layout)
+        if in_epoch >= rank_input.steps:  # the epoch is done: the next one starts
+            return DataPosition(run.epoch + 1, 0, self._whole_layout(run), (), rank_input.total_rows)
+        consumed = gather(rank_input.consumed(in_epoch))
+        return DataPosition(run.epoch, in_epoch, run.layout, tuple(merge_intervals(consumed)), rank_input.total_rows)
+
+    def _whole_layout(self, run: EpochRun) -> Layout:
+        return attrs.evolve(run.layout, rows=None)

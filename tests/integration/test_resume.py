@@ -1,0 +1,119 @@
+"""Exact resume in one process: a run stopped by a signal at step k and resumed ends with
+bit-identical weights and the same loss sequence as an uninterrupted run, with DataLoader
+workers, across an epoch boundary; the policy for a model dir that has checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+import tzrun
+from tests.integration.test_update_path import CONFIG, _process_group, weights  # noqa: F401
+from tzrun.config.load import load_config, parse_config
+from tzrun.errors import TzrunError
+from tzrun.plugins import make_plugin_manager
+from tzrun.registry import collect_registries
+from tzrun.runner.checkpoint import list_checkpoints
+from tzrun.runner.loop import train
+
+pytestmark = pytest.mark.slow
+
+OVERRIDES = (
+    "data.batch_size=1024",  # 12,000 rows: 12 steps per epoch
+    "data.num_workers=2",
+    "train.num_steps=18",
+    "train.save_checkpoints_steps=5",
+    'train.sparse_optimizer={type = "rowwise_adagrad", lr = 0.05}',
+    'train.dense_optimizer={type = "adam", lr = 0.01, lr_schedule = {type = "exponential_decay", decay_size = 3, decay_factor = 0.8}}',
+    'train_metrics=[{type = "auc", decay_step = 4}]',
+)
+
+
+class Losses:
+    """Records each step's loss and lr; optionally sends itself a signal after a step."""
+
+    def __init__(self, signal_at: int | None = None, signum: int = signal.SIGUSR1) -> None:
+        self.steps: dict[int, tuple[float, float]] = {}
+        self.metrics: dict[int, dict[str, float]] = {}
+        self.signal_at, self.signum = signal_at, signum
+
+    @tzrun.hookimpl
+    def tzrun_after_train_step(self, run, step):
+        self.steps[step.step] = (float(step.loss), step.learning_rates["dense"])
+        self.metrics[step.step] = dict(step.metrics)
+        if step.step == self.signal_at:
+            os.kill(os.getpid(), self.signum)
+
+
+def _train(tmp_path: Path, criteo_dir: Path, name: str, recorder: Losses, *extra: str, resume: bool = False,
+           overwrite: bool = False, epochs: int | None = None):
+    pm = make_plugin_manager(plugins=[("losses", recorder)])
+    registries = collect_registries(pm)
+    text = CONFIG.format(model_dir=tmp_path / name, train=criteo_dir / "train")
+    overrides = list(OVERRIDES)
+    if epochs is not None:
+        text = text.replace("num_steps = 4", f"num_epochs = {epochs}")
+        overrides.remove("train.num_steps=18")
+    raw = parse_config(text, "<test>", [*overrides, *extra])
+    return train(load_config(raw, registries), raw, pm, registries, resume=resume, overwrite=overwrite)
+
+
+def test_a_run_stopped_by_a_signal_and_resumed_is_the_uninterrupted_run(tmp_path, criteo_dir):
+    whole = Losses()
+    uninterrupted = _train(tmp_path, criteo_dir, "whole", whole)
+    assert uninterrupted.steps == 18 and sorted(whole.steps) == list(range(1, 19))
+
+    first = Losses(signal_at=7)
+    stopped = _train(tmp_path, criteo_dir, "split", first)
+    assert stopped.stopped_by == "SIGUSR1" and stopped.steps == 7
+    assert [s for s, _ in list_checkpoints(tmp_path / "split")] == [5, 7]
+    meta = json.loads((tmp_path / "split" / "checkpoints" / "step-7" / "meta.json").read_text())
+    assert meta["data"]["epoch"] == 0 and meta["data"]["step_in_epoch"] == 7
+    assert sum(b - a for a, b in meta["data"]["consumed_rows"]) == 7 * 1024
+
+    second = Losses(signal_at=13)  # stopped again in the second epoch
+    again = _train(tmp_path, criteo_dir, "split", second, resume=True)
+    assert again.stopped_by == "SIGUSR1" and again.steps == 13
+    third = Losses()
+    resumed = _train(tmp_path, criteo_dir, "split", third, resume=True)
+    assert resumed.steps == 18 and resumed.stopped_by is None
+
+    pieces = {**first.steps, **second.steps, **third.steps}
+    assert sorted(pieces) == list(range(1, 19))
+    assert pieces == whole.steps  # the same loss and lr at every step, exactly
+    assert third.metrics[18] == whole.metrics[18]  # the decayed train metric continued too
+    a, b = weights(uninterrupted.model), weights(resumed.model)
+    assert set(a) == set(b)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_resuming_with_other_workers_trains_the_rest_of_the_epoch_once(tmp_path, criteo_dir):
+    first = Losses(signal_at=5)
+    _train(tmp_path, criteo_dir, "run", first, epochs=1)
+    resumed = _train(tmp_path, criteo_dir, "run", Losses(), "data.num_workers=0", "data.batch_size=2000",
+                     resume=True, epochs=1)
+    # 12,000 - 5 * 1,024 = 6,880 rows left, read in batches of 2,000: 4 more steps
+    assert resumed.steps == 5 + 4
+    meta = json.loads((tmp_path / "run" / "checkpoints" / "step-9" / "meta.json").read_text())
+    assert meta["data"]["epoch"] == 1 and meta["data"]["step_in_epoch"] == 0  # the epoch is done
+
+
+def test_a_model_dir_with_checkpoints_needs_resume_or_overwrite(tmp_path, criteo_dir):
+    _train(tmp_path, criteo_dir, "run", Losses(), "train.num_steps=2")
+    with pytest.raises(TzrunError, match=r"already has checkpoints \(latest: step-2\); pass --resume to continue from it, --overwrite"):
+        _train(tmp_path, criteo_dir, "run", Losses(), "train.num_steps=2")
+    done = _train(tmp_path, criteo_dir, "run", Losses(), "train.num_steps=2", resume=True)
+    assert done.steps == 2  # nothing left to train
+    # an incomplete checkpoint directory (a save that was killed) is removed, never loaded
+    broken = tmp_path / "run" / "checkpoints" / "step-3"
+    (broken / "state").mkdir(parents=True)
+    more = Losses()
+    _train(tmp_path, criteo_dir, "run", more, "train.num_steps=4", resume=True)
+    assert sorted(more.steps) == [3, 4]
+    assert not broken.exists() and (tmp_path / "run" / "checkpoints" / "step-4" / "COMPLETE").is_file()

@@ -1,0 +1,99 @@
+"""Throwaway distributions and a ``tzrec-run`` that sees them, or does not see installed ones.
+
+A distribution is "installed" the way importlib.metadata finds one, without pip: a directory on
+``PYTHONPATH`` holding ``<name>-<version>.dist-info/{METADATA,entry_points.txt}`` next to the
+plugin's modules. Hiding an installed distribution mirrors the directory that holds it without
+the files its ``RECORD`` lists: what ``pip uninstall`` removes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import site
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from tzrun.testing import tiny_config_text
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_distribution(
+    site_dir: Path,
+    name: str,
+    version: str = "1.0",
+    *,
+    entry_points: Mapping[str, str],
+    modules: Mapping[str, str] = {},
+    requires: Sequence[str] = (),
+) -> None:
+    """Put distribution ``name`` with ``tzrun`` entry points and top-level ``modules`` (name
+    -> source) into ``site_dir``."""
+    info = site_dir / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    metadata = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", *(f"Requires-Dist: {r}" for r in requires)]
+    (info / "METADATA").write_text("\n".join(metadata) + "\n")
+    lines = "\n".join(f"{ep} = {target}" for ep, target in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[tzrun]\n{lines}\n")
+    for module, source in modules.items():
+        (site_dir / f"{module}.py").write_text(textwrap.dedent(source))
+
+
+def config_file(tmp_path: Path) -> Path:
+    """A valid config (``tzrun.testing.TINY_CONFIG``; ``check`` reads no data)."""
+    path = tmp_path / "run.toml"
+    path.write_text(tiny_config_text(tmp_path / "data", tmp_path / "run"))
+    return path
+
+
+def _python_path(*first: Path | str) -> str:
+    return os.pathsep.join([*(str(p) for p in first), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def tzrun_cli(args: Sequence[str], site_dir: Path | None = None, env: Mapping[str, str] = {}) -> subprocess.CompletedProcess[str]:
+    """``python -m tzrun ARGS`` with the distributions of ``site_dir`` installed."""
+    full = {**_clean_environ(), **env}
+    if site_dir is not None:
+        full["PYTHONPATH"] = _python_path(site_dir)
+    return subprocess.run([sys.executable, "-m", "tzrun", *args], capture_output=True, text=True, env=full, cwd=REPO, timeout=120)
+
+
+def _clean_environ() -> dict[str, str]:
+    """This environment without the plugin switches a developer may have exported."""
+    return {k: v for k, v in os.environ.items() if k not in ("TZRUN_STRICT_PLUGINS", "TZRUN_DISABLE_PLUGINS")}
+
+
+def _mirror_without(directory: Path, hidden: set[str], dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for entry in directory.iterdir():
+        if entry.name not in hidden:
+            (dest / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    return dest
+
+
+def tzrun_cli_without(distributions: Sequence[str], args: Sequence[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m tzrun ARGS`` in this environment as it is after ``pip uninstall`` of
+    ``distributions``: each one's files (its ``RECORD``) are hidden from the site and path
+    directories that hold them; everything else is as installed."""
+    replaced: dict[str, str] = {}
+    for i, name in enumerate(distributions):
+        dist = importlib.metadata.distribution(name)
+        base = Path(dist.locate_file("")).resolve()
+        hidden = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        assert hidden, f"{name} has no RECORD to uninstall by"
+        replaced[str(base)] = str(_mirror_without(base, hidden, tmp_path / f"without-{i}"))
+    site_dirs = [replaced.get(str(Path(d).resolve()), d) for d in site.getsitepackages()]
+    python_path = [replaced.get(str(Path(p).resolve()), p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    code = (
+        "import runpy, site, sys\n"
+        f"for d in {site_dirs!r}: site.addsitedir(d)\n"
+        f"sys.argv = ['tzrun', *{list(args)!r}]\n"
+        "runpy.run_module('tzrun', run_name='__main__', alter_sys=True)\n"
+    )
+    env = _clean_environ()
+    env["PYTHONPATH"] = os.pathsep.join(python_path)
+    return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)

@@ -1,0 +1,167 @@
+"""Failure isolation, duplicates and compatibility, from the outside: throwaway distributions on
+``PYTHONPATH`` and the ``tzrec-run`` command in a fresh process, as a user meets them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.plugin_kit.dists import config_file, tzrun_cli, write_distribution
+
+FINE_OPTIMIZER = """
+    import attrs, tzrun
+
+    @attrs.frozen
+    class Config:
+        lr: float
+
+    def build(cfg, params):
+        import torch
+        return torch.optim.SGD(params, lr=cfg.lr)
+
+    @tzrun.hookimpl
+    def tzrun_register_dense_optimizers(register):
+        register("{name}", config=Config, build=build)
+"""
+
+
+def optimizer_module(name: str) -> str:
+    return FINE_OPTIMIZER.replace("{name}", name)
+
+
+def uses(optimizer: str) -> list[str]:
+    return ["--set", f'train.dense_optimizer={{type="{optimizer}", lr=0.1}}']
+
+
+@pytest.fixture
+def site_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "site"
+    path.mkdir()
+    return path
+
+
+def test_a_plugin_that_fails_to_import_is_named_and_the_others_work(site_dir, tmp_path):
+    write_distribution(site_dir, "tzrun-flaky", "2.0", entry_points={"flaky": "flaky_mod"},
+                       modules={"flaky_mod": "raise ImportError('needs libfoo')\n"})
+    write_distribution(site_dir, "tzrun-sturdy", entry_points={"sturdy": "sturdy_mod"},
+                       modules={"sturdy_mod": optimizer_module("sturdy_sgd")})
+    config = str(config_file(tmp_path))
+
+    proc = tzrun_cli(["check", config, *uses("sturdy_sgd")], site_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "plugin 'flaky' (from tzrun-flaky 2.0) failed to load: ImportError: needs libfoo" in proc.stderr
+    assert "TZRUN_DISABLE_PLUGINS=flaky" in proc.stderr and "TZRUN_STRICT_PLUGINS=1" in proc.stderr
+
+    listing = json.loads(tzrun_cli(["plugins", "--json"], site_dir).stdout)
+    assert listing["failed"] == [{"name": "flaky", "distribution": "tzrun-flaky", "version": "2.0",
+                                  "error": "ImportError: needs libfoo", "reason": "import"}]
+    assert {"sturdy", "tzrun_plugins.optim"} <= {p["name"] for p in listing["plugins"]}
+
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 2
+    assert "tzrec-run: plugin 'flaky' (from tzrun-flaky 2.0) failed to load: ImportError: needs libfoo" in strict.stderr
+    assert "TZRUN_STRICT_PLUGINS is on" in strict.stderr
+
+    disabled = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1", "TZRUN_DISABLE_PLUGINS": "flaky"})
+    assert disabled.returncode == 0 and disabled.stderr == "", disabled.stderr
+
+
+def test_a_registration_hook_that_raises_is_named_and_the_rest_work(site_dir, tmp_path):
+    write_distribution(site_dir, "tzrun-raiser", entry_points={"raiser": "raiser_mod"}, modules={"raiser_mod": optimizer_module("raiser_sgd") + """
+    @tzrun.hookimpl
+    def tzrun_register_metrics(register):
+        register("half_done", config=Config, build=build)
+        raise RuntimeError("boom")
+    """})
+    config = str(config_file(tmp_path))
+
+    proc = tzrun_cli(["check", config, *uses("raiser_sgd")], site_dir)
+    assert proc.returncode == 0, proc.stderr  # its other hook, and every other plugin, still work
+    assert "plugin 'raiser' (tzrun-raiser 1.0) raised in tzrun_register_metrics: RuntimeError: boom; its metrics are skipped" in proc.stderr
+    half = tzrun_cli(["check", config, "--set", 'metrics=[{type="half_done", lr=1.0}]'], site_dir)
+    assert half.returncode == 2 and "unknown metric 'half_done'" in half.stderr  # what it registered before raising is gone
+
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 2 and "raised in tzrun_register_metrics: RuntimeError: boom" in strict.stderr
+
+
+def test_two_distributions_registering_one_name_are_both_named_with_how_to_disable_one(site_dir, tmp_path):
+    for letter in "ab":
+        write_distribution(site_dir, f"tzrun-dup-{letter}", "1.0", entry_points={f"dup_{letter}": f"dup_{letter}_mod"},
+                           modules={f"dup_{letter}_mod": optimizer_module("twin_sgd")})
+    config = str(config_file(tmp_path))
+
+    proc = tzrun_cli(["check", config, *uses("twin_sgd")], site_dir)
+    assert proc.returncode == 2
+    assert (
+        "dense optimizer 'twin_sgd' is registered twice: by plugin 'dup_a' (tzrun-dup-a 1.0) and by plugin "
+        "'dup_b' (tzrun-dup-b 1.0). Disable one of them with [plugins] disable = [\"dup_b\"] in the config "
+        "or TZRUN_DISABLE_PLUGINS=dup_b."
+    ) in proc.stderr
+
+    for how in (["--set", 'plugins.disable=["dup_b"]'], []):
+        env = {} if how else {"TZRUN_DISABLE_PLUGINS": "dup_b"}
+        fixed = tzrun_cli(["check", config, *uses("twin_sgd"), *how], site_dir, env)
+        assert fixed.returncode == 0, fixed.stderr
+
+
+def test_a_plugin_claiming_a_built_in_name_is_named_next_to_the_built_in(site_dir, tmp_path):
+    write_distribution(site_dir, "tzrun-copycat", "0.3", entry_points={"copycat": "copycat_mod"},
+                       modules={"copycat_mod": optimizer_module("adam")})
+    proc = tzrun_cli(["check", str(config_file(tmp_path))], site_dir)
+    assert proc.returncode == 2
+    assert (
+        "dense optimizer 'adam' is registered twice: by plugin 'copycat' (tzrun-copycat 0.3) and by plugin "
+        "'tzrun_plugins.optim' (tzrec-run 0.1.0)"
+    ) in proc.stderr
+
+
+def test_a_distribution_for_another_tzrec_run_version_is_rejected_without_being_imported(site_dir, tmp_path):
+    marker = tmp_path / "imported"
+    write_distribution(site_dir, "tzrun-future", "3.0", entry_points={"future": "future_mod"}, requires=["tzrec-run>=0.2"],
+                       modules={"future_mod": f"open({str(marker)!r}, 'w').close()\n" + optimizer_module("future_sgd")})
+    write_distribution(site_dir, "tzrun-current", "1.0", entry_points={"current": "current_mod"},
+                       requires=["tzrec_run>=0.1,<0.2", 'tzrec-run>=9; extra == "docs"', "attrs"],
+                       modules={"current_mod": optimizer_module("current_sgd")})
+    config = str(config_file(tmp_path))
+
+    proc = tzrun_cli(["check", config, *uses("current_sgd")], site_dir)
+    assert proc.returncode == 0, proc.stderr  # a compatible range (and a requirement only under an extra) loads
+    assert "plugin 'future' (from tzrun-future 3.0) was rejected: it supports tzrec-run>=0.2, and this is tzrec-run 0.1.0" in proc.stderr
+    assert "install a version of tzrun-future made for tzrec-run 0.1.0, or uninstall it" in proc.stderr
+    assert not marker.exists()
+    rejected = tzrun_cli(["check", config, *uses("future_sgd")], site_dir)
+    assert rejected.returncode == 2 and "unknown dense optimizer 'future_sgd'" in rejected.stderr
+
+    failed = json.loads(tzrun_cli(["plugins", "--json"], site_dir).stdout)["failed"]
+    assert [(f["name"], f["reason"]) for f in failed] == [("future", "incompatible")]
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 2 and "plugin 'future' (from tzrun-future 3.0) was rejected" in strict.stderr
+
+
+@pytest.mark.parametrize(
+    ("hook", "expected"),
+    [
+        ("def tzrun_register_optimizers(register):",
+         "it implements hook(s) that tzrec-run 0.1.0 does not define: tzrun_register_optimizers (did you mean "),
+        ("def tzrun_register_metrics(register, registry):",
+         "its hooks do not match tzrec-run 0.1.0's hookspecs: Plugin 'old' for hook 'tzrun_register_metrics'"),
+    ],
+    ids=["unknown_hook", "other_arguments"],
+)
+def test_a_plugin_for_another_hook_api_is_rejected_whole(site_dir, tmp_path, hook, expected):
+    write_distribution(site_dir, "tzrun-old", "0.0.1", entry_points={"old": "old_mod"}, modules={"old_mod": optimizer_module("old_sgd") + f"""
+    @tzrun.hookimpl
+    {hook}
+        pass
+    """})
+    config = str(config_file(tmp_path))
+    proc = tzrun_cli(["check", config, *uses("old_sgd")], site_dir)
+    assert proc.returncode == 2  # none of its hooks is used, not even the ones that match
+    assert "unknown dense optimizer 'old_sgd'" in proc.stderr
+    assert f"plugin 'old' (from tzrun-old 0.0.1) was rejected: {expected}" in proc.stderr
+    assert tzrun_cli(["check", config], site_dir).returncode == 0  # the rest work
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 2 and expected in strict.stderr
