@@ -51,7 +51,7 @@ def test_model_dir_with_checkpoints_is_refused_without_overwrite(criteo_dir, tmp
     before = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
     again = run_cli(["train", str(EXAMPLE), *sets])
     assert again.returncode == 2
-    assert f"{model_dir} already has checkpoints (latest: step-12); pass --overwrite" in again.stderr
+    assert f"{model_dir} already has checkpoints (latest: step-12); pass --resume to continue from it, --overwrite" in again.stderr
     assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == before  # nothing lost
     assert run_cli(["train", str(EXAMPLE), *sets, "--overwrite"]).returncode == 0
     assert len(_results(model_dir)) == 1  # the old results went with --overwrite

@@ -29,6 +29,8 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
         add("train.save_checkpoints_steps", "must be 0 (only at the end) or a positive interval")
     if train.save_checkpoints_epochs is not None and train.save_checkpoints_epochs < 1:
         add("train.save_checkpoints_epochs", "must be at least 1 (leave it unset for no per-epoch checkpoints)")
+    if train.keep_checkpoint_max < 0:
+        add("train.keep_checkpoint_max", "must be 0 (keep all) or more")
     if train.log_every_n_steps < 1:
         add("train.log_every_n_steps", "must be at least 1")
     if data.batch_size < 1:

@@ -184,6 +184,10 @@ class DataConfig:
         labels: label columns, in the order models see them.
         sample_weight: a column of per-row loss and metric weights (default: all rows 1).
         reader: the reader component (default ``{ type = "parquet" }``).
+        on_bad_row: a row with an id outside its table, or a null or NaN label or weight, stops
+            the run with an error naming the file and column (``"error"``), or is dropped and
+            counted in the logs (``"skip"``). A missing column or a column of the wrong type is
+            always an error.
     """
 
     train_input: str
@@ -194,6 +198,7 @@ class DataConfig:
     labels: tuple[str, ...] = ("label",)
     sample_weight: Optional[str] = None
     reader: Component = Component("parquet")
+    on_bad_row: Literal["error", "skip"] = "error"
 
 
 @attrs.frozen
@@ -305,6 +310,11 @@ class TrainConfig:
         seed: seeds torch, numpy and Python's ``random`` on every rank.
         save_checkpoints_steps: also checkpoint and evaluate every N steps (0: only at the end).
         save_checkpoints_epochs: also checkpoint and evaluate at the end of every N-th epoch.
+        keep_checkpoint_max: keep at most this many checkpoints, the newest (0: keep all); the
+            best one (``eval.best_metric``) is never removed.
+        on_nonfinite_loss: a NaN or infinite loss stops the run naming the step (``"error"``),
+            or its update is skipped and counted (``"skip"``); either way before it reaches a
+            checkpoint.
         log_every_n_steps: the interval of train log lines (stages may have their own).
         pipeline: the TorchRec train pipeline (default ``sparse_dist``).
         stages: loop stages, in order (default: one ``progress`` stage).
@@ -327,6 +337,8 @@ class TrainConfig:
     seed: int = 0
     save_checkpoints_steps: int = 0
     save_checkpoints_epochs: Optional[int] = None
+    keep_checkpoint_max: int = 0
+    on_nonfinite_loss: Literal["error", "skip"] = "error"
     log_every_n_steps: int = 100
     pipeline: Component = Component("sparse_dist")
     stages: tuple[Component, ...] = (Component("progress"),)
@@ -346,10 +358,15 @@ class EvalConfig:
         num_steps: evaluate on at most this many batches per rank (default: the whole input).
         save_predictions: write each rank's eval predictions and labels to
             ``model_dir/predictions/step-N/rank-R.parquet``.
+        best_metric: the eval result (a metric name, or ``loss/<name>``) that picks the best
+            checkpoint (``tzrec-run evaluate --checkpoint best``; never pruned).
+        best_mode: whether larger (``"max"``) or smaller (``"min"``) values of it are better.
     """
 
     num_steps: Optional[int] = None
     save_predictions: bool = False
+    best_metric: Optional[str] = None
+    best_mode: Literal["max", "min"] = "max"
 
 
 @attrs.frozen
