@@ -17,6 +17,7 @@ __all__ = [
     "DuplicateRegistrationError",
     "UnknownComponentError",
     "DataError",
+    "NonFiniteLossError",
     "did_you_mean",
 ]
 
@@ -101,6 +102,11 @@ class UnknownComponentError(TzrunError):
 
 class DataError(TzrunError):
     """Input data does not match the config: names the file and the column."""
+
+
+class NonFiniteLossError(TzrunError):
+    """A training step's loss was NaN or infinite (``train.on_nonfinite_loss = "error"``);
+    raised before that step's dense update and before any checkpoint holds its effects."""
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

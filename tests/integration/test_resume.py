@@ -117,3 +117,74 @@ def test_a_model_dir_with_checkpoints_needs_resume_or_overwrite(tmp_path, criteo
     _train(tmp_path, criteo_dir, "run", more, "train.num_steps=4", resume=True)
     assert sorted(more.steps) == [3, 4]
     assert not broken.exists() and (tmp_path / "run" / "checkpoints" / "step-4" / "COMPLETE").is_file()
+
+
+class NaNAtStep:
+    """A plugin with a loss that is NaN at its n-th training call."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    @tzrun.hookimpl
+    def tzrun_register_losses(self, register):
+        import attrs
+
+        @attrs.frozen
+        class Options:
+            pass
+
+        n = self.n
+
+        class Loss(torch.nn.Module):
+            calls = 0
+
+            def forward(self, logits, label, weight):
+                if self.training:
+                    Loss.calls += 1
+                value = torch.nn.functional.binary_cross_entropy_with_logits(logits, label, weight)
+                return value * float("nan") if Loss.calls == n and self.training else value
+
+        register("nan_at", config=Options, build=lambda cfg: Loss())
+
+
+def _train_nan(tmp_path, criteo_dir, name, policy, recorder):
+    pm = make_plugin_manager(plugins=[("nan", NaNAtStep(4)), ("losses", recorder)])
+    registries = collect_registries(pm)
+    text = CONFIG.format(model_dir=tmp_path / name, train=criteo_dir / "train")
+    raw = parse_config(text, "<test>", ['losses=[{type = "nan_at"}]', "train.num_steps=6",
+                                        "train.save_checkpoints_steps=3", f'train.on_nonfinite_loss="{policy}"'])
+    return train(load_config(raw, registries), raw, pm, registries)
+
+
+def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkpoint(tmp_path, criteo_dir):
+    from tzrun.errors import NonFiniteLossError
+
+    with pytest.raises(NonFiniteLossError, match=r"step 4 \(epoch 0, batch 4 of the epoch\) on rank 0: the training loss is nan"):
+        _train_nan(tmp_path, criteo_dir, "err", "error", Losses())
+    assert [s for s, _ in list_checkpoints(tmp_path / "err")] == [3]
+
+
+def test_a_nan_loss_can_skip_its_step_without_touching_the_weights(tmp_path, criteo_dir, caplog):
+    import logging
+
+    class Snap:
+        def __init__(self):
+            self.by_step = {}
+
+        @tzrun.hookimpl
+        def tzrun_after_train_step(self, run, step):
+            self.by_step[step.step] = weights(run.model)
+
+    snap = Snap()
+    pm = make_plugin_manager(plugins=[("nan", NaNAtStep(4)), ("snap", snap)])
+    registries = collect_registries(pm)
+    text = CONFIG.format(model_dir=tmp_path / "skip", train=criteo_dir / "train")
+    raw = parse_config(text, "<test>", ['losses=[{type = "nan_at"}]', "train.num_steps=6", 'train.on_nonfinite_loss="skip"'])
+    with caplog.at_level(logging.WARNING, logger="tzrun"):
+        result = train(load_config(raw, registries), raw, pm, registries)
+    assert result.steps == 6
+    assert "step 4: the loss is not finite; its update was skipped (1 such step(s) so far" in caplog.text
+    for key, value in snap.by_step[4].items():  # step 4 changed nothing, embeddings included
+        assert torch.equal(value, snap.by_step[3][key]), key
+    assert all(torch.isfinite(v).all() for v in snap.by_step[6].values())
+    assert any(not torch.equal(snap.by_step[6][k], snap.by_step[4][k]) for k in snap.by_step[6])

@@ -151,6 +151,7 @@ class TrainModel(nn.Module):
         self.slots = list(slots)
         self.autocast_dtype = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[mixed_precision]
         self.loss_factor: Any = None
+        self.last_loss: torch.Tensor | None = None
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
         if self.autocast_dtype is None:
@@ -161,6 +162,7 @@ class TrainModel(nn.Module):
                 outputs, total, values = self._forward(batch)
         detached = {k: v.detach().float() for k, v in outputs.items()}
         backward = total
+        self.last_loss = total.detach()
         if self.training and self.loss_factor is not None:
             backward = total * self.loss_factor()
         return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups)

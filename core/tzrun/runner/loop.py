@@ -27,7 +27,7 @@ from tzrun.config.load import RawConfig
 from tzrun.config.schema import RunConfig
 from tzrun.data.features import BatchBuilder, feature_specs
 from tzrun.data.loader import RankInput
-from tzrun.errors import TzrunError
+from tzrun.errors import NonFiniteLossError, TzrunError
 from tzrun.interfaces import EvalResult, RunContext, StepInfo
 from tzrun.plugins import PluginManager, plugin_infos
 from tzrun.registry import Registries
@@ -406,6 +406,7 @@ def _run_segment(
     per_epoch = [s for s in built.schedulers.values() if getattr(s, "by_epoch", False)]
     epoch_ends = set(data.epoch_ends()) if per_epoch else set()
     optimizers = built.optimizers
+    nonfinite = built.update.nonfinite_steps
     # The schedules are closed-form in the number of steps: stepping one before its optimizer
     # has stepped (a dense optimizer inside an accumulation window) skips nothing.
     quiet = warnings.catch_warnings()
@@ -417,6 +418,13 @@ def _run_segment(
                 out = pipeline.progress(batches)
             except StopIteration:
                 break
+            except NonFiniteLossError as error:
+                where, in_epoch = data.where(step + 1)
+                raise NonFiniteLossError(
+                    f"step {step + 1} (epoch {where.epoch}, batch {in_epoch} of the epoch) on rank {run.rank}: {error}; "
+                    "no checkpoint holds its effects (the last one is intact). Lower the learning rate, "
+                    "check the data of that batch, or set train.on_nonfinite_loss = \"skip\" to drop such steps"
+                ) from None
             step += 1
             lrs = {k: groups[0]["lr"] for k, opt in optimizers.items() if (groups := opt.param_groups)}
             for scheduler in per_batch:
@@ -424,6 +432,10 @@ def _run_segment(
             if step in epoch_ends:
                 for scheduler in per_epoch:
                     scheduler.step()
+            if built.update.nonfinite_steps != nonfinite:
+                nonfinite = built.update.nonfinite_steps
+                log.warning("step %d: the loss is not finite; its update was skipped (%d such step(s) so far; "
+                            "train.on_nonfinite_loss = \"skip\")", step, nonfinite)
             if train_metrics:
                 train_metrics.update(out)
             epoch = data.where(step)[0].epoch

@@ -142,10 +142,14 @@ class UpdateOptimizer:
             named.update(getattr(opt, "params", {}))
         self.ema = DenseEMA(named, ema.decay) if ema is not None else None
         self.ema_for_eval = ema is not None and ema.use_for_eval
-        self._inverse: Any = None
+        self.train_model = train_model
+        self.on_nonfinite = getattr(train, "on_nonfinite_loss", "error")
+        self.nonfinite_steps = 0  # batches whose loss was NaN or infinite (skipped)
+        self._inverse: Any = 1.0
         if self.accumulation > 1 or self.scaler is not None:
             self._loss_factor()
             train_model.loss_factor = self._loss_factor
+        if self.accumulation > 1 or self.scaler is not None or self.on_nonfinite == "skip":
             self._hook_embeddings(model)
 
     # -- loss scaling --------------------------------------------------------------------------
@@ -163,8 +167,10 @@ class UpdateOptimizer:
 
         def unscale(grad: torch.Tensor) -> torch.Tensor:
             inverse = self._inverse
-            grad = grad * inverse
-            if self.scaler is not None:  # an fp16 overflow: no embedding update for this batch
+            if not (isinstance(inverse, float) and inverse == 1.0):
+                grad = grad * inverse
+            if self.scaler is not None or self.on_nonfinite == "skip":
+                # an fp16 overflow or a non-finite loss: no embedding update for this batch
                 grad = torch.where(torch.isfinite(grad).all(), grad, torch.zeros_like(grad))
             return grad
 
@@ -201,7 +207,25 @@ class UpdateOptimizer:
                 opt.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Any = None) -> None:
-        """Step the sparse optimizers; at the end of a window, the dense ones."""
+        """Step the sparse optimizers; at the end of a window, the dense ones.
+
+        Raises:
+            NonFiniteLossError: when the batch's loss is NaN or infinite and the policy is
+                ``"error"`` (before any dense update uses it). With ``"skip"``, the batch's
+                updates are dropped instead: the embedding hook already gave FBGEMM zeros, the
+                data-parallel tables do not step, and the accumulation window is discarded.
+        """
+        loss = self.train_model.last_loss
+        if loss is not None and not bool(torch.isfinite(loss)):
+            if self.on_nonfinite == "error":
+                from tzrun.errors import NonFiniteLossError
+
+                raise NonFiniteLossError(f"the training loss is {float(loss)}")
+            self.nonfinite_steps += 1
+            for opt in (*self.per_batch.values(), *self.dense.values()):
+                opt.zero_grad(set_to_none=True)
+            self.micro_step = 0
+            return
         for opt in self.per_batch.values():
             opt.step()
         self.micro_step += 1
@@ -256,6 +280,7 @@ class UpdateOptimizer:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "skipped_steps": self.skipped_steps,
+            "nonfinite_steps": self.nonfinite_steps,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -265,6 +290,7 @@ class UpdateOptimizer:
         if self.ema is not None and state.get("ema"):
             self.ema.load_state_dict(state["ema"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
 
     @contextlib.contextmanager
     def eval_weights(self) -> Iterator[None]:
