@@ -1,7 +1,8 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
-Commands: ``train``, ``check``, ``plugins``, ``data synth criteo``. Torch is imported only by
-the commands that need it, so ``--help``, ``check`` and ``plugins`` start fast.
+Commands: ``train``, ``evaluate``, ``check``, ``plugins``, ``ckpt ls|inspect``, ``data synth
+criteo``. Torch is imported only by the commands that need it, so ``--help``, ``check``,
+``plugins`` and ``ckpt`` start fast.
 """
 
 from __future__ import annotations
@@ -64,6 +65,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
              "failure or a signal stop (use with --resume so that they continue)",
     )
+
+    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint on data.eval_input and record the result")
+    config_args(evaluate)
+    evaluate.add_argument(
+        "--checkpoint", required=True, metavar="latest|best|PATH",
+        help="latest: the newest complete checkpoint of the model dir; best: the one best.json names "
+             "(eval.best_metric); or a checkpoint directory (step-N alone means model_dir/checkpoints/step-N)",
+    )
+    evaluate.add_argument("--model-dir", help="the model dir to read and record in instead of the config's model_dir")
+    evaluate.add_argument(
+        "--nproc-per-node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
+    )
+
+    ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
+    ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="CKPT_COMMAND")
+    ckpt_ls = ckpt_sub.add_parser("ls", help="one line per checkpoint: step, epoch, world size, state, size, best")
+    ckpt_ls.add_argument("model_dir", metavar="MODEL_DIR")
+    ckpt_ls.add_argument("--json", action="store_true", help="print JSON")
+    ckpt_inspect = ckpt_sub.add_parser(
+        "inspect", help="step, epoch, world size, sharding, learning rates, data position, plugins, manifest check")
+    ckpt_inspect.add_argument("path", metavar="PATH", help="a checkpoint directory (model_dir/checkpoints/step-N)")
+    ckpt_inspect.add_argument("--json", action="store_true", help="print JSON")
+    ckpt_inspect.add_argument("--no-hashes", action="store_true",
+                              help="check file sizes against the manifest, not SHA-256 hashes (faster)")
 
     check = sub.add_parser("check", help="check a config (both passes) without building a model or reading data")
     config_args(check)
@@ -226,19 +251,25 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if token.startswith("--max-restarts="):
             continue
         rest.append(token)
-    restarts = ["--max-restarts", str(args.max_restarts)] if args.max_restarts else []
+    max_restarts = getattr(args, "max_restarts", None)
+    restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *restarts,
                "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
     return subprocess.call(command)
 
 
-def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
-        return _launch_torchrun(args, argv)
+def _overrides_with_model_dir(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides, then ``--model-dir`` as ``model_dir = ...``."""
     overrides = list(args.overrides)
     if args.model_dir:
         overrides.append(f"model_dir={json.dumps(args.model_dir)}")
-    raw, pm, registries, cfg = _prepare(args.config, overrides)
+    return overrides
+
+
+def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
+        return _launch_torchrun(args, argv)
+    raw, pm, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args))
     from tzrun.runner.distributed import shutdown_distributed
     from tzrun.runner.loop import train
 
@@ -261,6 +292,42 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
+        return _launch_torchrun(args, argv)
+    raw, _, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args))
+    from tzrun.runner.checkpoint_eval import evaluate_checkpoint
+    from tzrun.runner.distributed import shutdown_distributed
+
+    try:
+        done = evaluate_checkpoint(cfg, raw, registries, args.checkpoint)
+    finally:
+        shutdown_distributed()
+    if int(os.environ.get("RANK", 0)) == 0:
+        values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
+        weights = " (EMA weights)" if done.ema else ""
+        print(f"eval of {done.checkpoint} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")
+        print(f"recorded in {os.path.join(cfg.model_dir, 'eval_results.jsonl')}")
+    return 0
+
+
+def _cmd_ckpt(args: argparse.Namespace) -> int:
+    from tzrun.runner.inspect import describe_checkpoint, format_description, format_listing, list_checkpoint_dirs
+
+    if args.ckpt_command == "ls":
+        rows = list_checkpoint_dirs(args.model_dir)
+        if args.json:
+            print(json.dumps([r.to_json() for r in rows], indent=2))
+        elif rows:
+            print(format_listing(rows))
+        else:
+            print(f"{args.model_dir}: no checkpoints", file=sys.stderr)
+        return 0
+    described = describe_checkpoint(args.path, hashes=not args.no_hashes)
+    print(json.dumps(described, indent=2) if args.json else format_description(described))
+    return 0 if described["manifest"]["state"] in ("ok", "unverified") else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tzrec-run`` with ``argv`` (default: the process arguments); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -269,6 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _cmd_train(args, argv)
+        if args.command == "evaluate":
+            return _cmd_evaluate(args, argv)
+        if args.command == "ckpt":
+            return _cmd_ckpt(args)
         if args.command == "check":
             return _cmd_check(args)
         if args.command == "plugins":

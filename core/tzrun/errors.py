@@ -18,6 +18,8 @@ __all__ = [
     "UnknownComponentError",
     "DataError",
     "NonFiniteLossError",
+    "CheckpointError",
+    "IncompleteCheckpointError",
     "did_you_mean",
 ]
 
@@ -107,6 +109,16 @@ class DataError(TzrunError):
 class NonFiniteLossError(TzrunError):
     """A training step's loss was NaN or infinite (``train.on_nonfinite_loss = "error"``);
     raised before that step's dense update and before any checkpoint holds its effects."""
+
+
+class CheckpointError(TzrunError):
+    """A checkpoint cannot be used: a file is missing, truncated or corrupted, it was written
+    for another model, or none matches what was asked for. Names the file and an earlier
+    checkpoint to use instead, when there is one."""
+
+
+class IncompleteCheckpointError(CheckpointError, FileNotFoundError):
+    """A directory is not a complete checkpoint (no completion marker: its save was interrupted)."""
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

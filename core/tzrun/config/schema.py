@@ -184,9 +184,11 @@ class DataConfig:
         labels: label columns, in the order models see them.
         sample_weight: a column of per-row loss and metric weights (default: all rows 1).
         reader: the reader component (default ``{ type = "parquet" }``).
-        on_bad_row: a row with an id outside its table, or a null or NaN label or weight, stops
-            the run with an error naming the file and column (``"error"``), or is dropped and
-            counted in the logs (``"skip"``). A missing column or a column of the wrong type is
+        on_bad_row: a row with an id outside its table, an infinite dense value, a null, NaN
+            or infinite label, a null, NaN, infinite or negative sample weight, or a null group
+            key stops the run with an error naming the file and column (``"error"``), or is
+            dropped and counted in the logs (``"skip"``). NaN in a dense feature takes its
+            ``fill_value``, like a null. A missing column or a column of the wrong type is
             always an error.
     """
 

@@ -2,13 +2,66 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
+import attrs
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from torchrec.streamable import Pipelineable
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "SkippedRows", "tally_skipped"]
+
+
+@attrs.define
+class SkippedRows:
+    """Input rows dropped for bad values (``data.on_bad_row = "skip"``), and why.
+
+    A batch carries the counts of its own rows, so they travel with it out of DataLoader
+    workers and across devices; add the batches' counts up to get a pass's or a run's.
+
+    Attributes:
+        rows: rows dropped.
+        problems: rows per problem, keyed ``"<column>: <problem>"``, e.g.
+            ``"cat_3: id outside [0, 1000)"``, ``"label: NaN"``, ``"weight: negative"``. A row
+            with several problems counts under each, so these can add up to more than ``rows``.
+    """
+
+    rows: int = 0
+    problems: dict[str, int] = attrs.field(factory=dict)
+
+    def add(self, other: "SkippedRows") -> None:
+        """Add ``other``'s counts to these (``other`` is left as it is)."""
+        self.rows += other.rows
+        for problem, count in other.problems.items():
+            self.problems[problem] = self.problems.get(problem, 0) + count
+
+    def __bool__(self) -> bool:
+        return self.rows > 0
+
+    def __str__(self) -> str:
+        """``"15 rows (cat_3: id outside [0, 1000): 12, label: NaN: 4)"``, most frequent problem first."""
+        parts = ", ".join(f"{p}: {n}" for p, n in sorted(self.problems.items(), key=lambda item: (-item[1], item[0])))
+        return f"{self.rows} row{'' if self.rows == 1 else 's'}" + (f" ({parts})" if parts else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, for ``all_gather_object`` or a checkpoint's metadata."""
+        return {"rows": self.rows, "problems": dict(self.problems)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SkippedRows":
+        """The inverse of :meth:`to_json`."""
+        return cls(int(data["rows"]), {str(k): int(v) for k, v in data["problems"].items()})
+
+
+def tally_skipped(batches: Iterable["Batch"], into: SkippedRows) -> Iterator["Batch"]:
+    """``batches``, unchanged, adding each one's :attr:`Batch.skipped` to ``into`` as it is taken.
+
+    A train pipeline takes a batch or two ahead of the step it trains, so ``into`` can run
+    ahead of the steps done by that much.
+    """
+    for batch in batches:
+        into.add(batch.skipped)
+        yield batch
 
 
 class Batch(Pipelineable):
@@ -23,6 +76,8 @@ class Batch(Pipelineable):
         num_rows: rows that are real data (not padding).
         groups: group-key columns (``group_by`` of losses and metrics) as ``[rows]`` int64;
             strings are FNV-1a 64 hashes.
+        skipped: input rows left out of this batch for bad values (none unless
+            ``data.on_bad_row = "skip"``); not counted in ``num_rows``.
     """
 
     def __init__(
@@ -33,6 +88,7 @@ class Batch(Pipelineable):
         weights: torch.Tensor,
         num_rows: int,
         groups: Mapping[str, torch.Tensor] | None = None,
+        skipped: SkippedRows | None = None,
     ) -> None:
         self.dense = dense
         self.sparse = sparse
@@ -40,6 +96,7 @@ class Batch(Pipelineable):
         self.weights = weights
         self.num_rows = num_rows
         self.groups = dict(groups or {})
+        self.skipped = skipped if skipped is not None else SkippedRows()
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
         """This batch on ``device``."""
@@ -50,6 +107,7 @@ class Batch(Pipelineable):
             self.weights.to(device, non_blocking=non_blocking),
             self.num_rows,
             {k: v.to(device, non_blocking=non_blocking) for k, v in self.groups.items()},
+            self.skipped,
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -71,6 +129,7 @@ class Batch(Pipelineable):
             self.weights.pin_memory(),
             self.num_rows,
             {k: v.pin_memory() for k, v in self.groups.items()},
+            self.skipped,
         )
 
     @property

@@ -1,14 +1,27 @@
 """Feature specs from the config, and Arrow record batches -> :class:`~tzrun.data.batch.Batch`.
 
-Id features: an integer column with ``num_buckets`` must hold ids in ``[0, num_buckets)`` (an id
-outside is an error naming the file and column); a column with ``hash_bucket_size`` is hashed
-with FNV-1a 64 over the UTF-8 bytes of strings (see :mod:`tzrun.data.hashing`), or taken modulo
-``hash_bucket_size`` for integers. List columns give several ids per row; a null gives none.
+Id features: an integer column with ``num_buckets`` must hold ids in ``[0, num_buckets)``; a
+column with ``hash_bucket_size`` is hashed with FNV-1a 64 over the UTF-8 bytes of strings (see
+:mod:`tzrun.data.hashing`), or taken modulo ``hash_bucket_size`` for integers. List columns
+give several ids per row; a null, or a null inside a list, gives none.
+
+Dense features: a null or NaN takes the feature's ``fill_value`` (Parquet written from pandas
+stores missing floats as NaN); ``inf`` and ``-inf`` are bad values.
+
+Bad rows (``data.on_bad_row``) are rows with an id outside ``[0, num_buckets)``, an infinite
+dense value, a null, NaN or infinite label, a null, NaN, infinite or negative sample weight, or
+a null group key. With ``"error"`` the first problem found stops the run with a
+:class:`~tzrun.errors.DataError` naming the file, the column, the problem, how many rows of the
+batch have it and the first bad value; with ``"skip"`` those rows are left out of the batch
+(every column alike) and counted in its :attr:`~tzrun.data.batch.Batch.skipped`. A batch whose
+rows are all bad is a weight-0 padding batch carrying the counts (TorchRec cannot embed a
+``KeyedJaggedTensor`` of stride 0). A missing column or a column of the wrong type is an error
+either way.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import attrs
 import numpy as np
@@ -18,6 +31,9 @@ import pyarrow.compute as pc
 from tzrun.config.schema import FeaturesConfig
 from tzrun.errors import DataError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SparseFeature
+
+if TYPE_CHECKING:
+    from tzrun.data.batch import Batch, SkippedRows
 
 __all__ = ["FeatureSpecs", "feature_specs", "BatchBuilder"]
 
@@ -57,6 +73,36 @@ def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
     )
 
 
+class _BadRows:
+    """The bad rows of one batch: reported at once (``error``) or collected (``skip``)."""
+
+    def __init__(self, source: str, rows: int, skip: bool) -> None:
+        self.source, self.rows, self.skip = source, rows, skip
+        self.masks: dict[str, np.ndarray] = {}
+
+    def found(self, problem: str, bad: np.ndarray, message: Callable[[int], str]) -> None:
+        """Rows ``bad`` (a mask over the batch's rows) have ``problem`` (``"<column>: <what>"``);
+        ``message(count)`` is the error's text after the file name."""
+        if not self.skip:
+            raise DataError(
+                f"{self.source}: {message(int(np.count_nonzero(bad)))}, "
+                'or set data.on_bad_row = "skip" to leave such rows out'
+            )
+        seen = self.masks.get(problem)
+        self.masks[problem] = bad if seen is None else seen | bad
+
+    def dropped(self) -> np.ndarray | None:
+        """The rows to leave out (``None`` when there are none)."""
+        if not self.masks:
+            return None
+        return np.logical_or.reduce(list(self.masks.values()))
+
+    def counts(self, dropped: np.ndarray) -> "SkippedRows":
+        from tzrun.data.batch import SkippedRows
+
+        return SkippedRows(int(np.count_nonzero(dropped)), {p: int(np.count_nonzero(m)) for p, m in self.masks.items()})
+
+
 class BatchBuilder:
     """Turns Arrow record batches into :class:`Batch` objects for one run's features.
 
@@ -66,22 +112,32 @@ class BatchBuilder:
         sample_weight: the sample-weight column, if any.
         groups: group-key columns (``group_by`` of losses and metrics): integers, or strings
             hashed with FNV-1a 64.
+        on_bad_row: ``"error"`` or ``"skip"`` (``data.on_bad_row``; see the module docstring).
     """
 
     def __init__(
-        self, specs: FeatureSpecs, labels: Sequence[str], sample_weight: str | None, groups: Sequence[str] = ()
+        self,
+        specs: FeatureSpecs,
+        labels: Sequence[str],
+        sample_weight: str | None,
+        groups: Sequence[str] = (),
+        *,
+        on_bad_row: str = "error",
     ) -> None:
+        if on_bad_row not in ("error", "skip"):
+            raise ValueError(f"on_bad_row must be 'error' or 'skip', not {on_bad_row!r}")
         self.specs = specs
         self.labels = tuple(labels)
         self.sample_weight = sample_weight
         self.groups = tuple(dict.fromkeys(groups))
+        self.on_bad_row = on_bad_row
 
     def __call__(self, table: pa.Table | pa.RecordBatch, source: str) -> "Batch":
         """Build a batch from ``table``; ``source`` (a file name) is named in errors.
 
         Raises:
-            DataError: naming ``source`` and the column, when a column is missing, has the
-                wrong type, holds a null label or an id outside its table.
+            DataError: naming ``source`` and the column, when a column is missing or has the
+                wrong type, or (``on_bad_row = "error"``) a row holds a bad value.
         """
         import torch
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -89,35 +145,64 @@ class BatchBuilder:
         from tzrun.data.batch import Batch
 
         rows = table.num_rows
+        bad = _BadRows(source, rows, self.on_bad_row == "skip")
         dense = np.zeros((rows, len(self.specs.dense)), dtype=np.float32)
         for j, feature in enumerate(self.specs.dense):
-            dense[:, j] = self._floats(table, feature.column, source, fill=feature.fill_value)
+            dense[:, j] = self._floats(table, feature.column, source, fill=feature.fill_value)[0]
+        if not np.isfinite(dense).all():
+            self._nonfinite_dense(dense, bad)
+        for j, feature in enumerate(self.specs.dense):
             if feature.log1p:
                 np.log1p(np.maximum(dense[:, j], 0.0), out=dense[:, j])
         values, lengths = [], []
         for feature in self.specs.sparse:
-            ids, lens = self._ids(table, feature, source)
+            ids, lens = self._ids(table, feature, source, bad)
             values.append(ids)
             lengths.append(lens)
+        labels = {name: self._checked(table, name, "", source, bad) for name in self.labels}
+        if self.sample_weight:
+            weights = self._checked(table, self.sample_weight, " (sample_weight)", source, bad, negative=True)
+        else:
+            weights = np.ones(rows, dtype=np.float32)
+        groups = {name: self._group_keys(table, name, source, bad) for name in self.groups}
+
+        dropped = bad.dropped()
+        skipped = None
+        if dropped is not None:
+            skipped = bad.counts(dropped)
+            keep = ~dropped
+            rows_in, rows = rows, int(np.count_nonzero(keep))
+            if rows == 0:
+                return self.padding(skipped)
+            values = [
+                ids[keep] if ids.size == rows_in and lens.all() else ids[np.repeat(keep, lens)]
+                for ids, lens in zip(values, lengths)
+            ]
+            lengths = [lens[keep] for lens in lengths]
+            dense = dense[keep]
+            labels = {name: v[keep] for name, v in labels.items()}
+            weights = weights[keep]
+            groups = {name: v[keep] for name, v in groups.items()}
         sparse = KeyedJaggedTensor(
             keys=[f.name for f in self.specs.sparse],
             values=torch.from_numpy(np.concatenate(values) if values else np.zeros(0, np.int64)),
             lengths=torch.from_numpy(np.concatenate(lengths) if lengths else np.zeros(0, np.int32)),
             stride=rows,
         )
-        labels = {name: torch.from_numpy(self._floats(table, name, source, fill=None)) for name in self.labels}
-        if self.sample_weight:
-            weights = self._floats(table, self.sample_weight, source, fill=None)
-            if (weights < 0).any():
-                raise DataError(f"{source}: column '{self.sample_weight}' (sample_weight) has negative weights")
-        else:
-            weights = np.ones(rows, dtype=np.float32)
-        groups = {name: torch.from_numpy(self._group_keys(table, name, source)) for name in self.groups}
-        return Batch(torch.from_numpy(dense), sparse, labels, torch.from_numpy(weights), rows, groups)
+        return Batch(
+            torch.from_numpy(dense),
+            sparse,
+            {name: torch.from_numpy(v) for name, v in labels.items()},
+            torch.from_numpy(weights),
+            rows,
+            {name: torch.from_numpy(v) for name, v in groups.items()},
+            skipped,
+        )
 
-    def padding(self) -> "Batch":
+    def padding(self, skipped: "SkippedRows | None" = None) -> "Batch":
         """A one-row batch of weight 0: what a rank with no data left feeds so that every rank
-        runs the same number of steps (its collectives must match the other ranks')."""
+        runs the same number of steps (its collectives must match the other ranks'), and what
+        a batch whose rows were all skipped becomes (with those rows' counts in ``skipped``)."""
         import torch
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
@@ -136,6 +221,7 @@ class BatchBuilder:
             torch.zeros(1),
             0,
             {name: torch.zeros(1, dtype=torch.int64) for name in self.groups},
+            skipped,
         )
 
     @staticmethod
@@ -149,40 +235,117 @@ class BatchBuilder:
         column = table.column(index)
         return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
-    def _floats(self, table: pa.Table | pa.RecordBatch, name: str, source: str, fill: float | None) -> np.ndarray:
+    def _floats(
+        self, table: pa.Table | pa.RecordBatch, name: str, source: str, fill: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """A numeric column as float32 with its nulls set to ``fill``, or (``fill=None``) to NaN
+        and their mask returned next to it (``None`` when there are none)."""
         column = self._column(table, name, source)
         if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
             raise DataError(f"{source}: column '{name}' has type {column.type}; expected a number")
+        column = column.cast(pa.float32())
+        nulls = None
         if column.null_count:
             if fill is None:
-                raise DataError(f"{source}: column '{name}' has {column.null_count} null value(s); labels and weights cannot be null")
-            column = pc.fill_null(column, fill)
-        return np.array(column.cast(pa.float32()).to_numpy(zero_copy_only=False), dtype=np.float32, copy=True)
+                nulls = column.is_null().to_numpy(zero_copy_only=False)
+            else:
+                column = pc.fill_null(column, fill)
+        return np.array(column.to_numpy(zero_copy_only=False), dtype=np.float32, copy=True), nulls
 
-    def _group_keys(self, table: pa.Table | pa.RecordBatch, name: str, source: str) -> np.ndarray:
+    def _nonfinite_dense(self, dense: np.ndarray, bad: _BadRows) -> None:
+        """Set NaN dense values to their features' ``fill_value``; report infinite ones."""
+        for j, feature in enumerate(self.specs.dense):
+            values = dense[:, j]
+            values[np.isnan(values)] = feature.fill_value
+            inf = np.isinf(values)
+            if inf.any():
+                first = values[inf][0]
+                bad.found(
+                    f"{feature.column}: inf",
+                    inf,
+                    lambda n: f"column '{feature.column}' (dense feature '{feature.name}') has {n} infinite value(s) "
+                    f"in {bad.rows} rows of this batch (first: {first}); fix the data",
+                )
+
+    def _checked(
+        self, table: pa.Table | pa.RecordBatch, name: str, role: str, source: str, bad: _BadRows, negative: bool = False
+    ) -> np.ndarray:
+        """A label (``negative=False``) or sample-weight column, its bad values reported."""
+        values, nulls = self._floats(table, name, source)
+        finite = np.isfinite(values)
+        if nulls is None and finite.all() and not (negative and values.size and values.min() < 0):
+            return values
+        need = "sample weights must be finite and >= 0" if negative else "labels must be finite numbers"
+        where = f"column '{name}'{role} has"
+        rows = bad.rows
+        if nulls is not None:
+            bad.found(f"{name}: null", nulls, lambda n: f"{where} {n} null value(s) in {rows} rows of this batch; {need}")
+        nan = np.isnan(values) if nulls is None else np.isnan(values) & ~nulls
+        if nan.any():
+            bad.found(f"{name}: NaN", nan, lambda n: f"{where} {n} NaN value(s) in {rows} rows of this batch; {need}")
+        inf = np.isinf(values)
+        if inf.any():
+            first = values[inf][0]
+            bad.found(
+                f"{name}: inf", inf, lambda n: f"{where} {n} infinite value(s) in {rows} rows of this batch (first: {first}); {need}"
+            )
+        below = finite & (values < 0) if negative else None
+        if below is not None and below.any():
+            first = values[below][0]
+            bad.found(
+                f"{name}: negative", below, lambda n: f"{where} {n} negative value(s) in {rows} rows of this batch (first: {first}); {need}"
+            )
+        return values
+
+    def _group_keys(self, table: pa.Table | pa.RecordBatch, name: str, source: str, bad: _BadRows) -> np.ndarray:
         column = self._column(table, name, source)
+        is_int = pa.types.is_integer(column.type)
+        if not (is_int or pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(column.type)):
+            raise DataError(f"{source}: column '{name}' (a group_by key) has type {column.type}; expected integers or strings")
         if column.null_count:
-            raise DataError(f"{source}: column '{name}' (a group_by key) has {column.null_count} null value(s); fill them")
-        if pa.types.is_integer(column.type):
+            bad.found(
+                f"{name}: null",
+                column.is_null().to_numpy(zero_copy_only=False),
+                lambda n: f"column '{name}' (a group_by key) has {n} null value(s) in {bad.rows} rows of this batch; fill them",
+            )
+            if is_int:
+                column = column.fill_null(0)
+        if is_int:
             return np.array(column.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(column.type):
-            from tzrun.data.hashing import fnv1a_64
+        from tzrun.data.hashing import fnv1a_64
 
-            return fnv1a_64(column).view(np.int64)
-        raise DataError(f"{source}: column '{name}' (a group_by key) has type {column.type}; expected integers or strings")
+        return fnv1a_64(column).view(np.int64)
 
-    def _ids(self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str) -> tuple[np.ndarray, np.ndarray]:
+    def _ids(
+        self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str, bad: _BadRows
+    ) -> tuple[np.ndarray, np.ndarray]:
         column = self._column(table, feature.column, source)
         rows = len(column)
         if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             lengths = np.array(column.value_lengths().fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int32)
             flat = column.flatten()
+            if flat.null_count:
+                row_of = np.repeat(np.arange(rows), lengths)
+                lengths -= np.bincount(row_of[flat.is_null().to_numpy(zero_copy_only=False)], minlength=rows).astype(np.int32)
+                flat = flat.drop_null()
         else:
             lengths = np.ones(rows, dtype=np.int32)
             if column.null_count:
                 lengths[column.is_null().to_numpy(zero_copy_only=False)] = 0
             flat = column.drop_null() if column.null_count else column
         ids = self._bucketize(flat, feature, source)
+        limit = feature.num_buckets
+        if feature.hash_bucket_size is None and ids.size and (ids.min() < 0 or ids.max() >= limit):
+            outside = (ids < 0) | (ids >= limit)
+            rows_outside = np.zeros(rows, dtype=bool)
+            rows_outside[np.repeat(np.arange(rows), lengths)[outside]] = True
+            first = ids[outside][0]
+            bad.found(
+                f"{feature.column}: id outside [0, {limit})",
+                rows_outside,
+                lambda n: f"column '{feature.column}' (feature '{feature.name}'): id {first} is outside [0, {limit}) "
+                f"({n} of {rows} rows of this batch have an id outside it); raise num_buckets or use hash_bucket_size",
+            )
         return ids, lengths
 
     @staticmethod
@@ -200,10 +363,4 @@ class BatchBuilder:
             raise DataError(
                 f"{where} has type {flat.type}; num_buckets needs integer ids (use hash_bucket_size for strings)"
             )
-        ids = np.array(flat.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
-        if ids.size and (ids.min() < 0 or ids.max() >= feature.num_buckets):
-            bad = ids[(ids < 0) | (ids >= feature.num_buckets)][0]
-            raise DataError(
-                f"{where}: id {bad} is outside [0, {feature.num_buckets}); raise num_buckets or use hash_bucket_size"
-            )
-        return ids
+        return np.array(flat.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import Any
 
 import attrs
 
@@ -51,11 +52,32 @@ def init_distributed(timeout_s: float = 1800.0) -> DistInfo:
             torch.set_num_threads(default_num_threads(os.cpu_count() or 1, local_world_size))
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        if "TORCHELASTIC_RESTART_COUNT" in os.environ and "MASTER_ADDR" in os.environ:
+            dist.init_process_group(backend=backend, store=_attempt_store(rank, world_size, timeout),
+                                    rank=rank, world_size=world_size, timeout=timeout)
+        elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             dist.init_process_group(backend=backend, timeout=timeout)
         else:
             dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     return DistInfo(rank, world_size, local_rank, local_world_size, device, backend)
+
+
+def _attempt_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """torchrun's store, under a prefix of its own for each restart of the job.
+
+    With ``torchrun --max-restarts``, the workers of a restarted attempt share the agent's store
+    with the attempt before; in torch 2.13 gloo then reads the peer addresses the previous
+    attempt left there and fails with "Connection refused" (reproduced with a two-line script).
+    A prefix per ``TORCHELASTIC_RESTART_COUNT`` keeps every attempt's rendezvous apart.
+    """
+    import torch.distributed as dist
+
+    agent_hosts_it = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+        is_master=not agent_hosts_it and rank == 0, timeout=timeout,
+    )
+    return dist.PrefixStore(f"tzrun/attempt-{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
 
 
 def shutdown_distributed() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -11,7 +12,10 @@ from tzrun.interfaces import EvalResult, RunContext
 from tzrun.registry import Registries
 from tzrun.runner.build import MetricSlot
 
-__all__ = ["evaluate", "update_metric"]
+__all__ = ["evaluate", "update_metric", "append_eval_result", "EVAL_RESULTS"]
+
+#: One JSON line per evaluation, in the model dir.
+EVAL_RESULTS = "eval_results.jsonl"
 
 
 def evaluate(
@@ -73,6 +77,14 @@ def evaluate(
     if save:
         _save_predictions(run.model_dir, step, run.rank, saved)
     return EvalResult(step=step, metrics=values, rows=int(total_rows.item()))
+
+
+def append_eval_result(model_dir: Path, result: EvalResult, **extra: Any) -> None:
+    """Append one evaluation to ``model_dir/eval_results.jsonl``: ``step``, ``rows``, every
+    metric, then ``extra`` (e.g. ``checkpoint`` and ``command`` for ``tzrec-run evaluate``)."""
+    line = json.dumps({"step": result.step, "rows": result.rows, **result.metrics, **extra})
+    with open(Path(model_dir) / EVAL_RESULTS, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 def update_metric(metric: Any, slot: MetricSlot, out: Any) -> None:

@@ -9,7 +9,6 @@ evaluated or saved.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import random
 import shutil
@@ -25,17 +24,22 @@ import torch
 
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import RunConfig
+from tzrun.data.batch import SkippedRows, tally_skipped
 from tzrun.data.features import BatchBuilder, feature_specs
 from tzrun.data.loader import RankInput
 from tzrun.errors import NonFiniteLossError, TzrunError
 from tzrun.interfaces import EvalResult, RunContext, StepInfo
 from tzrun.plugins import PluginManager, plugin_infos
 from tzrun.registry import Registries
+from tzrun.runner import faults
 from tzrun.runner.build import build_run, group_columns, metric_slots
-from tzrun.runner.checkpoint import latest_checkpoint, load_training_state, remove_incomplete_checkpoints, save_checkpoint
+from tzrun.runner.checkpoint import (
+    latest_checkpoint, load_training_state, remove_incomplete_checkpoints, save_checkpoint, sharding_summary,
+)
 from tzrun.runner.distributed import init_distributed
-from tzrun.runner.evaluate import evaluate
+from tzrun.runner.evaluate import append_eval_result, evaluate
 from tzrun.runner.position import DataPosition, Layout, TrainData, plan_epochs, resume_layout_for
+from tzrun.runner.retention import BEST_FILE, check_best_metric, prune_checkpoints, record_best
 from tzrun.runner.train_metrics import TrainMetrics
 
 __all__ = ["TrainResult", "train", "EXIT_STOPPED_BY_SIGNAL", "rng_state", "set_rng_state"]
@@ -175,6 +179,7 @@ def train(
     Raises:
         TzrunError: when ``model_dir`` already has checkpoints and neither option is given.
     """
+    check_best_metric(cfg, registries, raw.source)
     info = init_distributed()
     _seed_everything(cfg.train.seed)
     model_dir = Path(cfg.model_dir)
@@ -182,7 +187,7 @@ def train(
     specs = feature_specs(cfg.features)
     reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
     groups = group_columns(cfg)
-    builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups)
+    builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups, on_bad_row=cfg.data.on_bad_row)
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
 
     def rank_input(path: str, batch_size: int, rows: Any = None) -> RankInput:
@@ -268,7 +273,8 @@ def train(
     boundaries = _boundaries(start_step, total, cfg.train.save_checkpoints_steps,
                              data.epoch_ends() if cfg.train.save_checkpoints_epochs else [],
                              cfg.train.save_checkpoints_epochs)
-    stream = data.batches(start_step)
+    skipped = SkippedRows()
+    stream = tally_skipped(data.batches(start_step), skipped)
     signals = StopSignals(info.world_size)
     step, last_eval, last_ckpt, stopped_by = start_step, None, None, None
     train_seconds, started = 0.0, time.perf_counter()
@@ -287,6 +293,8 @@ def train(
             signals.drain()
             if stopped:
                 stopped_by = signals.received or "a signal on another rank"
+            if cfg.data.on_bad_row == "skip":
+                _log_skipped(skipped, info, step)
             last_ckpt = _save(run, pm, built, data, train_metrics, meta_base, step, info)
             if stopped_by is not None:
                 if info.rank == 0:
@@ -328,16 +336,34 @@ def _save(run: RunContext, pm: Any, built: Any, data: TrainData, train_metrics: 
 
     position = data.position(step, gather) if step > 0 else None
     epoch = position.epoch if position is not None else 0
-    return save_checkpoint(
+    path = save_checkpoint(
         run.model_dir, step, model=built.model, optimizer=built.optimizer, schedulers=built.schedulers,
         update=built.update.state_dict(),
         rank_state={"rng": rng_state(), "train_metric_windows": train_metrics.window_state()},
         meta={**meta_base, "step": step, "epoch": epoch, "data": position.to_json() if position else None,
               "stages": state, "train_metrics": train_metrics.state_dict(),
               "learning_rates": {k: g[0]["lr"] for k, o in built.optimizers.items() if (g := o.param_groups)},
-              "plan": str(built.plan)},
+              "plan": str(built.plan), "sharding": sharding_summary(built.plan)},
         rank=info.rank,
     )
+    if info.rank == 0:
+        prune_checkpoints(run.model_dir, run.config.train.keep_checkpoint_max)
+    return path
+
+
+def _log_skipped(skipped: SkippedRows, info: Any, step: int) -> None:
+    """Log the rows ``data.on_bad_row = "skip"`` left out so far, over all ranks (a collective
+    at each checkpoint boundary; counts include batches the pipeline had prefetched)."""
+    total = SkippedRows()
+    if info.world_size > 1:
+        parts: list[Any] = [None] * info.world_size
+        torch.distributed.all_gather_object(parts, skipped.to_json())
+        for part in parts:
+            total.add(SkippedRows.from_json(part))
+    else:
+        total.add(skipped)
+    if total and info.rank == 0:
+        log.warning("bad rows left out of training so far (data.on_bad_row = \"skip\"), at step %d: %s", step, total)
 
 
 def _boundaries(start: int, total: int, every: int, epoch_ends: list[int], by_epoch: int | None) -> list[int]:
@@ -372,7 +398,8 @@ def _claim_model_dir(model_dir: Path, overwrite: bool, resume: bool, rank: int) 
         if overwrite:
             for name in ("checkpoints", "predictions"):
                 shutil.rmtree(model_dir / name, ignore_errors=True)
-            (model_dir / "eval_results.jsonl").unlink(missing_ok=True)
+            for name in ("eval_results.jsonl", BEST_FILE):
+                (model_dir / name).unlink(missing_ok=True)
         else:
             remove_incomplete_checkpoints(model_dir)
     torch.distributed.barrier()
@@ -407,6 +434,7 @@ def _run_segment(
     epoch_ends = set(data.epoch_ends()) if per_epoch else set()
     optimizers = built.optimizers
     nonfinite = built.update.nonfinite_steps
+    injected = faults.faults()
     # The schedules are closed-form in the number of steps: stepping one before its optimizer
     # has stepped (a dense optimizer inside an accumulation window) skips nothing.
     quiet = warnings.catch_warnings()
@@ -443,6 +471,8 @@ def _run_segment(
                 step, epoch, out.loss, out.losses, out.num_rows, lrs,
                 dict(train_metrics.values) if train_metrics else {},
             ))
+            if injected:
+                faults.at_step(step, run.rank)
             if signals.should_stop():
                 return step, True
     finally:
@@ -464,7 +494,11 @@ def _evaluate_and_record(
     pm.hook.tzrun_before_eval(run=run, step=step)
     result = evaluate(run, eval_input.one_pass(run.config.eval.num_steps), slots, registries, make_pipeline, step)
     if run.is_rank0:
-        with open(Path(run.model_dir) / "eval_results.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "rows": result.rows, **result.metrics}) + "\n")
+        append_eval_result(run.model_dir, result)
+    cfg = run.config
+    if cfg.eval.best_metric is not None:
+        record_best(run.model_dir, step, result.metrics, cfg.eval.best_metric, cfg.eval.best_mode, write=run.is_rank0)
+        if run.is_rank0:
+            prune_checkpoints(run.model_dir, cfg.train.keep_checkpoint_max)
     pm.hook.tzrun_after_eval(run=run, step=step, result=result)
     return result

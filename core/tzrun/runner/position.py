@@ -213,6 +213,8 @@ class TrainData:
         if in_epoch >= rank_input.steps:  # the epoch is done: the next one starts
             return DataPosition(run.epoch + 1, 0, self._whole_layout(run), (), rank_input.total_rows)
         consumed = gather(rank_input.consumed(in_epoch))
+        if run.layout.rows is not None:  # a resumed partial epoch: the rows before it were consumed too
+            consumed = [*consumed, *subtract_intervals(rank_input.total_rows, run.layout.rows)]
         return DataPosition(run.epoch, in_epoch, run.layout, tuple(merge_intervals(consumed)), rank_input.total_rows)
 
     def _whole_layout(self, run: EpochRun) -> Layout:

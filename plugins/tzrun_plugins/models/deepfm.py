@@ -60,6 +60,7 @@ def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+    from torchrec.sparse.jagged_tensor import KeyedTensor
 
     dims = {t.embedding_dim for t in ctx.tables}
     problems = []
@@ -98,15 +99,21 @@ def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
             self.final = _mlp(parts, cfg.final_hidden_units)
             self.output = nn.Linear(cfg.final_hidden_units[-1] if cfg.final_hidden_units else parts, 1)
 
+        def in_feature_order(self, keyed: Any) -> torch.Tensor:
+            """A KeyedTensor's values with the features in config order: a sharded collection
+            returns them in the order of its sharding plan, which changes with the world size
+            (``regroup`` is traceable by TorchRec's pipelines, a key comparison is not)."""
+            return KeyedTensor.regroup([keyed], [self.feature_names])[0]
+
         def forward(self, batch: Any) -> dict[str, torch.Tensor]:
-            embedded = self.deep_ebc(batch.sparse)
-            wide = self.wide_ebc(batch.sparse).values()
+            embedded = self.in_feature_order(self.deep_ebc(batch.sparse))
+            wide = self.wide_ebc(batch.sparse).values()  # summed over features: order-free
             rows = wide.shape[0]
             wide = wide.view(rows, len(self.feature_names), -1).sum(dim=1)
-            vectors = embedded.values().view(rows, len(self.feature_names), self.embedding_dim)
+            vectors = embedded.view(rows, len(self.feature_names), self.embedding_dim)
             summed = vectors.sum(dim=1)
             fm = 0.5 * (summed * summed - (vectors * vectors).sum(dim=1))
-            deep = self.deep(torch.cat([batch.dense, embedded.values()], dim=1))
+            deep = self.deep(torch.cat([batch.dense, embedded], dim=1))
             logits = self.output(self.final(torch.cat([wide, fm, deep], dim=1))).squeeze(-1)
             return {"logits": logits, "probs": torch.sigmoid(logits)}
 

@@ -1,0 +1,169 @@
+"""Which checkpoints stay: the best one by ``eval.best_metric`` (recorded in
+``model_dir/best.json``) and the newest ``train.keep_checkpoint_max``.
+
+Rank 0 records the best step after each evaluation and prunes after each save and each
+evaluation. Pruning never removes the newest complete checkpoint (the one a resume or
+``evaluate --checkpoint latest`` picks) nor the best one, so a checkpoint is removed only once a
+newer complete one exists.
+
+Reading ``best.json`` and pruning do not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+import attrs
+
+from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
+from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints
+from tzrun.runner.manifest import MARKER
+
+if TYPE_CHECKING:
+    from tzrun.config.schema import RunConfig
+    from tzrun.registry import Registries
+
+__all__ = [
+    "BEST_FILE",
+    "BestCheckpoint",
+    "read_best",
+    "record_best",
+    "prune_checkpoints",
+    "eval_result_keys",
+    "check_best_metric",
+]
+
+log = logging.getLogger("tzrun")
+
+BEST_FILE = "best.json"
+
+
+@attrs.frozen
+class BestCheckpoint:
+    """What ``best.json`` holds.
+
+    Attributes:
+        step: the step of the best evaluation so far.
+        metric: the eval result it was chosen by (``eval.best_metric``).
+        value: its value at that step.
+        mode: ``max`` or ``min`` (``eval.best_mode``).
+        checkpoint: the checkpoint of that step, relative to the model dir.
+    """
+
+    step: int
+    metric: str
+    value: float
+    mode: str
+    checkpoint: str
+
+    def path(self, model_dir: Path) -> Path:
+        """The checkpoint directory."""
+        return Path(model_dir) / self.checkpoint
+
+
+def read_best(model_dir: Path) -> BestCheckpoint | None:
+    """The best checkpoint recorded in ``model_dir``, or None."""
+    path = Path(model_dir) / BEST_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return BestCheckpoint(int(data["step"]), data["metric"], float(data["value"]), data.get("mode", "max"), data["checkpoint"])
+
+
+def _better(value: float, than: float, mode: str) -> bool:
+    return value > than if mode == "max" else value < than
+
+
+def record_best(
+    model_dir: Path, step: int, metrics: Mapping[str, float], metric: str, mode: str, *, write: bool
+) -> BestCheckpoint | None:
+    """After the evaluation of ``step`` (whose checkpoint is written), make it the best when it
+    improves on ``best.json`` (strictly; a NaN never does). Call on every rank; only the rank
+    with ``write`` writes the file, atomically.
+
+    Returns:
+        The best checkpoint after this evaluation (None while no value was finite).
+
+    Raises:
+        ConfigError: when ``metric`` is not one of the eval results, naming them.
+    """
+    if metric not in metrics:
+        raise ConfigError("eval.best_metric", [_unknown_metric(metric, list(metrics))])
+    model_dir = Path(model_dir)
+    value = float(metrics[metric])
+    current = read_best(model_dir)
+    if current is not None and (current.metric, current.mode) != (metric, mode):
+        if write:
+            log.warning("%s was chosen by %s (%s); eval.best_metric is now %s (%s): choosing again from step %d",
+                        BEST_FILE, current.metric, current.mode, metric, mode, step)
+        current = None
+    if math.isnan(value) or (current is not None and not _better(value, current.value, mode)):
+        return current
+    best = BestCheckpoint(step, metric, value, mode, f"checkpoints/step-{step}")
+    if write:
+        tmp = model_dir / f".{BEST_FILE}.tmp"
+        tmp.write_text(json.dumps(attrs.asdict(best), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, model_dir / BEST_FILE)
+    return best
+
+
+def prune_checkpoints(model_dir: Path, keep: int) -> list[Path]:
+    """Remove the oldest complete checkpoints beyond the newest ``keep`` (0: keep all), except
+    the best one; returns what was removed. Call on one rank only.
+
+    The completion marker goes first, so no new reader picks a checkpoint being removed.
+    """
+    if keep <= 0:
+        return []
+    complete = list_checkpoints(model_dir)
+    best = read_best(model_dir)
+    best_step = checkpoint_step(Path(best.checkpoint)) if best is not None else None
+    removed = []
+    for step, path in complete[:-keep]:
+        if step == best_step:
+            continue
+        (path / MARKER).unlink(missing_ok=True)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    if removed:
+        log.info("removed %d old checkpoint(s) (train.keep_checkpoint_max = %d): %s", len(removed), keep,
+                 ", ".join(p.name for p in removed))
+    return removed
+
+
+def eval_result_keys(cfg: RunConfig, registries: Registries) -> list[str]:
+    """The keys an evaluation reports: each metric's name and ``loss/<name>`` of each loss."""
+    from tzrun.runner.build import loss_slots, metric_slots
+
+    return [s.name for s in metric_slots(cfg, registries)] + [f"loss/{s.name}" for s in loss_slots(cfg, registries)]
+
+
+def _unknown_metric(metric: str, available: list[str]) -> ConfigProblem:
+    listed = ", ".join(available) if available else "none"
+    guess = did_you_mean(metric, available)
+    hint = f"; did you mean '{guess}'?" if guess else ""
+    return ConfigProblem("eval.best_metric", f"'{metric}' is not an eval result (available: {listed}{hint})")
+
+
+def check_best_metric(cfg: RunConfig, registries: Registries, source: str) -> None:
+    """Check ``eval.best_metric`` before a run starts.
+
+    Raises:
+        ConfigError: when it names no eval result, or there is no eval input.
+    """
+    metric = cfg.eval.best_metric
+    if metric is None:
+        return
+    if cfg.data.eval_input is None:
+        raise ConfigError(source, [ConfigProblem(
+            "eval.best_metric", "is set but there is no data.eval_input to evaluate on; set one or remove eval.best_metric")])
+    available = eval_result_keys(cfg, registries)
+    if metric not in available:
+        raise ConfigError(source, [_unknown_metric(metric, available)])
+
