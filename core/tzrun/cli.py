@@ -61,6 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
              "--nproc-per-node N -m tzrun train ...`)",
     )
     train.add_argument(
+        "--init-from", metavar="CKPT",
+        help="fine-tune: start from the model weights of this checkpoint (or model dir's latest); "
+             "strict: every model tensor must be found and every checkpoint tensor used",
+    )
+    train.add_argument("--init-map", metavar="FILE", help="with --init-from: a file of 'NEW_NAME OLD_NAME' lines")
+    train.add_argument("--init-optimizer", action="store_true", help="with --init-from: also load the optimizer state")
+    train.add_argument("--init-allow-missing", action="append", default=[], metavar="PATTERN",
+                       help="with --init-from: model tensors that may be absent from the checkpoint (repeatable)")
+    train.add_argument("--init-allow-unexpected", action="append", default=[], metavar="PATTERN",
+                       help="with --init-from: checkpoint tensors the model may leave unused (repeatable)")
+    train.add_argument(
         "--max-restarts", type=int, metavar="N",
         help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
              "failure or a signal stop (use with --resume so that they continue)",
@@ -135,6 +146,7 @@ def _setup_logging() -> None:
     # FBGEMM's CPU dense embedding op (data-parallel tables) has no registered autograd kernel;
     # torch's fallback computes the right gradient (tested) and warns about the fallback itself
     warnings.filterwarnings("ignore", message="fbgemm::dense_embedding_codegen_lookup_function", category=UserWarning)
+    warnings.filterwarnings("ignore", message="Please use DTensor instead", category=FutureWarning)
     # torchrec's planner and pipelines warn about every table on every rank at set-up
     for name in ("torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
                  "torchrec.distributed.utils", "torchrec.distributed.model_parallel"):
@@ -274,7 +286,13 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from tzrun.runner.loop import train
 
     try:
-        result = train(cfg, raw, pm, registries, overwrite=args.overwrite, resume=args.resume)
+        init = None
+        if args.init_from:
+            from tzrun.runner.init_from import InitFrom
+
+            init = InitFrom(args.init_from, args.init_map, args.init_optimizer,
+                            tuple(args.init_allow_missing), tuple(args.init_allow_unexpected))
+        result = train(cfg, raw, pm, registries, overwrite=args.overwrite, resume=args.resume, init_from=init)
     finally:
         shutdown_distributed()
     if result.stopped_by is not None:

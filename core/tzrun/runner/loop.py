@@ -38,6 +38,7 @@ from tzrun.runner.checkpoint import (
 )
 from tzrun.runner.distributed import init_distributed
 from tzrun.runner.evaluate import append_eval_result, evaluate
+from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.position import DataPosition, Layout, TrainData, plan_epochs, resume_layout_for
 from tzrun.runner.retention import BEST_FILE, check_best_metric, prune_checkpoints, record_best
 from tzrun.runner.train_metrics import TrainMetrics
@@ -160,6 +161,7 @@ def train(
     *,
     overwrite: bool = False,
     resume: bool = False,
+    init_from: InitFrom | None = None,
 ) -> TrainResult:
     """Train, evaluate and checkpoint as ``cfg`` says, on every rank of the job.
 
@@ -171,6 +173,7 @@ def train(
         overwrite: remove the checkpoints and results of an earlier run in ``model_dir`` first.
         resume: continue from the latest complete checkpoint in ``model_dir`` (start afresh
             when there is none). Without either, a ``model_dir`` with checkpoints is refused.
+        init_from: start from another run's weights (fine-tuning); ignored when resuming.
 
     Returns:
         The result (the same on every rank, except timing). ``stopped_by`` names the signal
@@ -245,6 +248,13 @@ def train(
                 f"on a new layout: the {sum(b - a for a, b in start_layout.rows or ())} rows of epoch "
                 f"{start_epoch} not consumed yet are shared out across {info.world_size} rank(s)")
             log.info("resuming from %s (step %d, epoch %d), %s", resume_from, start_step, start_epoch, how)
+
+    if resume_from is None and init_from is not None:
+        report = init_from_checkpoint(init_from, model=built.model, optimizer=built.optimizer, model_dir=model_dir, rank=info.rank)
+        if info.rank == 0:
+            log.info("%s", report.summary())
+    elif resume_from is not None and init_from is not None and info.rank == 0:
+        log.info("resuming: --init-from %s is not applied (the checkpoint being resumed already holds the run)", init_from.checkpoint)
 
     def steps_of(layout: Layout) -> int:
         return data.input_for(layout).steps
