@@ -188,3 +188,31 @@ def test_a_nan_loss_can_skip_its_step_without_touching_the_weights(tmp_path, cri
         assert torch.equal(value, snap.by_step[3][key]), key
     assert all(torch.isfinite(v).all() for v in snap.by_step[6].values())
     assert any(not torch.equal(snap.by_step[6][k], snap.by_step[4][k]) for k in snap.by_step[6])
+
+
+def test_checkpoints_at_epoch_ends(tmp_path, criteo_dir):
+    # 12,000 rows in batches of 4,096: 3 steps per epoch, the last one short
+    result = _train(tmp_path, criteo_dir, "epochs", Losses(), "data.batch_size=4096", "train.save_checkpoints_steps=0",
+                    "train.save_checkpoints_epochs=1", epochs=2)
+    assert result.steps == 6
+    assert [s for s, _ in list_checkpoints(tmp_path / "epochs")] == [3, 6]
+    meta = json.loads((tmp_path / "epochs" / "checkpoints" / "step-3" / "meta.json").read_text())
+    assert meta["data"]["epoch"] == 1 and meta["data"]["step_in_epoch"] == 0
+
+
+def test_resuming_with_another_plugin_set_warns(tmp_path, criteo_dir, caplog):
+    import logging
+
+    _train(tmp_path, criteo_dir, "run", Losses(), "train.num_steps=2")
+
+    class Other:
+        pass
+
+    pm = make_plugin_manager(plugins=[("other_plugin", Other())])
+    registries = collect_registries(pm)
+    raw = parse_config(CONFIG.format(model_dir=tmp_path / "run", train=criteo_dir / "train"), "<test>",
+                       [*OVERRIDES, "train.num_steps=3"])
+    with caplog.at_level(logging.WARNING, logger="tzrun"):
+        train(load_config(raw, registries), raw, pm, registries, resume=True)
+    assert "the plugin set changed since the checkpoint" in caplog.text
+    assert "losses" in caplog.text and "other_plugin" in caplog.text
