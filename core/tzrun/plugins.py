@@ -31,6 +31,7 @@ from tzrun.errors import PluginLoadError, did_you_mean
 __all__ = [
     "CORE_DISTRIBUTION",
     "ENTRY_POINT_GROUP",
+    "call_lifecycle",
     "canonical_name",
     "PluginLoadFailure",
     "PluginManager",
@@ -117,6 +118,37 @@ class PluginManager(pluggy.PluginManager):
         """``'name'`` or ``'name' (dist version)`` for error messages."""
         dist, version = self.origin(plugin_name)
         return f"'{plugin_name}' ({dist} {version})" if dist else f"'{plugin_name}'"
+
+
+def call_lifecycle(pm: PluginManager, name: str, **kwargs: Any) -> None:
+    """Call lifecycle hook ``name`` on every plugin that implements it, in pluggy's order, with
+    each plugin's failure isolated: a hookimpl that raises is named in a warning and its plugin
+    is unregistered for the rest of the run, while the others go on. In strict mode
+    (``TZRUN_STRICT_PLUGINS=1``) the error propagates instead.
+
+    Only ``Exception`` is caught: ``KeyboardInterrupt`` and ``SystemExit`` always propagate.
+    """
+    caller = getattr(pm.hook, name)
+    impls = caller.get_hookimpls()
+    if any(impl.hookwrapper or impl.wrapper for impl in impls):
+        caller(**kwargs)  # hook wrappers need pluggy's own call (without isolation)
+        return
+    for impl in reversed(impls):
+        try:
+            impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+        except Exception as exc:
+            if pm.strict:
+                raise
+            plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+            warnings.warn(
+                f"plugin {pm.describe(plugin_name)} raised in {name}: {type(exc).__name__}: {exc}; it is disabled "
+                "for the rest of this run and training goes on (TZRUN_STRICT_PLUGINS=1 makes this an error)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            log.warning("plugin %s raised in %s and is disabled for this run", plugin_name, name, exc_info=exc)
+            if pm.is_registered(impl.plugin):
+                pm.unregister(impl.plugin)
 
 
 def strict_plugins_from_env(environ: dict[str, str] | None = None) -> bool:

@@ -165,3 +165,31 @@ def test_a_plugin_for_another_hook_api_is_rejected_whole(site_dir, tmp_path, hoo
     assert tzrun_cli(["check", config], site_dir).returncode == 0  # the rest work
     strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
     assert strict.returncode == 2 and expected in strict.stderr
+
+
+def test_a_lifecycle_hook_that_raises_is_named_disabled_and_training_goes_on(site_dir, tmp_path):
+    from tzrun.data.synth import synth_criteo
+    from tzrun.testing import tiny_config_text
+
+    write_distribution(site_dir, "tzrun-shaky-stage", entry_points={"shaky": "shaky_mod"}, modules={"shaky_mod": """
+    import tzrun
+
+    @tzrun.hookimpl
+    def tzrun_after_train_step(run, step):
+        if step.step == 2:
+            raise RuntimeError("the dashboard is down")
+    """})
+    data = tmp_path / "data"
+    synth_criteo(data, rows=4096, eval_rows=2048, seed=0, rows_per_file=4096, row_group_size=1024)
+    config = tmp_path / "run.toml"
+    config.write_text(tiny_config_text(data, tmp_path / "run"))
+
+    proc = tzrun_cli(["train", str(config)], site_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("plugin 'shaky' (tzrun-shaky-stage 1.0) raised in tzrun_after_train_step: RuntimeError: the dashboard is down; "
+            "it is disabled for the rest of this run") in proc.stderr
+    assert "trained 4 steps" in proc.stdout
+
+    strict = tzrun_cli(["train", str(config), "--set", f'model_dir="{tmp_path / "strict"}"'], site_dir,
+                       {"TZRUN_STRICT_PLUGINS": "1"})
+    assert strict.returncode != 0 and "RuntimeError: the dashboard is down" in strict.stderr

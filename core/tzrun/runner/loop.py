@@ -29,7 +29,7 @@ from tzrun.data.features import BatchBuilder, feature_specs
 from tzrun.data.loader import RankInput
 from tzrun.errors import NonFiniteLossError, TzrunError
 from tzrun.interfaces import EvalResult, RunContext, StepInfo
-from tzrun.plugins import PluginManager, plugin_infos
+from tzrun.plugins import PluginManager, call_lifecycle, plugin_infos
 from tzrun.registry import Registries
 from tzrun.runner import faults
 from tzrun.runner.build import build_run, group_columns, metric_slots
@@ -290,8 +290,8 @@ def train(
     train_seconds, started = 0.0, time.perf_counter()
     try:
         if resume_from is not None:
-            pm.hook.tzrun_after_checkpoint_load(run=run, step=start_step, state=saved_stages)
-        pm.hook.tzrun_before_train(run=run)
+            call_lifecycle(pm, "tzrun_after_checkpoint_load", run=run, step=start_step, state=saved_stages)
+        call_lifecycle(pm, "tzrun_before_train", run=run)
         for boundary in boundaries:
             segment_start = time.perf_counter()
             step, stopped = _run_segment(
@@ -318,9 +318,12 @@ def train(
                 break
         if last_ckpt is None:  # resumed at the very end: nothing left to train
             last_ckpt = latest_checkpoint(model_dir)
-        pm.hook.tzrun_after_train(run=run, step=step)
+        call_lifecycle(pm, "tzrun_after_train", run=run, step=step)
     except BaseException as error:
-        pm.hook.tzrun_on_train_error(run=run, error=error)
+        try:
+            pm.hook.tzrun_on_train_error(run=run, error=error)
+        except Exception:  # the hook must not raise; the original error is the one to report
+            log.exception("a plugin raised in tzrun_on_train_error")
         raise
     finally:
         signals.restore()
@@ -335,7 +338,7 @@ def train(
 def _save(run: RunContext, pm: Any, built: Any, data: TrainData, train_metrics: Any, meta_base: dict[str, Any],
           step: int, info: Any) -> Path:
     state: dict[str, Any] = {}
-    pm.hook.tzrun_before_checkpoint_save(run=run, step=step, state=state)
+    call_lifecycle(pm, "tzrun_before_checkpoint_save", run=run, step=step, state=state)
 
     def gather(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
         if info.world_size == 1:
@@ -438,7 +441,6 @@ def _run_segment(
 ) -> tuple[int, bool]:
     """Train the batches of one segment; returns the last step and whether every rank agreed
     to stop early (a signal)."""
-    hook = pm.hook.tzrun_after_train_step
     per_batch = [s for s in built.schedulers.values() if not getattr(s, "by_epoch", False)]
     per_epoch = [s for s in built.schedulers.values() if getattr(s, "by_epoch", False)]
     epoch_ends = set(data.epoch_ends()) if per_epoch else set()
@@ -477,7 +479,7 @@ def _run_segment(
             if train_metrics:
                 train_metrics.update(out)
             epoch = data.where(step)[0].epoch
-            hook(run=run, step=StepInfo(
+            call_lifecycle(pm, "tzrun_after_train_step", run=run, step=StepInfo(
                 step, epoch, out.loss, out.losses, out.num_rows, lrs,
                 dict(train_metrics.values) if train_metrics else {},
             ))
@@ -501,7 +503,7 @@ def _evaluate_and_record(
     make_pipeline: Any,
     step: int,
 ) -> EvalResult:
-    pm.hook.tzrun_before_eval(run=run, step=step)
+    call_lifecycle(pm, "tzrun_before_eval", run=run, step=step)
     result = evaluate(run, eval_input.one_pass(run.config.eval.num_steps), slots, registries, make_pipeline, step)
     if run.is_rank0:
         append_eval_result(run.model_dir, result)
@@ -510,5 +512,5 @@ def _evaluate_and_record(
         record_best(run.model_dir, step, result.metrics, cfg.eval.best_metric, cfg.eval.best_mode, write=run.is_rank0)
         if run.is_rank0:
             prune_checkpoints(run.model_dir, cfg.train.keep_checkpoint_max)
-    pm.hook.tzrun_after_eval(run=run, step=step, result=result)
+    call_lifecycle(pm, "tzrun_after_eval", run=run, step=step, result=result)
     return result
