@@ -60,7 +60,8 @@ def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
-    from torchrec.sparse.jagged_tensor import KeyedTensor
+
+    from tzrun_plugins.models import _order
 
     dims = {t.embedding_dim for t in ctx.tables}
     problems = []
@@ -99,14 +100,9 @@ def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
             self.final = _mlp(parts, cfg.final_hidden_units)
             self.output = nn.Linear(cfg.final_hidden_units[-1] if cfg.final_hidden_units else parts, 1)
 
-        def in_feature_order(self, keyed: Any) -> torch.Tensor:
-            """A KeyedTensor's values with the features in config order: a sharded collection
-            returns them in the order of its sharding plan, which changes with the world size
-            (``regroup`` is traceable by TorchRec's pipelines, a key comparison is not)."""
-            return KeyedTensor.regroup([keyed], [self.feature_names])[0]
-
         def forward(self, batch: Any) -> dict[str, torch.Tensor]:
-            embedded = self.in_feature_order(self.deep_ebc(batch.sparse))
+            # in config order, whatever the sharding plan's order (it changes with the world size)
+            embedded = _order.in_feature_order(self.deep_ebc(batch.sparse), self.feature_names)
             wide = self.wide_ebc(batch.sparse).values()  # summed over features: order-free
             rows = wide.shape[0]
             wide = wide.view(rows, len(self.feature_names), -1).sum(dim=1)
