@@ -97,18 +97,23 @@ EXIT_STOPPED_BY_SIGNAL = 75
 class StopSignals:
     """SIGTERM / SIGUSR1 on any rank: every rank stops at the same step boundary.
 
-    A handler only sets a flag. The ranks agree on it with one all-reduce per step on a
-    separate gloo group, issued asynchronously after step k and read after step k + 1, so it
-    never waits on the hot path; all ranks see the same value at the same step.
+    A handler only sets a flag. The ranks agree on it with one all-reduce every
+    ``CHECK_EVERY`` steps on a separate gloo group, issued asynchronously and read at the next
+    check, so it never waits on the hot path; all ranks see the same value at the same step.
     """
 
     SIGNALS = ("SIGTERM", "SIGUSR1")
+    #: Steps between two agreements of several ranks (a gloo all-reduce costs time on the hot
+    #: path even when asynchronous: measured 0.87 vs 1.02 of the hand-written loop's samples/s
+    #: on 2 ranks with one per step).
+    CHECK_EVERY = 8
 
     def __init__(self, world_size: int) -> None:
         import signal
         import threading
 
         self.received: str | None = None
+        self._calls = 0
         self._previous: dict[int, Any] = {}
         self._pending: Any = None
         self._flag = torch.zeros(1, dtype=torch.int32)
@@ -125,9 +130,14 @@ class StopSignals:
         self.received = signal.Signals(number).name
 
     def should_stop(self) -> bool:
-        """Called once per step on every rank: whether all ranks stop now."""
+        """Called once per step on every rank: whether all ranks stop now. With several ranks
+        the agreement runs every ``CHECK_EVERY`` steps, so a stop comes at most about twice
+        that many steps after the signal."""
         if self._group is None:
             return self.received is not None
+        self._calls += 1
+        if self._calls % self.CHECK_EVERY:
+            return False
         stop = False
         if self._pending is not None:
             self._pending.wait()
