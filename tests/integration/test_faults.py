@@ -48,9 +48,11 @@ def test_sigterm_to_one_rank_stops_both_and_torchrun_resumes_the_same_run(criteo
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "stopped by" in proc.stderr and f"exit code {EXIT_STOPPED_BY_SIGNAL}" in proc.stderr
     assert "resuming from" in proc.stderr
-    steps = [s for s, _ in list_checkpoints(model_dir)]
-    stopped_at = [s for s in steps if s not in (3, 6, 9, 10)]
-    assert len(stopped_at) == 1 and stopped_at[0] in (4, 5)  # both ranks stopped at one step
+    import re
+
+    stopped_at = [int(n) for n in re.findall(r"stopped by (?:SIG\w+|a signal on another rank) at step (\d+)", proc.stderr)]
+    assert stopped_at and 4 <= stopped_at[0] <= 6  # at the next agreement (every 8 steps, or a checkpoint)
+    assert stopped_at[0] in [s for s, _ in list_checkpoints(model_dir)]  # ... with its checkpoint written
     final = _results(model_dir)[-1]
     assert final["step"] == 10
     assert final == uninterrupted[-1]  # the same eval values, to the last bit

@@ -148,6 +148,16 @@ class StopSignals:
         )
         return stop
 
+    def agree_now(self) -> bool:
+        """At a checkpoint boundary (every rank is there): whether any rank got a signal.
+        One small synchronous all-reduce; the check in flight, if any, is drained first."""
+        self.drain()
+        if self._group is None:
+            return self.received is not None
+        flag = torch.tensor([int(self.received is not None)], dtype=torch.int32)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group)
+        return bool(flag.item())
+
     def drain(self) -> None:
         """Complete the all-reduce in flight (before the ranks do anything else together)."""
         if self._pending is not None:
@@ -310,8 +320,7 @@ def train(
             )
             built.update.flush()  # no gradient stays pending across a checkpoint
             train_seconds += time.perf_counter() - segment_start
-            signals.drain()
-            if stopped:
+            if stopped or signals.agree_now():
                 stopped_by = signals.received or "a signal on another rank"
             if cfg.data.on_bad_row == "skip":
                 _log_skipped(skipped, info, step)
