@@ -85,7 +85,9 @@ class ParquetReader:
                 f"(the file has: {', '.join(names)}); fix [features]/[data] or the data"
             )
         try:
-            table = parquet_file.read_row_group(group.index, columns=list(columns))
+            # one thread: DataLoader workers are the parallelism, and Arrow's own pool would
+            # oversubscribe the cores (and is one more thread pool a forked worker inherits)
+            table = parquet_file.read_row_group(group.index, columns=list(columns), use_threads=False)
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{group.path}: row group {group.index} cannot be read: {exc}") from None
         yield from table.slice(start, stop - start).to_batches(max_chunksize=self.cfg.batch_rows)
