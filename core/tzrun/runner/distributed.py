@@ -80,9 +80,26 @@ def _attempt_store(rank: int, world_size: int, timeout: datetime.timedelta) -> A
     return dist.PrefixStore(f"tzrun/attempt-{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
 
 
-def shutdown_distributed() -> None:
-    """Leave the process group (if any)."""
+def shutdown_distributed(timeout_s: float = 30.0) -> None:
+    """Leave the process group (if any), all ranks together.
+
+    Ranks first meet at a barrier (gloo's ``monitored_barrier``, bounded by ``timeout_s``, so a
+    rank that already failed cannot hold the others): a rank that tears gloo down while a peer
+    is still finishing its last collective made that peer abort ("terminate called without an
+    active exception") in a 2-rank test.
+    """
+    import datetime
+
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if not dist.is_initialized():
+        return
+    if dist.get_world_size() > 1:
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s))
+            else:
+                dist.barrier()
+        except Exception:  # a peer is gone: leave anyway
+            pass
+    dist.destroy_process_group()
