@@ -20,6 +20,26 @@ def _single_threaded_worker(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
+def _fork_workers(loader: Any) -> Iterator[Any]:
+    """Start ``loader``'s worker processes (a fork) with the garbage collector's objects frozen.
+
+    A forked worker inherits every Python object of the trainer. If its garbage collector then
+    frees one that wraps native state (a gloo process group left over from an earlier run in
+    the same process, say), the native destructor runs in a process without the threads it
+    waits for, and the worker hangs or crashes (seen in a long test process: a worker stuck in
+    ``~ProcessGroupGloo``). Collecting in the trainer first and freezing what is left
+    (``gc.freeze``) keeps the workers' collector off the inherited objects.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    try:
+        return iter(loader)
+    finally:
+        gc.unfreeze()
+
+
 class RankInput:
     """This rank's share of an input.
 
@@ -88,12 +108,11 @@ class RankInput:
         if self.num_workers == 0:
             batches: Iterator[Any] = self.stream.iter_run(*remaining[0])
         else:
-            batches = iter(
-                DataLoader(
-                    self.stream.torch_dataset([remaining[w] for w in order]),
-                    batch_size=None,
-                    num_workers=len(order),
-                    worker_init_fn=_single_threaded_worker,
-                )
+            loader = DataLoader(
+                self.stream.torch_dataset([remaining[w] for w in order]),
+                batch_size=None,
+                num_workers=len(order),
+                worker_init_fn=_single_threaded_worker,
             )
+            batches = _fork_workers(loader)
         return padded(batches, max(0, steps - start), self.builder.padding)
