@@ -415,16 +415,13 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
     parts = assign_parts(dense_names, dense_fields.parts)
 
     updates = plan_table_updates(cfg, registries, embedding_modules, info.device)
-    constraints = {}
+    constraints = fused_constraints(embedding_modules)
     for module in embedding_modules:
         for table, weight in _embedding_tables(module):
             update = updates[table.name]
             if update.data_parallel:
                 constraints[table.name] = ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["dense"])
             else:
-                constraints[table.name] = ParameterConstraints(
-                    sharding_types=list(MODEL_PARALLEL_SHARDING_TYPES), compute_kernels=["fused"]
-                )
                 apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
     fallback_tables = {name: u for name, u in updates.items() if u.data_parallel}
     if fallback_tables and info.rank == 0:

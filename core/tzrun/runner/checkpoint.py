@@ -62,6 +62,7 @@ __all__ = [
     "verify_checkpoint",
     "load_model_state",
     "load_training_state",
+    "init_lazy_states",
     "remove_incomplete_checkpoints",
 ]
 
@@ -331,7 +332,7 @@ def load_model_state(path: Path, model: torch.nn.Module, *, verify: bool = True)
     model.load_state_dict(state["model"])
 
 
-def _init_lazy_states(optimizer: Any) -> None:
+def init_lazy_states(optimizer: Any) -> None:
     """Create the state of optimizers that make it lazily at their first step (Adam's moments,
     SGD's momentum), so that the checkpoint's values have tensors to load into: DCP loads only
     the keys the live state dict has. The dummy step's effect on the weights is overwritten by
@@ -365,7 +366,7 @@ def load_training_state(
 
     path = Path(path)
     verify_checkpoint(path)
-    _init_lazy_states(optimizer)
+    init_lazy_states(optimizer)
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     dcp.load(state, checkpoint_id=str(path / "state"))
     model.load_state_dict(state["model"])

@@ -189,9 +189,9 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     # the targets are the model's own state tensors (or shards of them): give them back to it
     model.load_state_dict({"model." + k: v for k, v in current.items()})
     if init.load_optimizer:
-        from tzrun.runner.checkpoint import _init_lazy_states
+        from tzrun.runner.checkpoint import init_lazy_states
 
-        _init_lazy_states(optimizer)
+        init_lazy_states(optimizer)
         optimizer_state = {"optimizer": optimizer.state_dict()}
         dcp.load(optimizer_state, checkpoint_id=str(source / "state"))
         optimizer.load_state_dict(optimizer_state["optimizer"])

@@ -116,7 +116,6 @@ class StopSignals:
         self._calls = 0
         self._previous: dict[int, Any] = {}
         self._pending: Any = None
-        self._flag = torch.zeros(1, dtype=torch.int32)
         self._group = torch.distributed.new_group(backend="gloo") if world_size > 1 else None
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
