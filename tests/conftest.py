@@ -43,7 +43,8 @@ def example_overrides(criteo_dir: Path, model_dir: Path, *extra: str) -> list[st
 
 def run_cli(args: list[str], *, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m tzrun ARGS`` and return the finished process (output captured)."""
-    full_env = {**os.environ, **(env or {})}
+    # a native crash prints the Python stacks of every thread (shown by the failing assertion)
+    full_env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "tzrun", *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
     )

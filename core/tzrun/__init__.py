@@ -22,6 +22,7 @@ from tzrun.interfaces import (
     SparseFeature,
     SparseOptimizerSpec,
     StepInfo,
+    TrainLog,
 )
 
 __version__ = "0.1.0"
@@ -43,4 +44,5 @@ __all__ = [
     "SparseFeature",
     "SparseOptimizerSpec",
     "StepInfo",
+    "TrainLog",
 ]

@@ -1,7 +1,7 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
-Commands: ``train``, ``evaluate``, ``check``, ``plugins``, ``ckpt ls|inspect``, ``data synth
-criteo``. Torch is imported only by the commands that need it, so ``--help``, ``check``,
+Commands: ``train``, ``evaluate``, ``check``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
+``env``, ``data synth``. Torch is imported only by the commands that need it, so ``--help``, ``check``,
 ``plugins`` and ``ckpt`` start fast.
 """
 
@@ -118,10 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
              "a loaded plugin, e.g. to reproduce a run's plugin set with pip install -r",
     )
 
+    plot = sub.add_parser("plot", help="draw a run's metrics.jsonl (loss, learning rates, eval metrics) as PNG files")
+    plot.add_argument("model_dir", metavar="MODEL_DIR")
+    plot.add_argument("--out", metavar="DIR", help="where the PNG files go (default MODEL_DIR/plots)")
+
+    env = sub.add_parser("env", help="the installed versions, and whether torch / fbgemm / torchrec are a known-good triple")
+    env.add_argument("--json", action="store_true", help="print JSON")
+
     data = sub.add_parser("data", help="data utilities")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
     synth = data_sub.add_parser("synth", help="generate a synthetic dataset with a known best AUC")
-    synth.add_argument("dataset", choices=["criteo"], help="which shape of data")
+    synth.add_argument("dataset", choices=["criteo", "taobao"], help="which shape of data")
     synth.add_argument("--rows", type=int, required=True, help="training rows")
     synth.add_argument("--eval-rows", type=int, help="evaluation rows (default rows/10, at least 1000)")
     synth.add_argument("--out", required=True, help="output directory")
@@ -165,7 +172,10 @@ def _prepare(config: str, overrides: Sequence[str]):  # noqa: ANN202
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    _, _, registries, cfg = _prepare(args.config, args.overrides)
+    raw, _, registries, cfg = _prepare(args.config, args.overrides)
+    from tzrun.runner.stages import check_run_config
+
+    check_run_config(cfg, registries, raw.source)
     run = "steps" if cfg.train.num_steps is not None else "epochs"
     print(
         f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
@@ -236,6 +246,16 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
+    if args.dataset == "taobao":
+        from tzrun.data.synth_taobao import synth_taobao
+
+        taobao = synth_taobao(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+        print(
+            f"wrote {taobao.train_rows} train and {taobao.eval_rows} eval rows to {taobao.out_dir} "
+            f"(click rate {taobao.click_rate:.3f}, buy rate {taobao.buy_rate:.3f}); Bayes-optimal eval AUC "
+            + ", ".join(f"{label} {auc:.4f}" for label, auc in taobao.bayes_auc.items())
+        )
+        return 0
     from tzrun.data.synth import synth_criteo
 
     report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
@@ -302,6 +322,8 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"stopped by {result.stopped_by} at step {result.steps}; checkpoint: {result.checkpoint}")
         return EXIT_STOPPED_BY_SIGNAL
     if int(os.environ.get("RANK", 0)) == 0:
+        if result.stop_reason:
+            print(f"stopped early at step {result.steps}: {result.stop_reason}")
         print(f"trained {result.steps} steps in {result.seconds:.1f} s ({result.samples_per_second:,.0f} samples/s)")
         if result.eval is not None:
             values = ", ".join(f"{k}={v:.6f}" for k, v in result.eval.metrics.items())
@@ -346,6 +368,53 @@ def _cmd_ckpt(args: argparse.Namespace) -> int:
     return 0 if described["manifest"]["state"] in ("ok", "unverified") else 1
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from tzrun.plot import plot_run
+
+    for path in plot_run(args.model_dir, args.out):
+        print(path)
+    return 0
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    from tzrun.runner.records import check_stack, stack_versions
+
+    versions = stack_versions()
+    problems = check_stack(versions)
+    if args.json:
+        print(json.dumps({"versions": versions, "problems": problems}, indent=2))
+    else:
+        width = max(len(k) for k in versions)
+        for name, version in versions.items():
+            print(f"{name:<{width}}  {version or 'not installed'}")
+        if problems:
+            for problem in problems:
+                print(f"problem: {problem}", file=sys.stderr)
+        else:
+            print("torch / fbgemm_gpu / torchrec: a known-good triple (FBGEMM 1.X with torch 2.(X+5) and torchrec 1.X)")
+    return 1 if problems else 0
+
+
+def console_main() -> None:
+    """The ``tzrec-run`` executable (and ``python -m tzrun``): :func:`main`, then exit.
+
+    After ``train`` and ``evaluate`` (the commands that start torch.distributed, TorchRec and
+    FBGEMM), the process ends with ``os._exit`` once its output is flushed and the process
+    group is destroyed, skipping the interpreter's teardown: native objects that survive to
+    it (gloo's worker threads, TorchRec's and FBGEMM's caches) were seen to abort a finished
+    evaluation now and then ("terminate called without an active exception", exit -6) after
+    everything had been written. Other commands exit normally.
+    """
+    argv = sys.argv[1:]
+    code = main(argv)
+    if argv and argv[0] in ("train", "evaluate"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tzrec-run`` with ``argv`` (default: the process arguments); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -364,6 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plugins(args)
         if args.command == "data":
             return _cmd_synth(args)
+        if args.command == "plot":
+            return _cmd_plot(args)
+        if args.command == "env":
+            return _cmd_env(args)
     except TzrunError as error:
         print(f"tzrec-run: {error}", file=sys.stderr)
         return EXIT_CONFIG

@@ -12,34 +12,58 @@ component knows which plugin (and distribution) made it::
 
 **Lifecycle hooks** are the stages of the training loop. Plugins loaded from entry points may
 implement them, and so may the stage objects that a config names (``[[train.stages]]``): those
-are registered on the run's own plugin manager for that run only. The loop, with every hook::
+are registered on the run's own plugin manager for that run only. The loop, with every hook
+(``[R]``: how often; ``[ranks]``: where; ``sync``: whether the hook may synchronize)::
 
     pm = make_plugin_manager(); registries = collect_registries(pm)      # tzrun_register_*
     config = load_config(path, registries)                               # two passes
     init process group; build model (meta device), planner, DMP, optimizers, schedules
-    stages = build [[train.stages]]; register each on pm
-    tzrun_before_train(run)                                              # every rank
+    stages = build [[train.stages]]; register each on pm (called in config order)
+    if resuming:
+        load checkpoint; stage.load_state_dict(saved[stage name])
+        tzrun_after_checkpoint_load(run, step, state)          # once    [every rank] sync ok
+    tzrun_before_train(run)                                    # once    [every rank] sync ok
     try:
-        for step in 1..num_steps (or until num_epochs passes end):
-            batch -> pipeline.progress(): forward, losses, backward (fused sparse update),
-                     dense optimizer step
-            schedules step
-            tzrun_after_train_step(run, step)                            # every rank, every step
-            if step % save_checkpoints_steps == 0 (or last step):
-                tzrun_before_checkpoint_save(run, step, state)           # every rank
-                save checkpoint (torch.distributed.checkpoint), marker written last
-                tzrun_before_eval(run, step)
-                evaluate -> metrics over all ranks
-                tzrun_after_eval(run, step, results)                     # every rank, same results
-        tzrun_after_train(run, step)                                     # every rank
+        for each segment (it ends at a checkpoint boundary: every save_checkpoints_steps,
+                          every save_checkpoints_epochs epochs, and the last step):
+            for each step of the segment:
+                wait for the batch (timed: the data-wait fraction)
+                pipeline.progress(): forward, losses, backward (fused sparse update),
+                                     dense optimizer step
+                schedules step
+                tzrun_after_train_step(run, step_info)         # every step [every rank] NO sync
+                every train.log_every_n_steps steps:
+                    make the TrainLog (one device sync for the loss, no collective)
+                    tzrun_after_train_log(run, train_log)      # per interval [every rank] no collective
+            ranks agree on signals (SIGTERM/SIGUSR1); on one: save the checkpoint and stop
+            if there is an eval input:
+                tzrun_before_eval(run, step)                   # per boundary [every rank] sync ok
+                evaluate -> metrics over all ranks; append to eval_results.jsonl
+                tzrun_after_eval(run, step, result)            # per boundary [every rank] sync ok
+            tzrun_before_checkpoint_save(run, step, state)     # per boundary [every rank] sync ok
+            save checkpoint (torch.distributed.checkpoint, stage states included), marker last
+            record the best checkpoint (eval.best_metric), prune old ones
+            ranks agree on run.stop_requested (any rank asking stops all)
+        tzrun_after_train(run, step)                           # once    [every rank] sync ok
     except BaseException as error:
-        tzrun_on_train_error(run, error); raise
+        tzrun_on_train_error(run, error); raise                # once    [failing ranks] no sync
 
-Rules for lifecycle hooks: a per-step hook (``tzrun_after_train_step``) runs on the hot path; it
-must never force a device sync or a collective by itself: a stage that wants the loss as a number
-asks for it at its own interval (``StepInfo.loss.item()`` every N steps). Hooks that run on every
-rank must not issue collectives unless every rank's implementation issues the same ones. Work
-that only rank 0 should do checks ``run.is_rank0``.
+Rules for lifecycle hooks: the per-step hook (``tzrun_after_train_step``) runs on the hot path;
+it must never force a device sync or a collective by itself: a stage that wants the loss as a
+number implements ``tzrun_after_train_log``, which receives it already synchronized, once per
+interval, the same record for every stage. "sync ok" hooks run where every rank is at the same
+point, so a hook may issue a collective there, but only if every rank's implementation issues
+the same ones. Work that only rank 0 should do checks ``run.is_rank0``.
+
+**Stages** (``[[train.stages]] type = "..."``) are objects with lifecycle hookimpls. They are
+called in the order the config lists them (they are registered in reverse, since pluggy calls
+the last registered first); a hookimpl marked ``tryfirst``/``trylast`` goes before/after every
+other. A stage that keeps state across a resume implements ``state_dict() -> dict`` (JSON
+values) and ``load_state_dict(state)``: the runner saves it in every checkpoint under the
+stage's name (its ``type``, or ``type.i`` when the config lists a type more than once) and
+restores it before ``tzrun_after_checkpoint_load``. A stage ends training early by setting
+``run.stop_requested = True`` (and ``run.stop_reason``) in any hook: at the next checkpoint
+boundary, after its checkpoint and evaluation, the ranks agree and the run ends normally.
 """
 
 from __future__ import annotations
@@ -49,7 +73,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from tzrun.interfaces import EvalResult, Register, RunContext, StepInfo
+    from tzrun.interfaces import EvalResult, Register, RunContext, StepInfo, TrainLog
 
 __all__ = ["hookspec", "PROJECT_NAME"]
 
@@ -151,7 +175,12 @@ def tzrun_register_stages(register: Register) -> None:
     Called once per run, on every rank, before the config's component sections are checked.
     Call ``register(name, config=..., build=...)``; ``build(cfg)`` returns an object with
     lifecycle hookimpls (``@tzrun.hookimpl def tzrun_after_train_step(self, run, step)``), which
-    the runner registers on the run's plugin manager for that run only.
+    the runner registers on the run's plugin manager for that run only, and optionally
+    ``state_dict()``/``load_state_dict(state)`` (saved in checkpoints under the stage's name).
+    ``register(..., check=fn)`` adds a check that needs the whole config, run by ``tzrec-run
+    check`` and before training: ``fn(cfg, run_config, eval_keys)`` gets the stage's options,
+    the run config and the keys an evaluation reports, and returns ``(key, message)`` pairs
+    for problems with keys of the stage's table (an empty list when all is well).
     """
 
 
@@ -185,9 +214,10 @@ def tzrun_register_readers(register: Register) -> None:
 
 @hookspec
 def tzrun_before_train(run: RunContext) -> None:
-    """Called once, on every rank, after the model, optimizers and stages are built and before
-    the first training step. May read ``run.config`` and ``run.model_dir`` and open files (on
-    rank 0 for shared outputs). Must not issue collectives."""
+    """Called once, on every rank, after the model, optimizers and stages are built (and, when
+    resuming, after the checkpoint is loaded) and before the first training step. May read
+    ``run.config`` and ``run.model_dir`` and open files (on rank 0 for shared outputs). Every
+    rank is here together, so a collective is allowed if every rank issues it."""
 
 
 @hookspec
@@ -195,40 +225,61 @@ def tzrun_after_train_step(run: RunContext, step: StepInfo) -> None:
     """Called after every training step, on every rank, on the hot path.
 
     ``step.loss`` is the step's total loss as a tensor that has NOT been synchronized: calling
-    ``.item()`` on it forces a device sync, so do it only at your own interval. Must never
-    issue a collective. May set ``run.stop_requested = True`` on any rank to ask the loop to
-    stop: at the next checkpoint boundary the ranks agree (any rank asking stops all), the
-    checkpoint and evaluation of that boundary are written, and training ends.
+    ``.item()`` on it forces a device sync, so never do it here (implement
+    :func:`tzrun_after_train_log` for numbers). Must never issue a collective. The dense
+    parameters' ``.grad`` still hold this step's gradients. May set ``run.stop_requested =
+    True`` on any rank to ask the loop to stop: at the next checkpoint boundary the ranks agree
+    (any rank asking stops all), the checkpoint and evaluation of that boundary are written,
+    and training ends.
+    """
+
+
+@hookspec
+def tzrun_after_train_log(run: RunContext, log: TrainLog) -> None:
+    """Called every ``train.log_every_n_steps`` steps, on every rank, with the window's
+    :class:`tzrun.TrainLog` (mean loss, learning rates, samples/s, data-wait fraction, the
+    dense gradient norm). The loss was synchronized once to make the record, whatever the
+    number of stages. Must not issue a collective (ranks make their records independently).
+    Progress bars, TensorBoard scalars and ``metrics.jsonl`` lines come from here, so they
+    show the same numbers.
     """
 
 
 @hookspec
 def tzrun_before_eval(run: RunContext, step: int) -> None:
-    """Called on every rank right before an evaluation pass at global step ``step``."""
+    """Called on every rank right before an evaluation pass at global step ``step``, at each
+    checkpoint boundary when there is an eval input (all ranks together: sync ok)."""
 
 
 @hookspec
 def tzrun_after_eval(run: RunContext, step: int, result: EvalResult) -> None:
-    """Called on every rank after an evaluation pass; ``result.metrics`` holds the values over
-    all ranks' rows (identical on every rank). May set ``run.stop_requested``."""
+    """Called on every rank after an evaluation pass, at each checkpoint boundary when there is
+    an eval input; ``result.metrics`` holds the values over all ranks' rows (identical on every
+    rank, so every rank's stage decides alike). May set ``run.stop_requested`` (and
+    ``run.stop_reason``): the run then ends after this boundary. All ranks together: sync ok."""
 
 
 @hookspec
 def tzrun_before_checkpoint_save(run: RunContext, step: int, state: dict[str, Any]) -> None:
-    """Called on every rank before a checkpoint at ``step`` is written. A stage that keeps state
-    puts it in ``state[<its stage name>]`` (JSON-serializable); it is saved with the checkpoint."""
+    """Called on every rank before a checkpoint at ``step`` is written, at each checkpoint
+    boundary (all ranks together: sync ok). A plugin that keeps state puts it in
+    ``state[<its name>]`` (JSON values); it is saved with the checkpoint (rank 0's copy). A
+    stage object can instead implement ``state_dict()``/``load_state_dict()``, which the
+    runner calls for it."""
 
 
 @hookspec
 def tzrun_after_checkpoint_load(run: RunContext, step: int, state: dict[str, Any]) -> None:
-    """Called on every rank after a checkpoint at ``step`` is loaded; ``state`` is what the
-    stages saved in :func:`tzrun_before_checkpoint_save`."""
+    """Called once on every rank when a run resumes, after the checkpoint at ``step`` is
+    loaded (and the stages' ``load_state_dict`` ran), before :func:`tzrun_before_train`;
+    ``state`` is what was saved in :func:`tzrun_before_checkpoint_save`. Sync ok."""
 
 
 @hookspec
 def tzrun_after_train(run: RunContext, step: int) -> None:
     """Called once on every rank after the last training step, the final checkpoint and the
-    final evaluation. Close files and writers here."""
+    final evaluation (also when a signal or a stage stopped the run early). Close files and
+    writers here. Sync ok."""
 
 
 @hookspec

@@ -27,6 +27,7 @@ __all__ = [
     "Reader",
     "RunContext",
     "StepInfo",
+    "TrainLog",
     "EvalResult",
 ]
 
@@ -74,20 +75,33 @@ class SparseOptimizerSpec:
 
 @attrs.frozen
 class DenseFeature:
-    """A float input column, fed to the model in ``batch.dense`` (in config order)."""
+    """A float input column, fed to the model in ``batch.dense`` (in config order): nulls
+    and NaN take ``fill_value``, then ``log(1 + max(x, 0))`` if ``log1p``, then
+    ``(x - mean) / std``."""
 
     name: str
     column: str
     fill_value: float = 0.0
     log1p: bool = False
+    mean: float = 0.0
+    std: float = 1.0
 
 
 @attrs.frozen
 class SparseFeature:
     """A categorical id input column, fed to the model as one key of ``batch.sparse``.
 
-    Exactly one of ``num_buckets`` (integer ids in ``[0, num_buckets)``) and
-    ``hash_bucket_size`` (strings hashed with FNV-1a 64 into that many buckets) is set.
+    Exactly one way of turning values into ids is set: ``num_buckets`` (integer ids in
+    ``[0, num_buckets)``), ``hash_bucket_size`` (strings hashed with FNV-1a 64 into that many
+    buckets, integers taken modulo it), ``vocab`` (token ``vocab[i]`` is id ``i + 1``, any
+    other token id 0) or ``boundaries`` (a number ``x`` is id ``#{b in boundaries: b <= x}``).
+
+    Attributes:
+        separator: a string column holds several values per row, split on it.
+        weight_column: the column of per-id weights (a list column parallel to ``column``,
+            or a string split on ``separator``), fed as the KeyedJaggedTensor's weights.
+        pooling: how the feature's ids of a row are pooled, ``"sum"`` or ``"mean"``, as
+            configured (its table's pooling can differ: see :attr:`EmbeddingTable.weighted`).
     """
 
     name: str
@@ -95,22 +109,41 @@ class SparseFeature:
     table: str
     num_buckets: int | None = None
     hash_bucket_size: int | None = None
+    vocab: tuple[str, ...] | None = None
+    boundaries: tuple[float, ...] | None = None
+    separator: str | None = None
+    weight_column: str | None = None
+    pooling: str = "sum"
 
     @property
     def num_embeddings(self) -> int:
         """Rows of the embedding table this feature needs."""
+        if self.vocab is not None:
+            return len(self.vocab) + 1
+        if self.boundaries is not None:
+            return len(self.boundaries) + 1
         return int(self.num_buckets if self.num_buckets is not None else self.hash_bucket_size)
 
 
 @attrs.frozen
 class EmbeddingTable:
-    """An embedding table and the sparse features that look it up."""
+    """An embedding table and the sparse features that look it up.
+
+    Attributes:
+        weighted: the batch's KeyedJaggedTensor carries per-id weights for this table's
+            features: look it up with an ``EmbeddingBagCollection`` built with
+            ``is_weighted=True`` (see :attr:`ModelContext.is_weighted`). When any feature of a
+            run has a ``weight_column``, every table is weighted and summed: features without
+            weights get weight 1, and a ``mean``-pooled feature gets ``w / len`` of its row, so
+            the weighted sum is its (weighted) mean; :attr:`pooling` is then ``"sum"``.
+    """
 
     name: str
     num_embeddings: int
     embedding_dim: int
     feature_names: tuple[str, ...]
     pooling: str = "sum"
+    weighted: bool = False
 
 
 @attrs.frozen
@@ -131,6 +164,13 @@ class ModelContext:
     tables: tuple[EmbeddingTable, ...]
     embedding_device: Any
     labels: tuple[str, ...]
+
+    @property
+    def is_weighted(self) -> bool:
+        """Whether ``batch.sparse`` carries weights (some feature has a ``weight_column``):
+        pass it as ``EmbeddingBagCollection(..., is_weighted=ctx.is_weighted)``. The weights
+        then cover every key, so a collection over any subset of the tables is weighted too."""
+        return any(t.weighted for t in self.tables)
 
     def embedding_bag_configs(self) -> list[Any]:
         """TorchRec ``EmbeddingBagConfig``s for :attr:`tables`, ready for an
@@ -191,7 +231,15 @@ class RunContext:
         model: the (DistributedModelParallel) model.
         optimizer: the combined optimizer (sparse fused + dense).
         global_batch_size: rows per step over all ranks.
-        stop_requested: set by a stage to end training at the next step boundary.
+        stop_requested: set by a stage to end training at the next checkpoint boundary (the
+            ranks agree there: any rank asking stops all).
+        stop_reason: why, in a few words, for the log and the run's result (set it with
+            ``stop_requested``).
+        total_steps: the step the run ends at if nothing stops it early.
+        steps_per_epoch: training steps in one pass over the data.
+        start_step: the step the run (re)starts from (0 for a fresh run).
+        dense_parameters: the parameters the dense optimizers train, by name (embedding
+            tables are updated inside backward by their fused optimizers and are not here).
     """
 
     config: RunConfig
@@ -204,6 +252,11 @@ class RunContext:
     optimizer: Any = None
     global_batch_size: int = 0
     stop_requested: bool = False
+    stop_reason: str = ""
+    total_steps: int = 0
+    steps_per_epoch: int = 0
+    start_step: int = 0
+    dense_parameters: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
     def is_rank0(self) -> bool:
@@ -234,6 +287,51 @@ class StepInfo:
     rows: int
     learning_rates: Mapping[str, float]
     metrics: Mapping[str, float] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class TrainLog:
+    """One train log record, made every ``train.log_every_n_steps`` steps from the steps since
+    the previous one (the window), identical for every stage that receives it.
+
+    Values are this rank's own: no collective is issued to make them (``samples_per_s``
+    scales this rank's rate by the world size).
+
+    Attributes:
+        step: the global step at the end of the window.
+        epoch: the data pass of that step.
+        steps: steps in the window.
+        loss: the mean total loss over the window.
+        losses: each named loss, mean over the window.
+        learning_rates: the learning rate the last step used, per param group: the optimizer's
+            key (``sparse``, ``dense``, ``dense.parts[0]``), with ``/<i>`` added when it has
+            several groups.
+        metrics: the decayed ``[[train_metrics]]`` values at the last step.
+        samples_per_s: training rows per second over all ranks in the window.
+        data_wait_fraction: the part of the window's wall time the loop spent waiting for
+            the next batch (0: the input never held training back).
+        grad_norm: the L2 norm of the dense parameters' gradients of the last dense update
+            (embedding tables update inside backward and expose no gradient), or None.
+        seconds: wall time of the window.
+        time: when the record was made (seconds since the epoch).
+    """
+
+    step: int
+    epoch: int
+    steps: int
+    loss: float
+    losses: Mapping[str, float]
+    learning_rates: Mapping[str, float]
+    metrics: Mapping[str, float]
+    samples_per_s: float
+    data_wait_fraction: float
+    grad_norm: Optional[float]
+    seconds: float
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object (what ``metrics_log`` writes, with ``"kind": "train"``)."""
+        return attrs.asdict(self)
 
 
 @attrs.frozen

@@ -58,7 +58,7 @@ def test_minimal_config_structures_every_component(tzrun_pm):
     assert cfg.train.sparse_optimizer.config.eps == 1e-8  # plugin default
     assert cfg.train.dense_optimizer.fields.lr_schedule.type == "constant"
     assert cfg.model.config.deep_hidden_units == (256, 128, 64)
-    assert [s.type for s in cfg.train.stages] == ["progress"]  # the default stage
+    assert [s.type for s in cfg.train.stages] == ["progress", "metrics_log"]  # the default stages
     assert cfg.train.pipeline.type == "sparse_dist"
     assert cfg.data.reader.type == "parquet"
     assert cfg.losses[0].fields.weight == 1.0
@@ -129,7 +129,10 @@ def test_embedding_dim_not_multiple_of_four_names_the_feature(tzrun_pm):
 
 def test_id_feature_needs_exactly_one_bucketing(tzrun_pm):
     problems = problems_of(MINIMAL, "features.sparse[0].hash_bucket_size=10", pm=tzrun_pm)
-    assert problems == ["features.sparse[0]: feature 'c0': set exactly one of num_buckets and hash_bucket_size"]
+    assert problems == [
+        "features.sparse[0]: feature 'c0': set exactly one of num_buckets, hash_bucket_size, vocab, vocab_file, "
+        "boundaries (given: num_buckets, hash_bucket_size)"
+    ]
 
 
 def test_missing_required_sections(tzrun_pm):

@@ -189,3 +189,27 @@ def test_stability_hard_coded_values() -> None:
     assert hash_to_buckets(pa.array(list(expected)), 1_000_003).tolist() == [
         v % 1_000_003 for v in expected.values()
     ]
+
+
+def test_same_buckets_in_other_processes_whatever_their_hash_seed() -> None:
+    """A fresh interpreter (another PYTHONHASHSEED, so another ``hash()``) computes the same
+    buckets: what a model trained in one run looks up in the next."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    values = ["68fd1e64", "", "ünïcödé", "a" * 300, "05db9164"]
+    script = (
+        "import json, sys, pyarrow as pa\n"
+        "from tzrun.data.hashing import hash_to_buckets\n"
+        "print(json.dumps(hash_to_buckets(pa.array(json.loads(sys.argv[1])), 1000003).tolist()))\n"
+    )
+    here = hash_to_buckets(pa.array(values), 1000003).tolist()
+    for seed in ("1", "12345"):
+        out = subprocess.run(
+            [sys.executable, "-c", script, json.dumps(values)],
+            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert json.loads(out.stdout) == here
+    assert here == [ref_fnv1a_64(v.encode()) % 1000003 for v in values]

@@ -216,7 +216,7 @@ def test_evaluate_command_on_one_process(trained, criteo_dir, tmp_path):
     config.write_text(CONFIG.format(model_dir=model_dir, train=criteo_dir / "train"))
     sets = [a for o in (f'data.eval_input="{criteo_dir / "eval"}"', *EVAL) for a in ("--set", o)]
     proc = run_cli(["evaluate", str(config), *sets, "--checkpoint", "best"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     best = read_best(model_dir)
     assert f"eval of {best.path(model_dir)} (step {best.step}) over 3001 rows: auc=" in proc.stdout
     recorded = _results(model_dir)[-1]

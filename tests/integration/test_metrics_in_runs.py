@@ -41,7 +41,8 @@ def test_grouped_metrics_and_losses_train_metrics_and_results(tmp_path, criteo_d
         'metrics=[{type = "auc"}, {type = "grouped_auc", group_by = "cat_5"}, {type = "log_loss"}, '
         '{type = "calibration"}, {type = "accuracy", name = "acc"}]',
         'train_metrics=[{type = "auc", decay_step = 2, decay_rate = 0.5}]',
-        'train.stages=[{type = "progress", every_n_steps = 2}]',
+        'train.stages=[{type = "progress", mode = "lines"}]',
+        "train.log_every_n_steps=2",
         "eval.save_predictions=true",
     ])
     cfg = load_config(raw, registries)
@@ -60,7 +61,7 @@ def test_grouped_metrics_and_losses_train_metrics_and_results(tmp_path, criteo_d
 
     # the decayed train AUC: no value before the first window, then windows of 2 steps
     assert [bool(s) for s in recorder.metrics] == [False, True, True, True]
-    assert "auc=" in caplog.text.split("step 2 epoch 0")[1].splitlines()[0]
+    assert "auc=" in caplog.text.split("step 2/4 epoch 0")[1].splitlines()[0]
     lines = [json.loads(line) for line in (model_dir / "eval_results.jsonl").read_text().splitlines()]
     assert lines[-1]["step"] == 4 and lines[-1]["grouped_auc"] == values["grouped_auc"]
 

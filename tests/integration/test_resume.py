@@ -63,24 +63,28 @@ def _train(tmp_path: Path, criteo_dir: Path, name: str, recorder: Losses, *extra
     return train(load_config(raw, registries), raw, pm, registries, resume=resume, overwrite=overwrite)
 
 
-def test_a_run_stopped_by_a_signal_and_resumed_is_the_uninterrupted_run(tmp_path, criteo_dir):
+@pytest.mark.parametrize("shuffle", [0, 2048])
+def test_a_run_stopped_by_a_signal_and_resumed_is_the_uninterrupted_run(tmp_path, criteo_dir, shuffle):
+    shuffled = f"data.shuffle_buffer_rows={shuffle}"
     whole = Losses()
-    uninterrupted = _train(tmp_path, criteo_dir, "whole", whole)
+    uninterrupted = _train(tmp_path, criteo_dir, "whole", whole, shuffled)
     assert uninterrupted.steps == 18 and sorted(whole.steps) == list(range(1, 19))
 
     first = Losses(signal_at=7)
-    stopped = _train(tmp_path, criteo_dir, "split", first)
+    stopped = _train(tmp_path, criteo_dir, "split", first, shuffled)
     assert stopped.stopped_by == "SIGUSR1" and stopped.steps == 7
     assert [s for s, _ in list_checkpoints(tmp_path / "split")] == [5, 7]
     meta = json.loads((tmp_path / "split" / "checkpoints" / "step-7" / "meta.json").read_text())
     assert meta["data"]["epoch"] == 0 and meta["data"]["step_in_epoch"] == 7
     assert sum(b - a for a, b in meta["data"]["consumed_rows"]) == 7 * 1024
+    # shuffled, the rows of a half-read window are scattered; in order they are whole runs
+    assert (len(meta["data"]["consumed_rows"]) > 2) == bool(shuffle)
 
     second = Losses(signal_at=13)  # stopped again in the second epoch
-    again = _train(tmp_path, criteo_dir, "split", second, resume=True)
+    again = _train(tmp_path, criteo_dir, "split", second, shuffled, resume=True)
     assert again.stopped_by == "SIGUSR1" and again.steps == 13
     third = Losses()
-    resumed = _train(tmp_path, criteo_dir, "split", third, resume=True)
+    resumed = _train(tmp_path, criteo_dir, "split", third, shuffled, resume=True)
     assert resumed.steps == 18 and resumed.stopped_by is None
 
     pieces = {**first.steps, **second.steps, **third.steps}

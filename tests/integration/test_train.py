@@ -38,7 +38,7 @@ def test_train_in_one_process_evaluates_and_checkpoints(criteo_dir, tmp_path):
     assert 0.55 < results[-1]["auc"] <= 1.0  # it learned something in 12 steps
     assert "final eval at step 12 over 3001 rows: auc=" in proc.stdout
     assert f"checkpoint: {model_dir / 'checkpoints' / 'step-12'}" in proc.stdout
-    assert "tzrun.progress: step 4 epoch 0  loss=" in proc.stderr  # the progress stage logged
+    assert "tzrun.progress: step 4/12 epoch 0  loss=" in proc.stderr  # the progress stage logged
     meta = json.loads((model_dir / "checkpoints" / "step-12" / "meta.json").read_text())
     assert meta["step"] == 12 and meta["world_size"] == 1
     assert {"tzrun_plugins.optim", "tzrun_plugins.models"} <= {p["name"] for p in meta["plugins"]}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
-from tzrun.config.schema import RunConfig
+from tzrun.config.schema import RunConfig, SparseFeatureConfig
+from tzrun.data.vocab import check_vocab, read_vocab_file
 from tzrun.errors import ConfigProblem
 
 __all__ = ["check_run_config", "FBGEMM_DIM_MULTIPLE"]
@@ -68,14 +70,18 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
 
     tables: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
     updates: dict[str, list[tuple[str, object]]] = defaultdict(list)
+    poolings: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for i, feature in enumerate(cfg.features.sparse):
         path = f"features.sparse[{i}]"
-        if (feature.num_buckets is None) == (feature.hash_bucket_size is None):
-            add(path, f"feature '{feature.name}': set exactly one of num_buckets and hash_bucket_size")
+        kinds = [k for k in _ID_KINDS if getattr(feature, k) is not None]
+        if len(kinds) != 1:
+            given = f" (given: {', '.join(kinds)})" if kinds else ""
+            add(path, f"feature '{feature.name}': set exactly one of {', '.join(_ID_KINDS)}{given}")
         for key in ("num_buckets", "hash_bucket_size"):
             value = getattr(feature, key)
             if value is not None and value < 1:
                 add(f"{path}.{key}", f"must be at least 1, got {value}")
+        problems.extend(_check_id_source(feature, path))
         dim = feature.embedding_dim
         if dim < 1 or dim % FBGEMM_DIM_MULTIPLE:
             lower = max(FBGEMM_DIM_MULTIPLE, dim - dim % FBGEMM_DIM_MULTIPLE)
@@ -84,9 +90,10 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
                 f"feature '{feature.name}': {dim} is not a positive multiple of {FBGEMM_DIM_MULTIPLE} "
                 f"(FBGEMM's fused embedding kernels need one); use {lower} or {lower + FBGEMM_DIM_MULTIPLE}",
             )
-        size = feature.num_buckets if feature.num_buckets is not None else feature.hash_bucket_size
+        size = _table_size(feature)
         table = feature.table or f"{feature.name}_emb"
-        tables[table].append((path, size or 0, dim))
+        tables[table].append((path, size, dim))
+        poolings[table].append((path, feature.pooling))
         if not feature.trainable and feature.sparse_optimizer is not None:
             add(f"{path}.sparse_optimizer", f"feature '{feature.name}' has trainable = false: its table is never updated; remove sparse_optimizer")
         optimizer = None if feature.sparse_optimizer is None else (feature.sparse_optimizer.type, dict(feature.sparse_optimizer.raw))
@@ -98,6 +105,10 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
                 users[-1][0] + ".table",
                 f"features sharing table '{table}' ({where}) must agree on its size and embedding_dim",
             )
+    for table, users in poolings.items():
+        if len({p for _, p in users}) > 1:
+            where = ", ".join(p for p, _ in users)
+            add(users[-1][0] + ".pooling", f"features sharing table '{table}' ({where}) must agree on pooling")
     for table, users in updates.items():
         if len({repr(u) for _, u in users}) > 1:
             where = ", ".join(p for p, _ in users)
@@ -105,4 +116,57 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
                 users[-1][0] + ".table",
                 f"features sharing table '{table}' ({where}) must agree on trainable and sparse_optimizer",
             )
+    return problems
+
+
+#: The keys that say how a sparse feature's values become ids; exactly one is set.
+_ID_KINDS = ("num_buckets", "hash_bucket_size", "vocab", "vocab_file", "boundaries")
+
+
+def _table_size(feature: SparseFeatureConfig) -> int:
+    """Rows of the feature's table (0 when its id source is broken: reported elsewhere)."""
+    if feature.num_buckets is not None:
+        return feature.num_buckets
+    if feature.hash_bucket_size is not None:
+        return feature.hash_bucket_size
+    if feature.vocab is not None:
+        return len(feature.vocab) + 1
+    if feature.boundaries is not None:
+        return len(feature.boundaries) + 1
+    if feature.vocab_file is not None:
+        try:
+            return len(read_vocab_file(feature.vocab_file)) + 1
+        except (OSError, UnicodeDecodeError):
+            return 0
+    return 0
+
+
+def _check_id_source(feature: SparseFeatureConfig, path: str) -> list[ConfigProblem]:
+    """Problems of a feature's vocabulary, boundaries, separator and weights."""
+    problems = []
+    if feature.vocab is not None:
+        wrong = check_vocab(feature.vocab)
+        if wrong:
+            problems.append(ConfigProblem(f"{path}.vocab", f"feature '{feature.name}': {wrong}"))
+    if feature.vocab_file is not None:
+        try:
+            tokens = read_vocab_file(feature.vocab_file)
+        except OSError as exc:
+            problems.append(ConfigProblem(f"{path}.vocab_file", f"cannot read {feature.vocab_file}: {exc.strerror or exc}"))
+        except UnicodeDecodeError as exc:
+            problems.append(ConfigProblem(f"{path}.vocab_file", f"{feature.vocab_file} is not UTF-8 text: {exc.reason} at byte {exc.start}"))
+        else:
+            wrong = check_vocab(tokens)
+            if wrong:
+                problems.append(ConfigProblem(f"{path}.vocab_file", f"{feature.vocab_file}: {wrong}"))
+    if feature.boundaries is not None:
+        b = feature.boundaries
+        if not b:
+            problems.append(ConfigProblem(f"{path}.boundaries", "give at least one boundary"))
+        elif any(not math.isfinite(x) for x in b):
+            problems.append(ConfigProblem(f"{path}.boundaries", "boundaries must be finite numbers"))
+        elif any(x >= y for x, y in zip(b, b[1:])):
+            problems.append(ConfigProblem(f"{path}.boundaries", f"must be strictly increasing, got {list(b)}"))
+    if feature.weight_column is not None and feature.weight_column == (feature.column or feature.name):
+        problems.append(ConfigProblem(f"{path}.weight_column", "must be another column than the feature's ids"))
     return problems

@@ -53,11 +53,14 @@ class RawConfig:
 
     Attributes:
         source: the file name (or ``"<string>"``), used in every error.
-        data: the parsed TOML.
+        data: the parsed TOML, overrides applied.
+        overridden: the keys ``--set`` (or ``--model-dir``) gave, as written
+            (``features.sparse[3].num_buckets``), in order.
     """
 
     source: str
     data: Mapping[str, Any]
+    overridden: tuple[str, ...] = ()
 
 
 def parse_config(text: str, source: str = "<string>", overrides: Iterable[str] = ()) -> RawConfig:
@@ -70,10 +73,11 @@ def parse_config(text: str, source: str = "<string>", overrides: Iterable[str] =
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, [ConfigProblem("", f"not valid TOML: {exc}")]) from None
+    overrides = list(overrides)
     problems = apply_overrides(data, overrides)
     if problems:
         raise ConfigError(source, problems)
-    return RawConfig(source, data)
+    return RawConfig(source, data, tuple(o.partition("=")[0].strip() for o in overrides))
 
 
 def read_config(path: str | Path, overrides: Iterable[str] = ()) -> RawConfig:
@@ -266,7 +270,7 @@ class _Resolver:
                     value = {k: v for k, v in value.items() if k != "lr_schedule"}
                 self.component(value, path, "sparse_optimizer", SparseOptimizerFields)
         self.component(train.get("pipeline", {"type": "sparse_dist"}), "train.pipeline", "train_pipeline")
-        for i, stage in enumerate(_list(train.get("stages", [{"type": "progress"}]))):
+        for i, stage in enumerate(_list(train.get("stages", [{"type": "progress"}, {"type": "metrics_log"}]))):
             self.component(stage, f"train.stages[{i}]", "stage")
         for i, loss in enumerate(_list(data.get("losses"))):
             self.component(loss, f"losses[{i}]", "loss", LossFields)

@@ -62,6 +62,16 @@ def _positive(instance: Any, attribute: Any, value: float) -> None:
         raise ValueError(f"must be positive, got {value}", attribute)
 
 
+def _non_negative(instance: Any, attribute: Any, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"must be 0 or more, got {value}", attribute)
+
+
+def _non_empty_text(instance: Any, attribute: Any, value: Optional[str]) -> None:
+    if value is not None and not value:
+        raise ValueError("must not be empty", attribute)
+
+
 @attrs.frozen
 class SparseOptimizerFields:
     """Keys of a sparse optimizer table that tzrec-run reads itself.
@@ -190,6 +200,11 @@ class DataConfig:
             dropped and counted in the logs (``"skip"``). NaN in a dense feature takes its
             ``fill_value``, like a null. A missing column or a column of the wrong type is
             always an error.
+        shuffle_buffer_rows: shuffle training rows within windows of about this many rows
+            (rounded down to whole batches, at least one batch) of each DataLoader worker's
+            run, with a permutation drawn from ``train.seed``, the epoch and the window's
+            position; 0 (default) reads rows in input order. Every row is still read exactly
+            once per epoch, and resume stays exact. Evaluation input is never shuffled.
     """
 
     train_input: str
@@ -201,23 +216,31 @@ class DataConfig:
     sample_weight: Optional[str] = None
     reader: Component = Component("parquet")
     on_bad_row: Literal["error", "skip"] = "error"
+    shuffle_buffer_rows: int = attrs.field(default=0, validator=_non_negative)
 
 
 @attrs.frozen
 class DenseFeatureConfig:
     """``[[features.dense]]``: a float input.
 
+    The model sees ``(f(x) - mean) / std`` where ``x`` is the value (``fill_value`` when null
+    or NaN) and ``f`` is ``log(1 + max(x, 0))`` with ``log1p``, the identity otherwise.
+
     Attributes:
         name: the feature's name.
         column: its input column (default: ``name``).
-        fill_value: the value of a missing (null) entry.
+        fill_value: the value of a missing (null or NaN) entry.
         log1p: feed ``log(1 + max(x, 0))`` instead of ``x`` (for counts).
+        mean: subtracted after ``log1p`` (standardization; default 0).
+        std: divides after ``mean`` (standardization; default 1; must be positive).
     """
 
     name: str
     column: Optional[str] = None
     fill_value: float = 0.0
     log1p: bool = False
+    mean: float = 0.0
+    std: float = attrs.field(default=1.0, validator=_positive)
 
 
 @attrs.frozen
@@ -233,6 +256,22 @@ class SparseFeatureConfig:
         embedding_dim: the embedding width; a multiple of 4 (FBGEMM's fused kernels need it).
         table: the embedding table's name; features naming one table share it (default:
             ``<name>_emb``).
+        vocab: tokens; token ``vocab[i]`` is id ``i + 1`` and any other token id 0 (the
+            out-of-vocabulary bucket); the table has ``len(vocab) + 1`` rows. Integer columns
+            are matched by their decimal text.
+        vocab_file: a UTF-8 text file with one token per line (empty lines ignored), read
+            like ``vocab``; relative to the working directory.
+        boundaries: a numeric column bucketized: ``x`` is id ``#{b in boundaries: b <= x}``
+            (``numpy.searchsorted(boundaries, x, side="right")``); strictly increasing; the
+            table has ``len(boundaries) + 1`` rows. Set exactly one of ``num_buckets``,
+            ``hash_bucket_size``, ``vocab``, ``vocab_file`` and ``boundaries``.
+        separator: a string column holds several values per row separated by it
+            (``"a|b|c"``); empty pieces are ignored. List columns need none.
+        weight_column: a column of per-id weights parallel to ``column`` (a list column, or
+            a string split on ``separator``), fed as the KeyedJaggedTensor's weights.
+        embedding_dim: the embedding width; a multiple of 4 (FBGEMM's fused kernels need it).
+        table: the embedding table's name; features naming one table share it (default:
+            ``<name>_emb``).
         pooling: how a multi-id row is pooled, ``sum`` or ``mean``.
         sparse_optimizer: this feature's table's own sparse optimizer (default:
             ``train.sparse_optimizer``); features sharing a table must agree.
@@ -243,6 +282,11 @@ class SparseFeatureConfig:
     column: Optional[str] = None
     num_buckets: Optional[int] = None
     hash_bucket_size: Optional[int] = None
+    vocab: Optional[tuple[str, ...]] = None
+    vocab_file: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
+    boundaries: Optional[tuple[float, ...]] = None
+    separator: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
+    weight_column: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
     embedding_dim: int = 16
     table: Optional[str] = None
     pooling: Literal["sum", "mean"] = "sum"
@@ -317,9 +361,12 @@ class TrainConfig:
         on_nonfinite_loss: a NaN or infinite loss stops the run naming the step (``"error"``),
             or its update is skipped and counted (``"skip"``); either way before it reaches a
             checkpoint.
-        log_every_n_steps: the interval of train log lines (stages may have their own).
+        log_every_n_steps: the interval of the train log: every N steps the loop makes one
+            record (mean loss, learning rates, samples/s, data wait, gradient norm) that the
+            stages show, plot and write (one device sync per interval).
         pipeline: the TorchRec train pipeline (default ``sparse_dist``).
-        stages: loop stages, in order (default: one ``progress`` stage).
+        stages: loop stages, called in this order (default: ``progress`` and
+            ``metrics_log``; ``[]`` for none).
         gradient_accumulation_steps: the dense optimizer steps once per this many batches,
             on the mean of their gradients; embeddings are still updated at every batch, with
             that batch's own (unscaled) gradient.
@@ -341,9 +388,9 @@ class TrainConfig:
     save_checkpoints_epochs: Optional[int] = None
     keep_checkpoint_max: int = 0
     on_nonfinite_loss: Literal["error", "skip"] = "error"
-    log_every_n_steps: int = 100
+    log_every_n_steps: int = attrs.field(default=100, validator=_positive)
     pipeline: Component = Component("sparse_dist")
-    stages: tuple[Component, ...] = (Component("progress"),)
+    stages: tuple[Component, ...] = (Component("progress"), Component("metrics_log"))
     gradient_accumulation_steps: int = 1
     mixed_precision: Optional[Literal["bf16", "fp16"]] = None
     grad_scaler: Optional[GradScalerConfig] = None

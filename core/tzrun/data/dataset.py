@@ -7,6 +7,13 @@ reads a contiguous run of those batches. Every row is read exactly once per pass
 comes from row-group metadata only, so every rank knows every rank's batch count without a
 collective; ranks with fewer batches feed weight-0 padding batches so that all ranks run the
 same number of steps (TorchRec's sharded embeddings need matching collectives on every step).
+
+With a :class:`Shuffle`, each worker's run is cut into windows of ``window_batches`` batches
+(from the run's first batch; the last window may be shorter), and the rows of each window are
+permuted before they are cut into batches. The permutation depends only on the seed, the epoch
+and the window's first global row, so a pass resumed at any step yields the same batches, and
+the rows consumed after any step are known exactly (:func:`consumed_rows`). Batch counts and
+sizes do not change; memory holds one window.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import pyarrow as pa
 from tzrun.interfaces import Reader, RowGroup
 
 __all__ = [
+    "Shuffle",
     "Segment",
     "RankSplit",
     "split_rows",
@@ -32,6 +40,40 @@ __all__ = [
     "BatchStream",
     "padded",
 ]
+
+
+@attrs.frozen
+class Shuffle:
+    """Row shuffling within windows of batches (see the module docstring).
+
+    Attributes:
+        window_batches: batches per window (at least 1).
+        seed: the run's seed.
+    """
+
+    window_batches: int
+    seed: int
+
+    @classmethod
+    def of(cls, buffer_rows: int, batch_size: int, seed: int) -> "Shuffle | None":
+        """The shuffle of ``data.shuffle_buffer_rows = buffer_rows`` (None when 0): windows of
+        ``buffer_rows`` rounded down to whole batches, at least one."""
+        return cls(max(1, buffer_rows // batch_size), seed) if buffer_rows > 0 else None
+
+    def permutation(self, epoch: int, first_row: int, num_rows: int) -> Any:
+        """The order of the ``num_rows`` rows of the window whose first global row is
+        ``first_row``, in epoch ``epoch``: a numpy array of positions."""
+        import numpy as np
+
+        key = [self.seed & (2**64 - 1), epoch, first_row]
+        return np.random.Generator(np.random.PCG64(key)).permutation(num_rows)
+
+
+def windows(run: Interval, window_batches: int) -> list[Interval]:
+    """The windows of batch indices of a worker's run ``[a, b)``: from ``a`` on, each
+    ``window_batches`` long, the last one shorter."""
+    a, b = run
+    return [(w, min(w + window_batches, b)) for w in range(a, b, window_batches)]
 
 
 @attrs.frozen
@@ -156,7 +198,15 @@ def resume_layout(runs: Sequence[Interval], done: int) -> tuple[list[Interval], 
     return remaining, order
 
 
-def consumed_rows(split_rows_in_order: Sequence[Interval], batch_size: int, num_rows: int, runs: Sequence[Interval], done: int) -> list[Interval]:
+def consumed_rows(
+    split_rows_in_order: Sequence[Interval],
+    batch_size: int,
+    num_rows: int,
+    runs: Sequence[Interval],
+    done: int,
+    shuffle: Shuffle | None = None,
+    epoch: int = 0,
+) -> list[Interval]:
     """The global row intervals a rank has consumed after ``done`` steps of a pass.
 
     Args:
@@ -165,13 +215,48 @@ def consumed_rows(split_rows_in_order: Sequence[Interval], batch_size: int, num_
         num_rows: rows of the rank.
         runs: its workers' batch runs.
         done: steps done in the pass (padding steps consume nothing).
+        shuffle, epoch: the pass's shuffle: the rows of a window read in part are the
+            permuted ones (several intervals; at most one window per worker is in part).
     """
     remaining, _ = resume_layout(runs, done)
     taken = []
-    for (a, _), (r, _) in zip(runs, remaining):
-        if r > a:
-            taken.extend(_take(split_rows_in_order, a * batch_size, min(r * batch_size, num_rows)))
+    for (a, b), (r, _) in zip(runs, remaining):
+        if r <= a:
+            continue
+        whole_until = r
+        if shuffle is not None:
+            w0, w1 = next(w for w in windows((a, b), shuffle.window_batches) if w[0] <= r - 1 < w[1])
+            if r < w1:  # a window read in part
+                whole_until = w0
+                lo, hi = w0 * batch_size, min(w1 * batch_size, num_rows)
+                order = shuffle.permutation(epoch, _global_row(split_rows_in_order, lo), hi - lo)
+                taken.extend(_positions(split_rows_in_order, lo + order[: (r - w0) * batch_size]))
+        if whole_until > a:
+            taken.extend(_take(split_rows_in_order, a * batch_size, min(whole_until * batch_size, num_rows)))
     return merge_intervals(taken)
+
+
+def _global_row(intervals: Sequence[Interval], position: int) -> int:
+    """The global row at ``position`` of the concatenation of ``intervals``."""
+    return _take(intervals, position, position + 1)[0][0]
+
+
+def _positions(intervals: Sequence[Interval], positions: Any) -> list[Interval]:
+    """Positions of the concatenation of ``intervals`` as merged global row intervals."""
+    import numpy as np
+
+    starts = np.array([a for a, _ in intervals], dtype=np.int64)
+    sizes = np.array([b - a for a, b in intervals], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    positions = np.sort(np.asarray(positions, dtype=np.int64))
+    which = np.searchsorted(ends, positions, side="right")
+    rows = starts[which] + positions - (ends[which] - sizes[which])
+    if not rows.size:
+        return []
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    firsts = np.concatenate([[0], breaks])
+    lasts = np.concatenate([breaks, [rows.size]]) - 1
+    return merge_intervals([(int(rows[i]), int(rows[j]) + 1) for i, j in zip(firsts, lasts)])
 
 
 def merge_intervals(intervals: Sequence[Interval]) -> list[Interval]:
@@ -209,55 +294,100 @@ class BatchStream:
     """
 
     def __init__(
-        self, reader: Reader, split: RankSplit, batch_size: int, columns: Sequence[str], builder: Any
+        self,
+        reader: Reader,
+        split: RankSplit,
+        batch_size: int,
+        columns: Sequence[str],
+        builder: Any,
+        shuffle: Shuffle | None = None,
     ) -> None:
         self.reader, self.split, self.batch_size = reader, split, batch_size
         self.columns, self.builder = list(columns), builder
+        self.shuffle = shuffle
 
-    def iter_worker(self, worker: int, num_workers: int) -> Iterator[Any]:
+    def iter_worker(self, worker: int, num_workers: int, epoch: int = 0) -> Iterator[Any]:
         """The batches of worker ``worker`` of ``num_workers``, in order."""
         first, last = worker_runs(self.split.num_batches, num_workers)[worker]
-        return self.iter_run(first, last)
+        return self.iter_run(first, last, epoch=epoch)
 
-    def iter_run(self, first: int, last: int) -> Iterator[Any]:
-        """Batches ``first`` to ``last - 1`` of this rank's pass, in order."""
+    def iter_run(self, first: int, last: int, origin: int | None = None, epoch: int = 0) -> Iterator[Any]:
+        """Batches ``first`` to ``last - 1`` of this rank's pass, in order.
+
+        Args:
+            origin: the first batch of the worker's whole run, where shuffle windows start
+                (default ``first``); ``last`` must be the run's end when shuffling.
+            epoch: the pass (it picks the shuffle's permutations).
+        """
         if first >= last:
             return
-        row, stop_row = first * self.batch_size, min(last * self.batch_size, self.split.num_rows)
-        pending: list[pa.RecordBatch] = []
-        pending_rows, source = 0, ""
+        if self.shuffle is None:
+            yield from self._iter_rows(first * self.batch_size, min(last * self.batch_size, self.split.num_rows))
+            return
+        for w0, w1 in windows((first if origin is None else origin, last), self.shuffle.window_batches):
+            if w1 <= first:
+                continue
+            yield from self._iter_window(w0, w1, max(first, w0), epoch)
+
+    def _iter_window(self, w0: int, w1: int, first: int, epoch: int) -> Iterator[Any]:
+        """The batches ``first`` to ``w1 - 1`` of the shuffled window of batches ``[w0, w1)``."""
+        assert self.shuffle is not None
+        lo, hi = w0 * self.batch_size, min(w1 * self.batch_size, self.split.num_rows)
+        parts, sources = [], []
+        for record_batch, path in self._iter_record_batches(lo, hi):
+            parts.append(record_batch)
+            sources.append(path)
+        source = ", ".join(dict.fromkeys(sources))
+        order = self.shuffle.permutation(epoch, _global_row(self.split.rows, lo), hi - lo)
+        window = pa.Table.from_batches(parts).take(pa.array(order[(first - w0) * self.batch_size :]))
+        for start in range(0, window.num_rows, self.batch_size):
+            yield self.builder(window.slice(start, self.batch_size), source)
+
+    def _iter_record_batches(self, row: int, stop_row: int) -> Iterator[tuple[pa.RecordBatch, str]]:
+        """Rows ``[row, stop_row)`` of this rank as the reader's record batches, in order,
+        each with the file it came from."""
         offset = 0
         for segment in self.split.segments:
             lo, hi = max(row, offset), min(stop_row, offset + segment.num_rows)
             offset += segment.num_rows
             if lo >= hi:
                 continue
-            source = segment.group.path
             start = segment.start + (lo - (offset - segment.num_rows))
             for record_batch in self.reader.read(segment.group, start, start + (hi - lo), self.columns):
-                pending.append(record_batch)
-                pending_rows += record_batch.num_rows
-                while pending_rows >= self.batch_size:
-                    table = pa.Table.from_batches(pending)
-                    yield self.builder(table.slice(0, self.batch_size), source)
-                    rest = table.slice(self.batch_size)
-                    pending = rest.to_batches()
-                    pending_rows = rest.num_rows
+                yield record_batch, segment.group.path
+
+    def _iter_rows(self, row: int, stop_row: int) -> Iterator[Any]:
+        """Rows ``[row, stop_row)`` of this rank in order, cut into batches."""
+        pending: list[pa.RecordBatch] = []
+        pending_rows, source = 0, ""
+        for record_batch, source in self._iter_record_batches(row, stop_row):
+            pending.append(record_batch)
+            pending_rows += record_batch.num_rows
+            while pending_rows >= self.batch_size:
+                table = pa.Table.from_batches(pending)
+                yield self.builder(table.slice(0, self.batch_size), source)
+                rest = table.slice(self.batch_size)
+                pending = rest.to_batches()
+                pending_rows = rest.num_rows
         if pending_rows:
             yield self.builder(pa.Table.from_batches(pending), source)
 
-    def torch_dataset(self, runs: Sequence[tuple[int, int]]) -> Any:
-        """A ``torch.utils.data.IterableDataset`` whose worker ``i`` reads batch run ``runs[i]``."""
+    def torch_dataset(
+        self, runs: Sequence[tuple[int, int]], origins: Sequence[int] | None = None, epoch: int = 0
+    ) -> Any:
+        """A ``torch.utils.data.IterableDataset`` whose worker ``i`` reads batch run ``runs[i]``
+        (whose whole run started at batch ``origins[i]``) of pass ``epoch``."""
         from torch.utils.data import IterableDataset, get_worker_info
 
         stream = self
         plan = list(runs)
+        starts = list(origins) if origins is not None else [a for a, _ in plan]
 
         class _Dataset(IterableDataset):
             def __iter__(self) -> Iterator[Any]:
                 info = get_worker_info()
                 worker = info.id if info else 0
-                return stream.iter_run(*plan[worker])
+                return stream.iter_run(*plan[worker], origin=starts[worker], epoch=epoch)
 
         return _Dataset()
 

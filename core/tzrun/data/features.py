@@ -1,12 +1,15 @@
 """Feature specs from the config, and Arrow record batches -> :class:`~tzrun.data.batch.Batch`.
 
-Id features: an integer column with ``num_buckets`` must hold ids in ``[0, num_buckets)``; a
-column with ``hash_bucket_size`` is hashed with FNV-1a 64 over the UTF-8 bytes of strings (see
-:mod:`tzrun.data.hashing`), or taken modulo ``hash_bucket_size`` for integers. List columns
-give several ids per row; a null, or a null inside a list, gives none.
+Id features (:mod:`tzrun.data.ids`): an integer column with ``num_buckets`` must hold ids in
+``[0, num_buckets)``; a column with ``hash_bucket_size`` is hashed with FNV-1a 64 over the
+UTF-8 bytes of strings (see :mod:`tzrun.data.hashing`), or taken modulo ``hash_bucket_size``
+for integers; ``vocab`` maps ``vocab[i]`` to ``i + 1`` and other tokens to 0; ``boundaries``
+bucketize numbers. List columns, or strings split on ``separator``, give several ids per row;
+a null, or a null inside a list, gives none. A ``weight_column`` gives the ids' weights.
 
 Dense features: a null or NaN takes the feature's ``fill_value`` (Parquet written from pandas
-stores missing floats as NaN); ``inf`` and ``-inf`` are bad values.
+stores missing floats as NaN); ``inf`` and ``-inf`` are bad values; then ``log1p`` and
+``(x - mean) / std``.
 
 Bad rows (``data.on_bad_row``) are rows with an id outside ``[0, num_buckets)``, an infinite
 dense value, a null, NaN or infinite label, a null, NaN, infinite or negative sample weight, or
@@ -29,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tzrun.config.schema import FeaturesConfig
+from tzrun.data.ids import JaggedIds, jagged_ids
+from tzrun.data.vocab import read_vocab_file
 from tzrun.errors import DataError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SparseFeature
 
@@ -48,7 +53,8 @@ class FeatureSpecs:
 
     def columns(self, labels: Sequence[str], sample_weight: str | None, groups: Sequence[str] = ()) -> list[str]:
         """Every input column a batch needs, each once, in a stable order."""
-        names = [f.column for f in self.dense] + [f.column for f in self.sparse] + list(labels)
+        names = [f.column for f in self.dense] + [f.column for f in self.sparse]
+        names += [f.weight_column for f in self.sparse if f.weight_column] + list(labels)
         if sample_weight:
             names.append(sample_weight)
         names.extend(groups)
@@ -56,20 +62,41 @@ class FeatureSpecs:
 
 
 def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
-    """Derive dense/sparse feature specs and embedding tables from a checked config."""
-    dense = tuple(DenseFeature(f.name, f.column or f.name, f.fill_value, f.log1p) for f in cfg.dense)
+    """Derive dense/sparse feature specs and embedding tables from a checked config.
+
+    A ``vocab_file`` is read here (the specs carry its tokens). When any feature has a
+    ``weight_column`` every table is weighted and sum-pooled (see
+    :attr:`tzrun.interfaces.EmbeddingTable.weighted`).
+
+    Raises:
+        DataError: when a ``vocab_file`` cannot be read.
+    """
+    dense = tuple(DenseFeature(f.name, f.column or f.name, f.fill_value, f.log1p, f.mean, f.std) for f in cfg.dense)
+    weighted = any(f.weight_column is not None for f in cfg.sparse)
     sparse = []
     tables: dict[str, tuple[int, int, list[str], str]] = {}
     for f in cfg.sparse:
         table = f.table or f"{f.name}_emb"
-        spec = SparseFeature(f.name, f.column or f.name, table, f.num_buckets, f.hash_bucket_size)
+        vocab = f.vocab
+        if f.vocab_file is not None:
+            try:
+                vocab = read_vocab_file(f.vocab_file)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise DataError(f"{f.vocab_file}: the vocab_file of feature '{f.name}' cannot be read: {exc}") from None
+        spec = SparseFeature(
+            f.name, f.column or f.name, table, f.num_buckets, f.hash_bucket_size, vocab,
+            f.boundaries, f.separator, f.weight_column, f.pooling,
+        )
         sparse.append(spec)
         size, dim, users, pooling = tables.setdefault(table, (spec.num_embeddings, f.embedding_dim, [], f.pooling))
         users.append(f.name)
     return FeatureSpecs(
         dense,
         tuple(sparse),
-        tuple(EmbeddingTable(n, s, d, tuple(u), p) for n, (s, d, u, p) in tables.items()),
+        tuple(
+            EmbeddingTable(n, s, d, tuple(u), "sum" if weighted else p, weighted)
+            for n, (s, d, u, p) in tables.items()
+        ),
     )
 
 
@@ -131,6 +158,8 @@ class BatchBuilder:
         self.sample_weight = sample_weight
         self.groups = tuple(dict.fromkeys(groups))
         self.on_bad_row = on_bad_row
+        self._weighted = any(t.weighted for t in specs.tables)
+        self._poolings = tuple(f.pooling for f in specs.sparse)
 
     def __call__(self, table: pa.Table | pa.RecordBatch, source: str) -> "Batch":
         """Build a batch from ``table``; ``source`` (a file name) is named in errors.
@@ -154,11 +183,15 @@ class BatchBuilder:
         for j, feature in enumerate(self.specs.dense):
             if feature.log1p:
                 np.log1p(np.maximum(dense[:, j], 0.0), out=dense[:, j])
-        values, lengths = [], []
-        for feature in self.specs.sparse:
-            ids, lens = self._ids(table, feature, source, bad)
-            values.append(ids)
-            lengths.append(lens)
+            if feature.mean != 0.0 or feature.std != 1.0:
+                dense[:, j] = (dense[:, j] - np.float32(feature.mean)) / np.float32(feature.std)
+        values, lengths, id_weights = [], [], []
+        for feature, pooling in zip(self.specs.sparse, self._poolings):
+            jagged = self._ids(table, feature, source, bad)
+            values.append(jagged.ids)
+            lengths.append(jagged.lengths)
+            if self._weighted:
+                id_weights.append(_kjt_weights(jagged, pooling))
         labels = {name: self._checked(table, name, "", source, bad) for name in self.labels}
         if self.sample_weight:
             weights = self._checked(table, self.sample_weight, " (sample_weight)", source, bad, negative=True)
@@ -174,10 +207,8 @@ class BatchBuilder:
             rows_in, rows = rows, int(np.count_nonzero(keep))
             if rows == 0:
                 return self.padding(skipped)
-            values = [
-                ids[keep] if ids.size == rows_in and lens.all() else ids[np.repeat(keep, lens)]
-                for ids, lens in zip(values, lengths)
-            ]
+            values = [_kept(ids, lens, keep, rows_in) for ids, lens in zip(values, lengths)]
+            id_weights = [_kept(w, lens, keep, rows_in) for w, lens in zip(id_weights, lengths)]
             lengths = [lens[keep] for lens in lengths]
             dense = dense[keep]
             labels = {name: v[keep] for name, v in labels.items()}
@@ -187,6 +218,7 @@ class BatchBuilder:
             keys=[f.name for f in self.specs.sparse],
             values=torch.from_numpy(np.concatenate(values) if values else np.zeros(0, np.int64)),
             lengths=torch.from_numpy(np.concatenate(lengths) if lengths else np.zeros(0, np.int32)),
+            weights=torch.from_numpy(np.concatenate(id_weights)) if self._weighted else None,
             stride=rows,
         )
         return Batch(
@@ -215,6 +247,7 @@ class BatchBuilder:
                 keys=[f.name for f in self.specs.sparse],
                 values=torch.zeros(0, dtype=torch.int64),
                 lengths=torch.zeros(n, dtype=torch.int32),
+                weights=torch.zeros(0, dtype=torch.float32) if self._weighted else None,
                 stride=1,
             ),
             {name: torch.zeros(1) for name in self.labels},
@@ -316,29 +349,16 @@ class BatchBuilder:
 
         return fnv1a_64(column).view(np.int64)
 
-    def _ids(
-        self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str, bad: _BadRows
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _ids(self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str, bad: _BadRows) -> JaggedIds:
         column = self._column(table, feature.column, source)
-        rows = len(column)
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
-            lengths = np.array(column.value_lengths().fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int32)
-            flat = column.flatten()
-            if flat.null_count:
-                row_of = np.repeat(np.arange(rows), lengths)
-                lengths -= np.bincount(row_of[flat.is_null().to_numpy(zero_copy_only=False)], minlength=rows).astype(np.int32)
-                flat = flat.drop_null()
-        else:
-            lengths = np.ones(rows, dtype=np.int32)
-            if column.null_count:
-                lengths[column.is_null().to_numpy(zero_copy_only=False)] = 0
-            flat = column.drop_null() if column.null_count else column
-        ids = self._bucketize(flat, feature, source)
+        weights = self._column(table, feature.weight_column, source) if feature.weight_column else None
+        jagged = jagged_ids(column, feature, source, weights)
+        ids, rows = jagged.ids, len(column)
         limit = feature.num_buckets
-        if feature.hash_bucket_size is None and ids.size and (ids.min() < 0 or ids.max() >= limit):
+        if limit is not None and ids.size and (ids.min() < 0 or ids.max() >= limit):
             outside = (ids < 0) | (ids >= limit)
             rows_outside = np.zeros(rows, dtype=bool)
-            rows_outside[np.repeat(np.arange(rows), lengths)[outside]] = True
+            rows_outside[np.repeat(np.arange(rows), jagged.lengths)[outside]] = True
             first = ids[outside][0]
             bad.found(
                 f"{feature.column}: id outside [0, {limit})",
@@ -346,21 +366,18 @@ class BatchBuilder:
                 lambda n: f"column '{feature.column}' (feature '{feature.name}'): id {first} is outside [0, {limit}) "
                 f"({n} of {rows} rows of this batch have an id outside it); raise num_buckets or use hash_bucket_size",
             )
-        return ids, lengths
+        return jagged
 
-    @staticmethod
-    def _bucketize(flat: pa.Array, feature: SparseFeature, source: str) -> np.ndarray:
-        where = f"{source}: column '{feature.column}' (feature '{feature.name}')"
-        if feature.hash_bucket_size is not None:
-            if pa.types.is_integer(flat.type):
-                return np.mod(flat.to_numpy(zero_copy_only=False).astype(np.int64), feature.hash_bucket_size)
-            if pa.types.is_string(flat.type) or pa.types.is_large_string(flat.type) or pa.types.is_binary(flat.type):
-                from tzrun.data.hashing import hash_to_buckets
 
-                return hash_to_buckets(flat, feature.hash_bucket_size)
-            raise DataError(f"{where} has type {flat.type}; hash_bucket_size needs strings or integers")
-        if not pa.types.is_integer(flat.type):
-            raise DataError(
-                f"{where} has type {flat.type}; num_buckets needs integer ids (use hash_bucket_size for strings)"
-            )
-        return np.array(flat.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
+def _kjt_weights(jagged: JaggedIds, pooling: str) -> np.ndarray:
+    """A feature's KeyedJaggedTensor weights in a weighted run: its own (or 1), divided by
+    the row's id count for ``mean`` pooling (the tables of a weighted run are summed)."""
+    weights = jagged.weights if jagged.weights is not None else np.ones(jagged.ids.size, dtype=np.float32)
+    if pooling == "mean" and weights.size:
+        weights = weights / np.repeat(jagged.lengths, jagged.lengths).astype(np.float32)
+    return weights
+
+
+def _kept(values: np.ndarray, lengths: np.ndarray, keep: np.ndarray, rows: int) -> np.ndarray:
+    """The jagged ``values`` of the rows ``keep`` selects."""
+    return values[keep] if values.size == rows and lengths.all() else values[np.repeat(keep, lengths)]

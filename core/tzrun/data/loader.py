@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
-from tzrun.data.dataset import BatchStream, consumed_rows, padded, resume_layout, split_rows, worker_runs
+from tzrun.data.dataset import BatchStream, Shuffle, consumed_rows, padded, resume_layout, split_rows, worker_runs
 from tzrun.data.features import BatchBuilder
 from tzrun.interfaces import Reader
 
@@ -51,6 +51,10 @@ class RankInput:
         columns: columns to read.
         builder: Arrow -> Batch conversion.
         rank, world_size: this process in the job.
+        rows: the global row intervals to read (a resumed partial epoch; default: all).
+        shuffle_buffer_rows: ``data.shuffle_buffer_rows`` (0: no shuffle); see
+            :class:`~tzrun.data.dataset.Shuffle`.
+        seed: ``train.seed``, which picks the shuffle's permutations.
 
     Raises:
         DataError: when the input has no files or rows.
@@ -67,6 +71,8 @@ class RankInput:
         rank: int,
         world_size: int,
         rows: Sequence[tuple[int, int]] | None = None,
+        shuffle_buffer_rows: int = 0,
+        seed: int = 0,
     ) -> None:
         from tzrun.errors import DataError
 
@@ -75,7 +81,8 @@ class RankInput:
         if self.total_rows == 0:
             raise DataError(f"{input_path}: the input has no rows")
         self.split = split_rows(groups, rank, world_size, batch_size, rows)
-        self.stream = BatchStream(reader, self.split, batch_size, columns, builder)
+        self.shuffle = Shuffle.of(shuffle_buffer_rows, batch_size, seed)
+        self.stream = BatchStream(reader, self.split, batch_size, columns, builder, self.shuffle)
         self.builder = builder
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -91,25 +98,28 @@ class RankInput:
         workers = max(1, min(self.num_workers, self.split.num_batches)) if self.num_workers else 1
         return worker_runs(self.split.num_batches, workers)
 
-    def consumed(self, done: int) -> list[tuple[int, int]]:
-        """The global row intervals this rank has consumed after ``done`` steps of a pass."""
-        return consumed_rows(self.split.rows, self.batch_size, self.split.num_rows, self.runs, done)
+    def consumed(self, done: int, epoch: int = 0) -> list[tuple[int, int]]:
+        """The global row intervals this rank has consumed after ``done`` steps of pass
+        ``epoch`` (the epoch matters only with a shuffle)."""
+        return consumed_rows(self.split.rows, self.batch_size, self.split.num_rows, self.runs, done, self.shuffle, epoch)
 
-    def one_pass(self, max_steps: int | None = None, start: int = 0) -> Iterator[Any]:
+    def one_pass(self, max_steps: int | None = None, start: int = 0, epoch: int = 0) -> Iterator[Any]:
         """One pass from step ``start`` on, as exactly ``min(steps, max_steps) - start``
         batches (``max_steps`` counts from the start of the pass): this rank's rows, then
         weight-0 padding batches if other ranks have more. The batches are the ones an
         uninterrupted pass yields from step ``start``, in the same order, with or without
-        DataLoader workers."""
+        DataLoader workers. ``epoch`` picks the shuffle's permutations (pass the same one to
+        :meth:`consumed`)."""
         from torch.utils.data import DataLoader
 
         steps = self.steps if max_steps is None else min(self.steps, max_steps)
-        remaining, order = resume_layout(self.runs, start)
+        runs = self.runs
+        remaining, order = resume_layout(runs, start)
         if self.num_workers == 0:
-            batches: Iterator[Any] = self.stream.iter_run(*remaining[0])
+            batches: Iterator[Any] = self.stream.iter_run(*remaining[0], origin=runs[0][0], epoch=epoch)
         else:
             loader = DataLoader(
-                self.stream.torch_dataset([remaining[w] for w in order]),
+                self.stream.torch_dataset([remaining[w] for w in order], [runs[w][0] for w in order], epoch),
                 batch_size=None,
                 num_workers=len(order),
                 worker_init_fn=_single_threaded_worker,

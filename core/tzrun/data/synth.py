@@ -546,6 +546,31 @@ def _check_int(name: str, value: Any, minimum: int, hint: str) -> int:
     return number
 
 
+def _checked_arguments(
+    out_dir: str | os.PathLike[str], rows: Any, eval_rows: Any, seed: Any, rows_per_file: Any, row_group_size: Any
+) -> tuple[Path, int, int, int, int, int]:
+    """``(out, rows, eval_rows, seed, rows_per_file, row_group_size)`` of a ``synth_*`` function,
+    checked, with ``eval_rows`` defaulted; creates ``out_dir`` and removes its ``synth.json`` (so
+    that it never describes data being rewritten).
+
+    Raises:
+        ValueError: an argument is out of range, or ``out_dir`` is an existing file.
+    """
+    rows = _check_int("rows", rows, 1, "pass the number of train rows, e.g. rows=500_000")
+    if eval_rows is None:
+        eval_rows = max(rows // 10, 1000)
+    eval_rows = _check_int("eval_rows", eval_rows, 1, "pass the number of eval rows, or None for max(rows // 10, 1000)")
+    seed = _check_int("seed", seed, 0, "pass a non-negative integer such as seed=0")
+    rows_per_file = _check_int("rows_per_file", rows_per_file, 1, "pass the maximum rows per parquet file, e.g. 250_000")
+    row_group_size = _check_int("row_group_size", row_group_size, 1, "pass the rows per parquet row group, e.g. 32_768")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {str(out)!r} is a file; pass a directory (it is created)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_FILE).unlink(missing_ok=True)
+    return out, rows, eval_rows, seed, rows_per_file, row_group_size
+
+
 def synth_criteo(
     out_dir: str | os.PathLike[str],
     *,
@@ -577,28 +602,10 @@ def synth_criteo(
     Raises:
         ValueError: an argument is out of range, or ``out_dir`` is an existing file.
     """
-    rows = _check_int("rows", rows, 1, "pass the number of train rows, e.g. rows=500_000")
-    if eval_rows is None:
-        eval_rows = max(rows // 10, 1000)
-    eval_rows = _check_int(
-        "eval_rows",
-        eval_rows,
-        1,
-        "pass the number of eval rows, or None for max(rows // 10, 1000)",
+    out, rows, eval_rows, seed, rows_per_file, row_group_size = _checked_arguments(
+        out_dir, rows, eval_rows, seed, rows_per_file, row_group_size
     )
-    seed = _check_int("seed", seed, 0, "pass a non-negative integer such as seed=0")
-    rows_per_file = _check_int(
-        "rows_per_file", rows_per_file, 1, "pass the maximum rows per parquet file, e.g. 250_000"
-    )
-    row_group_size = _check_int(
-        "row_group_size", row_group_size, 1, "pass the rows per parquet row group, e.g. 32_768"
-    )
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir {str(out)!r} is a file; pass a directory (it is created)")
-    out.mkdir(parents=True, exist_ok=True)
     report_path = out / REPORT_FILE
-    report_path.unlink(missing_ok=True)
 
     model = _build_model(seed)
     train_logit, train_label = _write_split(
@@ -647,11 +654,21 @@ def read_report(out_dir: str | os.PathLike[str]) -> SynthReport:
         FileNotFoundError: there is no ``synth.json`` (generation never finished).
         ValueError: ``synth.json`` is not a valid report.
     """
+    return SynthReport.from_json(_read_document(out_dir, "criteo"))
+
+
+def _read_document(out_dir: str | os.PathLike[str], dataset: str) -> dict[str, Any]:
+    """The JSON object of ``out_dir/synth.json``, written by ``tzrec-run data synth DATASET``.
+
+    Raises:
+        FileNotFoundError: there is no ``synth.json`` (generation never finished).
+        ValueError: ``synth.json`` is not a JSON object.
+    """
     path = Path(out_dir) / REPORT_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"{str(path)!r} not found: {str(out_dir)!r} holds no complete synthetic data set; "
-            f"generate one with `tzrec-run data synth criteo --rows N --out {out_dir}`"
+            f"generate one with `tzrec-run data synth {dataset} --rows N --out {out_dir}`"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -659,4 +676,4 @@ def read_report(out_dir: str | os.PathLike[str]) -> SynthReport:
         raise ValueError(f"{str(path)!r} is not valid JSON ({e}); regenerate the data") from None
     if not isinstance(data, dict):
         raise ValueError(f"{str(path)!r} does not hold a JSON object; regenerate the data")
-    return SynthReport.from_json(data)
+    return data

@@ -12,7 +12,7 @@ from tzrun.interfaces import EvalResult, RunContext
 from tzrun.registry import Registries
 from tzrun.runner.build import MetricSlot
 
-__all__ = ["evaluate", "update_metric", "append_eval_result", "EVAL_RESULTS"]
+__all__ = ["evaluate", "update_metric", "append_eval_result", "trim_eval_results", "EVAL_RESULTS"]
 
 #: One JSON line per evaluation, in the model dir.
 EVAL_RESULTS = "eval_results.jsonl"
@@ -85,6 +85,31 @@ def append_eval_result(model_dir: Path, result: EvalResult, **extra: Any) -> Non
     line = json.dumps({"step": result.step, "rows": result.rows, **result.metrics, **extra})
     with open(Path(model_dir) / EVAL_RESULTS, "a", encoding="utf-8") as f:
         f.write(line + "\n")
+
+
+def trim_eval_results(model_dir: Path, step: int) -> int:
+    """Drop the training run's evaluations after ``step`` from ``eval_results.jsonl`` (on
+    resume from the checkpoint of ``step``: an evaluation whose checkpoint was never completed
+    runs again). ``tzrec-run evaluate`` lines are kept. Returns how many lines were dropped."""
+    import os
+
+    path = Path(model_dir) / EVAL_RESULTS
+    if not path.is_file():
+        return 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "command" in record or int(record.get("step", 0)) <= step:
+            kept.append(line)
+    if len(kept) != len(lines):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        os.replace(tmp, path)
+    return len(lines) - len(kept)
 
 
 def update_metric(metric: Any, slot: MetricSlot, out: Any) -> None:

@@ -3,7 +3,10 @@
 Training runs in segments that end where a checkpoint and an evaluation are due (every
 ``train.save_checkpoints_steps`` and at the last step). Each segment is driven by a fresh
 TorchRec train pipeline that drains at the boundary, so no batch is in flight while the model is
-evaluated or saved.
+evaluated or saved. At a boundary the model is evaluated first and then saved, so that the
+checkpoint holds what the stages concluded from that evaluation (early stopping's patience, say);
+on resume, evaluations after the checkpoint's step are dropped from ``eval_results.jsonl`` and
+run again.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ from tzrun.runner.checkpoint import (
     latest_checkpoint, load_training_state, remove_incomplete_checkpoints, save_checkpoint, sharding_summary,
 )
 from tzrun.runner.distributed import init_distributed
-from tzrun.runner.evaluate import append_eval_result, evaluate
+from tzrun.runner.evaluate import append_eval_result, evaluate, trim_eval_results
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.position import DataPosition, Layout, TrainData, plan_epochs, resume_layout_for
-from tzrun.runner.retention import BEST_FILE, check_best_metric, prune_checkpoints, record_best
+from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences, write_run_records
+from tzrun.runner.retention import BEST_FILE, prune_checkpoints, record_best
+from tzrun.runner.stages import LogWindow, RunStages, TimedIterator, check_run_config, learning_rates
 from tzrun.runner.train_metrics import TrainMetrics
 
 __all__ = ["TrainResult", "train", "EXIT_STOPPED_BY_SIGNAL", "rng_state", "set_rng_state"]
@@ -60,6 +65,7 @@ class TrainResult:
         samples_per_second: training rows per second over all ranks, evaluation excluded.
         model: the trained DistributedModelParallel model (for programmatic use).
         stopped_by: the signal that stopped the run early (its checkpoint is written), or None.
+        stop_reason: why a stage ended the run early (early stopping, say), or None.
     """
 
     steps: int
@@ -69,6 +75,7 @@ class TrainResult:
     samples_per_second: float
     model: Any = attrs.field(default=None, repr=False)
     stopped_by: str | None = None
+    stop_reason: str | None = None
 
 
 def _seed_everything(seed: int) -> None:
@@ -201,19 +208,20 @@ def train(
     Raises:
         TzrunError: when ``model_dir`` already has checkpoints and neither option is given.
     """
-    check_best_metric(cfg, registries, raw.source)
+    check_run_config(cfg, registries, raw.source)
     info = init_distributed()
     _seed_everything(cfg.train.seed)
     model_dir = Path(cfg.model_dir)
-    resume_from = _claim_model_dir(model_dir, overwrite, resume, info.rank)
+    resume_from = _claim_model_dir(model_dir, overwrite, resume, info.rank, cfg)
     specs = feature_specs(cfg.features)
     reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
     groups = group_columns(cfg)
     builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups, on_bad_row=cfg.data.on_bad_row)
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
 
-    def rank_input(path: str, batch_size: int, rows: Any = None) -> RankInput:
-        return RankInput(reader, path, batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size, rows)
+    def rank_input(path: str, batch_size: int, rows: Any = None, shuffle: int = 0) -> RankInput:
+        return RankInput(reader, path, batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size, rows,
+                         shuffle_buffer_rows=shuffle, seed=cfg.train.seed)
 
     eval_input = None
     if cfg.data.eval_input is not None:
@@ -231,11 +239,7 @@ def train(
         optimizer=built.optimizer,
         global_batch_size=cfg.data.batch_size * info.world_size,
     )
-    stages = []
-    for i, component in enumerate(cfg.train.stages):
-        stage = registries["stage"].get(component.type, f"train.stages[{i}].type").build(component.config)
-        pm.register(stage, name=f"stage:{i}:{component.type}")
-        stages.append(stage)
+    stages = RunStages(cfg, registries, pm)
     pipeline_entry = registries["train_pipeline"].get(cfg.train.pipeline.type, "train.pipeline.type")
 
     def make_pipeline() -> Any:
@@ -261,6 +265,8 @@ def train(
             set_rng_state(rank_state["rng"])
             train_metrics.load_window_state(rank_state.get("train_metric_windows", {}))
         saved_stages = dict(meta.get("stages", {}))
+        if info.rank == 0:
+            trim_eval_results(model_dir, start_step)
         _warn_if_plugins_changed(meta, pm, registries, info.rank)
         if info.rank == 0:
             how = "exactly where it stopped" if start_layout == position.layout else (
@@ -278,7 +284,8 @@ def train(
     def steps_of(layout: Layout) -> int:
         return data.input_for(layout).steps
 
-    data = TrainData([], lambda layout: rank_input(cfg.data.train_input, layout.batch_size, layout.rows))
+    data = TrainData([], lambda layout: rank_input(cfg.data.train_input, layout.batch_size, layout.rows,
+                                                   cfg.data.shuffle_buffer_rows))
     data.plan = plan_epochs(
         num_steps=cfg.train.num_steps, num_epochs=cfg.train.num_epochs, start_step=start_step,
         start_epoch=start_epoch, start_layout=start_layout, start_in_epoch=start_in_epoch,
@@ -286,15 +293,22 @@ def train(
     )
     total = max(data.total, start_step)
     steps_per_epoch = data.input_for(whole).steps
+    run.total_steps, run.steps_per_epoch, run.start_step = total, steps_per_epoch, start_step
+    run.dense_parameters = {n: p for opt in built.update.dense.values() for n, p in getattr(opt, "params", {}).items()}
     if info.rank == 0:
         model_dir.mkdir(parents=True, exist_ok=True)
         log.info(
             "training %d steps (%d per epoch) on %d rank(s), %d rows per step; model_dir %s",
             total - start_step, steps_per_epoch, info.world_size, run.global_batch_size, model_dir,
         )
+    plugins = [p.to_json() for p in _run_plugins(pm, registries)]
+    if info.rank == 0:
+        env = write_run_records(model_dir, cfg, raw, world_size=info.world_size, plugins=plugins)
+        for problem in env["stack_problems"]:
+            log.warning("%s (tzrec-run env checks this)", problem)
     meta_base = {
         "world_size": info.world_size,
-        "plugins": [p.to_json() for p in plugin_infos(pm, registries)],
+        "plugins": plugins,
         "config": dict(raw.data),
         "config_source": raw.source,
         "steps_per_epoch": steps_per_epoch,
@@ -303,19 +317,22 @@ def train(
                              data.epoch_ends() if cfg.train.save_checkpoints_epochs else [],
                              cfg.train.save_checkpoints_epochs)
     skipped = SkippedRows()
-    stream = tally_skipped(data.batches(start_step), skipped)
+    stream = TimedIterator(tally_skipped(data.batches(start_step), skipped))
+    window = LogWindow(stream, info.world_size)
     signals = StopSignals(info.world_size)
     step, last_eval, last_ckpt, stopped_by = start_step, None, None, None
     train_seconds, started = 0.0, time.perf_counter()
     try:
         if resume_from is not None:
+            stages.load_state_dict(saved_stages)
             call_lifecycle(pm, "tzrun_after_checkpoint_load", run=run, step=start_step, state=saved_stages)
         call_lifecycle(pm, "tzrun_before_train", run=run)
         for boundary in boundaries:
             segment_start = time.perf_counter()
+            window.resume_clock()
             step, stopped = _run_segment(
                 run, pm, built, make_pipeline(), itertools.islice(stream, boundary - step), step, data,
-                train_metrics, signals,
+                train_metrics, signals, window,
             )
             built.update.flush()  # no gradient stays pending across a checkpoint
             train_seconds += time.perf_counter() - segment_start
@@ -323,16 +340,25 @@ def train(
                 stopped_by = signals.received or "a signal on another rank"
             if cfg.data.on_bad_row == "skip":
                 _log_skipped(skipped, info, step)
-            last_ckpt = _save(run, pm, built, data, train_metrics, meta_base, step, info)
             if stopped_by is not None:
+                last_ckpt = _save(run, pm, built, data, train_metrics, meta_base, step, info, stages)
                 if info.rank == 0:
                     log.warning("stopped by %s at step %d after writing %s; rerun with --resume to continue "
                                 "(exit code %d)", stopped_by, step, last_ckpt, EXIT_STOPPED_BY_SIGNAL)
                 break
+            # evaluate first, so that the checkpoint holds the stages' state after this evaluation
+            result = None
             if eval_input is not None:
                 with built.update.eval_weights():
-                    last_eval = _evaluate_and_record(run, pm, eval_input, slots, registries, make_pipeline, step)
+                    result = last_eval = _evaluate_and_record(run, pm, eval_input, slots, registries, make_pipeline, step)
+            last_ckpt = _save(run, pm, built, data, train_metrics, meta_base, step, info, stages)
+            if result is not None and cfg.eval.best_metric is not None:
+                record_best(model_dir, step, result.metrics, cfg.eval.best_metric, cfg.eval.best_mode, write=info.rank == 0)
+                if info.rank == 0:
+                    prune_checkpoints(model_dir, cfg.train.keep_checkpoint_max)
             if _any_rank_asks_to_stop(run):
+                if info.rank == 0:
+                    log.info("stopping at step %d of %d: %s", step, total, run.stop_reason or "a stage asked to stop")
                 break
         if last_ckpt is None:  # resumed at the very end: nothing left to train
             last_ckpt = latest_checkpoint(model_dir)
@@ -345,17 +371,18 @@ def train(
         raise
     finally:
         signals.restore()
-        for stage in stages:
-            pm.unregister(stage)
+        stages.unregister()
     seconds = time.perf_counter() - started
     rows = (step - start_step) * run.global_batch_size
     assert last_ckpt is not None
-    return TrainResult(step, last_ckpt, last_eval, seconds, rows / max(train_seconds, 1e-9), built.model, stopped_by)
+    stop_reason = (run.stop_reason or "a stage asked to stop") if run.stop_requested else None
+    return TrainResult(step, last_ckpt, last_eval, seconds, rows / max(train_seconds, 1e-9), built.model, stopped_by,
+                       stop_reason)
 
 
 def _save(run: RunContext, pm: Any, built: Any, data: TrainData, train_metrics: Any, meta_base: dict[str, Any],
-          step: int, info: Any) -> Path:
-    state: dict[str, Any] = {}
+          step: int, info: Any, stages: RunStages) -> Path:
+    state: dict[str, Any] = stages.state_dict()
     call_lifecycle(pm, "tzrun_before_checkpoint_save", run=run, step=step, state=state)
 
     def gather(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -406,9 +433,14 @@ def _boundaries(start: int, total: int, every: int, epoch_ends: list[int], by_ep
     return sorted(p for p in points if start < p <= total)
 
 
+def _run_plugins(pm: Any, registries: Any) -> list[Any]:
+    """The plugin set of the run (the stage objects registered for this run left out)."""
+    return [p for p in plugin_infos(pm, registries) if not p.name.startswith("stage:")]
+
+
 def _warn_if_plugins_changed(meta: dict[str, Any], pm: Any, registries: Any, rank: int) -> None:
     saved = {(p.get("name"), p.get("distribution"), p.get("version")) for p in meta.get("plugins", [])}
-    now = {(p.name, p.distribution, p.version) for p in plugin_infos(pm, registries)}
+    now = {(p.name, p.distribution, p.version) for p in _run_plugins(pm, registries)}
     if saved and saved != now and rank == 0:
         gone = sorted(f"{n} ({d} {v})" for n, d, v in saved - now)
         new = sorted(f"{n} ({d} {v})" for n, d, v in now - saved)
@@ -416,9 +448,18 @@ def _warn_if_plugins_changed(meta: dict[str, Any], pm: Any, registries: Any, ran
                     ", ".join(gone) or "none", ", ".join(new) or "none")
 
 
-def _claim_model_dir(model_dir: Path, overwrite: bool, resume: bool, rank: int) -> Path | None:
-    """Apply the policy for a model dir that already has checkpoints; returns the checkpoint to
-    resume from, if any. Removes checkpoint directories that an interrupted save left behind."""
+def _claim_model_dir(model_dir: Path, overwrite: bool, resume: bool, rank: int, cfg: RunConfig) -> Path | None:
+    """Apply the policy for a model dir that already has checkpoints, or records of another run
+    (another ``[model]`` or ``[[features]]``); returns the checkpoint to resume from, if any.
+    Removes checkpoint directories that an interrupted save left behind."""
+    if not overwrite:
+        differences = owner_differences(model_dir, cfg)
+        if differences:
+            raise TzrunError(
+                f"{model_dir} holds another run ({RESOLVED_JSON} differs in [model] or [[features]]):\n"
+                + "\n".join(f"  {d}" for d in differences)
+                + "\npass --overwrite to replace that run, or --model-dir to train elsewhere"
+            )
     existing = latest_checkpoint(model_dir)
     if existing is not None and not (overwrite or resume):
         raise TzrunError(
@@ -427,9 +468,9 @@ def _claim_model_dir(model_dir: Path, overwrite: bool, resume: bool, rank: int) 
         )
     if rank == 0:
         if overwrite:
-            for name in ("checkpoints", "predictions"):
+            for name in OWNED_DIRS:
                 shutil.rmtree(model_dir / name, ignore_errors=True)
-            for name in ("eval_results.jsonl", BEST_FILE):
+            for name in OWNED_FILES:
                 (model_dir / name).unlink(missing_ok=True)
         else:
             remove_incomplete_checkpoints(model_dir)
@@ -437,11 +478,18 @@ def _claim_model_dir(model_dir: Path, overwrite: bool, resume: bool, rank: int) 
     return existing if resume and not overwrite else None
 
 
+#: What ``--overwrite`` removes from a model dir: the earlier run's outputs (default names).
+OWNED_DIRS = ("checkpoints", "predictions", "tensorboard", "profiler", "plots")
+OWNED_FILES = ("eval_results.jsonl", BEST_FILE, "metrics.jsonl", RESOLVED_TOML, RESOLVED_JSON, ENV_FILE, "init_report.json")
+
+
 def _any_rank_asks_to_stop(run: RunContext) -> bool:
     """Whether a stage on any rank set ``stop_requested`` (one collective per boundary)."""
     flag = torch.tensor([int(run.stop_requested)])
     if run.world_size > 1:
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    if bool(flag.item()) and not run.stop_requested:
+        run.stop_reason = run.stop_reason or "a stage on another rank asked to stop"
     run.stop_requested = bool(flag.item())
     return run.stop_requested
 
@@ -456,6 +504,7 @@ def _run_segment(
     data: TrainData,
     train_metrics: Any,
     signals: StopSignals,
+    window: LogWindow,
 ) -> tuple[int, bool]:
     """Train the batches of one segment; returns the last step and whether every rank agreed
     to stop early (a signal)."""
@@ -463,6 +512,7 @@ def _run_segment(
     per_epoch = [s for s in built.schedulers.values() if getattr(s, "by_epoch", False)]
     epoch_ends = set(data.epoch_ends()) if per_epoch else set()
     optimizers = built.optimizers
+    log_every = run.config.train.log_every_n_steps
     nonfinite = built.update.nonfinite_steps
     injected = faults.faults()
     # The schedules are closed-form in the number of steps: stepping one before its optimizer
@@ -485,6 +535,9 @@ def _run_segment(
                 ) from None
             step += 1
             lrs = {k: groups[0]["lr"] for k, opt in optimizers.items() if (groups := opt.param_groups)}
+            logging_now = step % log_every == 0
+            if logging_now:
+                all_lrs = learning_rates(optimizers)  # before the schedules move them on
             for scheduler in per_batch:
                 scheduler.step()
             if step in epoch_ends:
@@ -497,10 +550,14 @@ def _run_segment(
             if train_metrics:
                 train_metrics.update(out)
             epoch = data.where(step)[0].epoch
+            metrics = dict(train_metrics.values) if train_metrics else {}
+            window.add(out.loss, out.losses, out.num_rows)
             call_lifecycle(pm, "tzrun_after_train_step", run=run, step=StepInfo(
-                step, epoch, out.loss, out.losses, out.num_rows, lrs,
-                dict(train_metrics.values) if train_metrics else {},
+                step, epoch, out.loss, out.losses, out.num_rows, lrs, metrics,
             ))
+            if logging_now:
+                record = window.close(step, epoch, all_lrs, metrics, built.update.dense_params)
+                call_lifecycle(pm, "tzrun_after_train_log", run=run, log=record)
             if injected:
                 faults.at_step(step, run.rank)
             if signals.should_stop():
@@ -525,10 +582,5 @@ def _evaluate_and_record(
     result = evaluate(run, eval_input.one_pass(run.config.eval.num_steps), slots, registries, make_pipeline, step)
     if run.is_rank0:
         append_eval_result(run.model_dir, result)
-    cfg = run.config
-    if cfg.eval.best_metric is not None:
-        record_best(run.model_dir, step, result.metrics, cfg.eval.best_metric, cfg.eval.best_mode, write=run.is_rank0)
-        if run.is_rank0:
-            prune_checkpoints(run.model_dir, cfg.train.keep_checkpoint_max)
     call_lifecycle(pm, "tzrun_after_eval", run=run, step=step, result=result)
     return result

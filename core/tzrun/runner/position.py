@@ -203,7 +203,7 @@ class TrainData:
             if run.last_step <= from_step:
                 continue
             start = run.start + max(0, from_step - run.first_step)
-            yield from self.input_for(run.layout).one_pass(max_steps=run.steps, start=start)
+            yield from self.input_for(run.layout).one_pass(max_steps=run.steps, start=start, epoch=run.epoch)
 
     def position(self, step: int, gather: Callable[[list[Interval]], list[Interval]]) -> DataPosition:
         """The data position after global step ``step`` (collective through ``gather``, which
@@ -212,7 +212,7 @@ class TrainData:
         rank_input = self.input_for(run.layout)
         if in_epoch >= rank_input.steps:  # the epoch is done: the next one starts
             return DataPosition(run.epoch + 1, 0, self._whole_layout(run), (), rank_input.total_rows)
-        consumed = gather(rank_input.consumed(in_epoch))
+        consumed = gather(rank_input.consumed(in_epoch, epoch=run.epoch))
         if run.layout.rows is not None:  # a resumed partial epoch: the rows before it were consumed too
             consumed = [*consumed, *subtract_intervals(rank_input.total_rows, run.layout.rows)]
         return DataPosition(run.epoch, in_epoch, run.layout, tuple(merge_intervals(consumed)), rank_input.total_rows)

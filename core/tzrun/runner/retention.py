@@ -139,7 +139,7 @@ def prune_checkpoints(model_dir: Path, keep: int) -> list[Path]:
 
 def eval_result_keys(cfg: RunConfig, registries: Registries) -> list[str]:
     """The keys an evaluation reports: each metric's name and ``loss/<name>`` of each loss."""
-    from tzrun.runner.build import loss_slots, metric_slots
+    from tzrun.runner.slots import loss_slots, metric_slots
 
     return [s.name for s in metric_slots(cfg, registries)] + [f"loss/{s.name}" for s in loss_slots(cfg, registries)]
 

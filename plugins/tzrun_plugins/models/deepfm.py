@@ -9,19 +9,15 @@ Both embedding collections are built on the meta device; TorchRec shards and mat
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
+from tzrun_plugins.models._layers import mlp, positive_units, wide_tables
 
 __all__ = ["DeepFMConfig", "build_deepfm"]
-
-
-def _positive_units(instance: Any, attribute: Any, value: Sequence[int]) -> None:
-    if any(u < 1 for u in value):
-        raise ValueError(f"{attribute.name}: every layer needs at least 1 unit, got {list(value)}")
 
 
 @attrs.frozen
@@ -35,19 +31,9 @@ class DeepFMConfig:
         wide_embedding_dim: width of the per-id wide embeddings (a multiple of 4).
     """
 
-    deep_hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=_positive_units)
-    final_hidden_units: tuple[int, ...] = attrs.field(default=(64,), validator=_positive_units)
+    deep_hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
+    final_hidden_units: tuple[int, ...] = attrs.field(default=(64,), validator=positive_units)
     wide_embedding_dim: int = attrs.field(default=4, validator=attrs.validators.gt(0))
-
-
-def _mlp(in_features: int, units: Sequence[int]) -> Any:
-    from torch import nn
-
-    layers: list[nn.Module] = []
-    for width in units:
-        layers += [nn.Linear(in_features, width), nn.ReLU()]
-        in_features = width
-    return nn.Sequential(*layers)
 
 
 def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
@@ -59,7 +45,7 @@ def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
     """
     import torch
     from torch import nn
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+    from torchrec import EmbeddingBagCollection
 
     from tzrun_plugins.models import _order
 
@@ -79,25 +65,16 @@ def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
             super().__init__()
             self.feature_names = [f.name for f in ctx.sparse_features]
             self.embedding_dim = dims.pop()
-            self.deep_ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), device=ctx.embedding_device)
+            self.deep_ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), is_weighted=ctx.is_weighted, device=ctx.embedding_device)
             self.wide_ebc = EmbeddingBagCollection(
-                tables=[
-                    EmbeddingBagConfig(
-                        name=f"{t.name}_wide",
-                        num_embeddings=t.num_embeddings,
-                        embedding_dim=cfg.wide_embedding_dim,
-                        feature_names=list(t.feature_names),
-                    )
-                    for t in ctx.tables
-                ],
-                device=ctx.embedding_device,
+                tables=wide_tables(ctx, cfg.wide_embedding_dim), is_weighted=ctx.is_weighted, device=ctx.embedding_device
             )
             n_sparse = len(self.feature_names)
             deep_in = len(ctx.dense_features) + n_sparse * self.embedding_dim
-            self.deep = _mlp(deep_in, cfg.deep_hidden_units)
+            self.deep = mlp(deep_in, cfg.deep_hidden_units)
             deep_out = cfg.deep_hidden_units[-1] if cfg.deep_hidden_units else deep_in
             parts = cfg.wide_embedding_dim + self.embedding_dim + deep_out
-            self.final = _mlp(parts, cfg.final_hidden_units)
+            self.final = mlp(parts, cfg.final_hidden_units)
             self.output = nn.Linear(cfg.final_hidden_units[-1] if cfg.final_hidden_units else parts, 1)
 
         def forward(self, batch: Any) -> dict[str, torch.Tensor]:

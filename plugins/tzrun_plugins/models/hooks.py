@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import deepfm
+from tzrun_plugins.models import deepfm, dlrm, dssm, mmoe, wide_and_deep
 
 
 @tzrun.hookimpl
 def tzrun_register_models(register: tzrun.Register) -> None:
     register("deepfm", config=deepfm.DeepFMConfig, build=deepfm.build_deepfm,
              description="DeepFM: wide + FM + deep MLP over id and dense features")
+    register("dlrm", config=dlrm.DLRMConfig, build=dlrm.build_dlrm,
+             description="DLRM: bottom MLP, embeddings, pairwise dot interaction, top MLP")
+    register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep,
+             description="Wide & Deep: a linear model over the ids plus a deep MLP")
+    register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe,
+             description="MMoE: shared experts, per-task gates and towers (logits/<task>, probs/<task>)")
+    register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm,
+             description="DSSM two-tower retrieval: user and item towers, [B, B] similarity with temperature")

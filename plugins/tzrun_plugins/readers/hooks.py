@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.readers import parquet
+from tzrun_plugins.readers import delimited, parquet
 
 
 @tzrun.hookimpl
 def tzrun_register_readers(register: tzrun.Register) -> None:
     register("parquet", config=parquet.ParquetConfig, build=parquet.build_parquet,
              description="Parquet files, directories or globs through pyarrow, split by row group")
+    register("csv", config=delimited.CsvConfig, build=delimited.build_csv,
+             description="delimited text (CSV, TSV, Criteo) through pyarrow, split into groups of rows")

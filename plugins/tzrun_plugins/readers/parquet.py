@@ -1,6 +1,10 @@
 """The ``parquet`` reader: files, directories or globs of Parquet files, read with pyarrow.
 
-Row groups are the unit of reading: memory stays bounded by the largest row group.
+Row groups are the unit of splitting; a read decodes ``batch_rows`` rows at a time of one
+row group's column chunks, and stops at the last row asked for, so memory stays bounded by
+one row group's compressed columns, whatever the file sizes. A directory is searched
+recursively for ``.parquet`` and ``.pq`` files (names starting with ``.`` or ``_`` are
+skipped); a glob may use ``**``.
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ class ParquetReader:
         self.cfg = cfg
 
     def row_groups(self, input_path: str) -> list[RowGroup]:
+        """Every row group of every file of ``input_path``, files in sorted order, from the
+        files' metadata only.
+
+        Raises:
+            DataError: when nothing matches or a file is not readable Parquet.
+        """
         groups = []
         for path in list_files(input_path, (".parquet", ".pq")):
             try:
@@ -73,6 +83,11 @@ class ParquetReader:
         return groups
 
     def read(self, group: RowGroup, start: int, stop: int, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        """Rows ``[start, stop)`` of ``group``, only ``columns``, at most ``batch_rows`` per batch.
+
+        Raises:
+            DataError: naming the file, for a missing column or an unreadable row group.
+        """
         try:
             parquet_file = pq.ParquetFile(group.path)
         except (OSError, pa.ArrowException) as exc:
@@ -84,13 +99,24 @@ class ParquetReader:
                 f"{group.path}: column(s) {', '.join(repr(c) for c in missing)} missing "
                 f"(the file has: {', '.join(names)}); fix [features]/[data] or the data"
             )
-        try:
-            # one thread: DataLoader workers are the parallelism, and Arrow's own pool would
-            # oversubscribe the cores (and is one more thread pool a forked worker inherits)
-            table = parquet_file.read_row_group(group.index, columns=list(columns), use_threads=False)
-        except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{group.path}: row group {group.index} cannot be read: {exc}") from None
-        yield from table.slice(start, stop - start).to_batches(max_chunksize=self.cfg.batch_rows)
+        # one thread: DataLoader workers are the parallelism, and Arrow's own pool would
+        # oversubscribe the cores (and is one more thread pool a forked worker inherits).
+        # Record batches are decoded one at a time and only up to ``stop``.
+        batches = parquet_file.iter_batches(
+            batch_size=self.cfg.batch_rows, row_groups=[group.index], columns=list(columns), use_threads=False
+        )
+        at = 0
+        while at < stop:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException) as exc:
+                raise DataError(f"{group.path}: row group {group.index} cannot be read: {exc}") from None
+            if batch is None:
+                break
+            lo, hi = max(start - at, 0), min(stop - at, batch.num_rows)
+            at += batch.num_rows
+            if lo < hi:
+                yield batch.slice(lo, hi - lo)
 
 
 def build_parquet(cfg: ParquetConfig) -> ParquetReader:

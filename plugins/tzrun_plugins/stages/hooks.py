@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.stages import progress
+from tzrun_plugins.stages import early_stopping, metrics_log, profiler, progress, tensorboard
 
 
 @tzrun.hookimpl
 def tzrun_register_stages(register: tzrun.Register) -> None:
     register("progress", config=progress.ProgressConfig, build=progress.build_progress,
-             description="periodic lines: step, loss, learning rates, samples/s (rank 0)")
+             description="a progress bar on a terminal, periodic lines elsewhere (rank 0)")
+    register("metrics_log", config=metrics_log.MetricsLogConfig, build=metrics_log.build_metrics_log,
+             description="train log records and eval results appended to metrics.jsonl (rank 0)")
+    register("tensorboard", config=tensorboard.TensorBoardConfig, build=tensorboard.build_tensorboard,
+             description="TensorBoard scalars (loss, lr, metrics, perf, grad norm) and histograms (rank 0)")
+    register("profiler", config=profiler.ProfilerConfig, build=profiler.build_profiler,
+             description="torch.profiler traces over a wait/warmup/active schedule")
+    register("early_stopping", config=early_stopping.EarlyStoppingConfig, build=early_stopping.build_early_stopping,
+             check=early_stopping.check_early_stopping,
+             description="stop when an eval metric has not improved for `patience` evaluations")

@@ -1,20 +1,22 @@
-"""The ``progress`` stage: periodic plain lines with step, loss, learning rates and samples/s.
+"""The ``progress`` stage: a live progress bar on a terminal, plain periodic lines elsewhere.
 
-Rank 0 only. It reads the loss as a number only at its interval (one sync per interval), from a
-running sum kept on the device.
+Rank 0 only. Numbers come from the loop's train log (``tzrun_after_train_log``, every
+``train.log_every_n_steps`` steps), so the per-step hook only moves the bar: it never reads a
+tensor.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
-import time
-from typing import Any, Optional
+import sys
+from typing import Any, Literal
 
 import attrs
 
 import tzrun
 
-__all__ = ["ProgressConfig", "ProgressStage", "build_progress"]
+__all__ = ["ProgressConfig", "ProgressStage", "build_progress", "format_train_log"]
 
 log = logging.getLogger("tzrun.progress")
 
@@ -24,53 +26,88 @@ class ProgressConfig:
     """Options of the ``progress`` stage.
 
     Attributes:
-        every_n_steps: the interval of lines (default: ``train.log_every_n_steps``).
+        mode: ``"auto"`` (a bar when standard error is a terminal, lines otherwise), ``"bar"``
+            or ``"lines"``. Lines come every ``train.log_every_n_steps`` steps.
     """
 
-    every_n_steps: Optional[int] = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.gt(0)))
+    mode: Literal["auto", "bar", "lines"] = "auto"
+
+
+def _eta(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=int(max(seconds, 0))))
+
+
+def format_train_log(record: tzrun.TrainLog, total_steps: int) -> str:
+    """One plain progress line: step, epoch, mean loss, train metrics, learning rates,
+    samples/s, data wait and the time left at the window's pace."""
+    metrics = "".join(f"  {k}={v:.5f}" for k, v in record.metrics.items())
+    lrs = " ".join(f"lr/{k}={v:.6g}" for k, v in record.learning_rates.items())
+    per_step = record.seconds / max(record.steps, 1)
+    eta = _eta(per_step * (total_steps - record.step))
+    return (f"step {record.step}/{total_steps} epoch {record.epoch}  loss={record.loss:.5f}{metrics}  {lrs}  "
+            f"samples/s={record.samples_per_s:.0f}  data_wait={100 * record.data_wait_fraction:.1f}%  eta {eta}")
 
 
 class ProgressStage:
-    """Logs a line every N steps and one per evaluation."""
+    """Shows how far training is: a tqdm bar or log lines (see the module doc)."""
 
     def __init__(self, cfg: ProgressConfig) -> None:
         self.cfg = cfg
-        self._every = 0
-        self._loss_sum: Any = None
-        self._rows = 0
-        self._steps = 0
-        self._since = 0.0
-        self._total_steps: Optional[int] = None
+        self.bar: Any = None
 
     @tzrun.hookimpl
     def tzrun_before_train(self, run: tzrun.RunContext) -> None:
-        self._every = self.cfg.every_n_steps or run.config.train.log_every_n_steps
-        self._since = time.perf_counter()
+        if not run.is_rank0:
+            return
+        use_bar = self.cfg.mode == "bar" or (self.cfg.mode == "auto" and sys.stderr.isatty())
+        if use_bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=run.total_steps, initial=run.start_step, unit="step", dynamic_ncols=True,
+                            desc="train", file=sys.stderr)
 
     @tzrun.hookimpl
     def tzrun_after_train_step(self, run: tzrun.RunContext, step: tzrun.StepInfo) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    @tzrun.hookimpl
+    def tzrun_after_train_log(self, run: tzrun.RunContext, log: tzrun.TrainLog) -> None:
         if not run.is_rank0:
             return
-        loss = step.loss.detach()
-        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-        self._rows += step.rows
-        self._steps += 1
-        if step.step % self._every:
-            return
-        now = time.perf_counter()
-        mean_loss = float(self._loss_sum) / self._steps
-        rate = self._rows * run.world_size / max(now - self._since, 1e-9)
-        lrs = " ".join(f"lr/{k}={v:.6g}" for k, v in step.learning_rates.items())
-        metrics = "".join(f"  {k}={v:.5f}" for k, v in step.metrics.items())
-        log.info("step %d epoch %d  loss=%.5f%s  %s  samples/s=%.0f", step.step, step.epoch, mean_loss, metrics, lrs, rate)
-        self._loss_sum, self._rows, self._steps, self._since = None, 0, 0, now
+        if self.bar is not None:
+            self.bar.set_postfix(epoch=log.epoch, loss=f"{log.loss:.4f}", samples_s=f"{log.samples_per_s:.0f}",
+                                 data_wait=f"{100 * log.data_wait_fraction:.0f}%", refresh=False)
+        else:
+            _log_line(format_train_log(log, run.total_steps))
 
     @tzrun.hookimpl
     def tzrun_after_eval(self, run: tzrun.RunContext, step: int, result: tzrun.EvalResult) -> None:
-        if run.is_rank0:
-            values = "  ".join(f"{k}={v:.6f}" for k, v in result.metrics.items())
-            log.info("eval at step %d over %d rows: %s", step, result.rows, values)
-        self._since = time.perf_counter()
+        if not run.is_rank0:
+            return
+        values = "  ".join(f"{k}={v:.6f}" for k, v in result.metrics.items())
+        line = f"eval at step {step} over {result.rows} rows: {values}"
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            _log_line(line)
+
+    @tzrun.hookimpl
+    def tzrun_after_train(self, run: tzrun.RunContext, step: int) -> None:
+        self._close()
+
+    @tzrun.hookimpl
+    def tzrun_on_train_error(self, run: tzrun.RunContext, error: BaseException) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _log_line(line: str) -> None:
+    log.info("%s", line)
 
 
 def build_progress(cfg: ProgressConfig) -> ProgressStage:

@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""The cost of the loop stages: ``tzrec-run train examples/deepfm_criteo.toml`` with
+``progress``, ``tensorboard`` and ``metrics_log`` against the same run with no stages at all,
+interleaved over several rounds (which one goes first alternates).
+
+Each run is a fresh process; its samples/s is the ``trained N steps in S s (X samples/s)`` line
+(training segments only: evaluation, checkpoints and set-up excluded, as in
+``compare_deepfm.py``). The ratio is staged / bare per round; the target is >= 0.98 (at most 2 %
+overhead). The train log runs every ``--log-every`` steps in both runs (it is the loop's, not a
+stage's), so the comparison isolates what the stages themselves cost.
+
+    python benchmarks/stages_overhead.py --data data/criteo_synth --steps 180 --rounds 4
+
+Run it on an otherwise idle machine: timings under CPU contention mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_deepfm import FRAMEWORK_RE, ensure_data, framework_config, tzrec_run  # noqa: E402
+
+TARGET = 0.98
+STAGED = 'train.stages=[{type = "progress", mode = "lines"}, {type = "tensorboard"}, {type = "metrics_log"}]'
+BARE = "train.stages=[]"
+
+
+def run(config: Path, data: Path, model_dir: Path, stages: str, log_every: int, batch: int) -> float:
+    """One training run; returns its samples/s."""
+    command = [
+        *tzrec_run(), "train", str(config), "--model-dir", str(model_dir), "--overwrite",
+        "--set", f'data.train_input="{data / "train"}"', "--set", f'data.eval_input="{data / "eval"}"',
+        "--set", "eval.num_steps=1",  # one eval batch: evaluation is outside the timing anyway
+        "--set", f"data.batch_size={batch}", "--set", f"train.log_every_n_steps={log_every}", "--set", stages,
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"training failed:\n{proc.stderr[-4000:]}")
+    match = FRAMEWORK_RE.search(proc.stdout)
+    if match is None:
+        raise SystemExit(f"no 'trained ...' line in:\n{proc.stdout}")
+    return float(match.group(3).replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path("data/criteo_synth"))
+    parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument("--steps", type=int, default=180)
+    parser.add_argument("--batch-size", type=int, default=2048)
+    parser.add_argument("--log-every", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    ensure_data(args.data, args.rows)
+    ratios, staged_rates, bare_rates = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        config = framework_config(Path(tmp), args.steps)
+        for r in range(args.rounds):
+            order = [("bare", BARE), ("staged", STAGED)]
+            if r % 2:
+                order.reverse()
+            rates = {}
+            for name, stages in order:
+                rates[name] = run(config, args.data, Path(tmp) / name, stages, args.log_every, args.batch_size)
+            ratios.append(rates["staged"] / rates["bare"])
+            staged_rates.append(rates["staged"])
+            bare_rates.append(rates["bare"])
+            print(f"round {r + 1}: bare {rates['bare']:,.0f} samples/s, staged {rates['staged']:,.0f} samples/s, "
+                  f"ratio {ratios[-1]:.3f}", flush=True)
+    median = statistics.median(ratios)
+    print(f"staged/bare: median {median:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}) over {args.rounds} rounds; "
+          f"target >= {TARGET}: {'met' if median >= TARGET else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

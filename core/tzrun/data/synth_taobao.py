@@ -1,0 +1,546 @@
+"""Synthetic Taobao-shaped user/item data with click and buy labels from a known model.
+
+The columns follow the Taobao display-ads data set that TorchEasyRec's ``mmoe_taobao`` and
+``dssm_taobao`` examples use (user profile, ad, context, a click sequence), scaled to a CPU
+machine; the labels come from a known model, so the best achievable AUC of each label (the
+*Bayes AUC*) is known and written next to the data, and the rows have a user-item affinity that a
+two-tower model can learn (measured by recall@k).
+
+Layout written by :func:`synth_taobao`::
+
+    out_dir/train/part-00000.parquet, ...
+    out_dir/eval/part-00000.parquet, ...
+    out_dir/synth.json            # the TaobaoSynthReport plus a description of the model
+
+Columns (in this order), none null:
+
+* labels ``click``, ``buy``: int8 0/1; ``buy`` is 1 only on rows with ``click`` 1.
+* user: ``user_id`` (``[0, NUM_USERS)``), ``cms_segid``, ``cms_group_id``,
+  ``final_gender_code``, ``age_level``, ``pvalue_level``, ``shopping_level``, ``occupation``,
+  ``new_user_class_level``: int64 ids (cardinalities in :data:`USER_CARDINALITIES`), fixed per user.
+* item (an ad): ``adgroup_id`` (``[0, NUM_ITEMS)``), ``cate_id``, ``campaign_id``,
+  ``customer``, ``brand``: int64 ids (:data:`ITEM_CARDINALITIES`), fixed per ad.
+* context: ``pid``: a string, one of two ad positions (``"430548_1007"``, ``"430539_1007"``).
+* dense: ``price`` (float32, lognormal, fixed per ad), ``user_pv_7d`` (float32 page views of the
+  user in a week, a count), ``item_ctr_7d`` (float32, the ad's click rate in a week: a noisy
+  measurement of its quality).
+* ``click_50_seq``: ``list<int64>`` of up to 50 ``adgroup_id``s the user clicked recently (0 to 50
+  of them; drawn from the user's interests, so they tell about the user).
+
+Ground-truth model (K = 8 latent dimensions)::
+
+    user u:  vector z_u = S[cms_segid] + A[age_level] + G[gender] + 0.8 N(0, I)
+    ad i:    vector v_i = C[cate_id] + 0.5 N(0, I); quality q_i; price; brand effects
+    impression: user ~ power law; with prob 0.7 a category ~ softmax(1.5 <z_u, C_c> + log pop_c),
+                else ~ pop_c; the ad within the category ~ power law
+    click logit = b_c + a <z_u, v_i> + user_effect(shopping_level, age_level, log user_pv_7d)
+                + q_i + brand_c[brand] + pid_effect - w_p standardized(log price)
+    buy | click logit = b_b + 0.5 a <z_u, v_i> + brand_b[brand] + user_b(shopping_level, occupation)
+                - sens[pvalue_level] standardized(log price)
+    click ~ Bernoulli(sigmoid(click logit)); buy ~ click * Bernoulli(sigmoid(buy logit))
+
+The parts of the click logit are scaled on a calibration sample to variances 1.0 (affinity), 0.3
+(user), 0.5 (ad) and 0.15 (context and price); ``b_c`` gives a 0.25 click rate and ``b_b`` a
+0.15 buy rate among clicks. ``bayes_auc['click']`` is the AUC of the true click probability
+against ``click`` on the eval split, ``bayes_auc['buy']`` that of ``P(click) * P(buy | click)``
+against ``buy``: the ceilings of any model evaluated there.
+
+Retrieval: with ``data.sample_weight = "click"`` (clicked rows only, as TorchEasyRec's
+positive-only ``dssm_taobao`` samples), a two-tower model ranks each user's clicked ad among
+the other clicked ads of the batch; random ranking gives recall@k = k / (clicked rows per batch).
+
+Determinism as in :mod:`tzrun.data.synth`: parameters from ``numpy.random.default_rng(seed)``,
+rows in blocks of 16,384 from ``default_rng(SeedSequence(seed, spawn_key=(split, block)))``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tzrun.data.synth import REPORT_FILE, _auc, _block_rng, _checked_arguments, _read_document, _sigmoid
+
+__all__ = [
+    "NUM_USERS",
+    "NUM_ITEMS",
+    "USER_CARDINALITIES",
+    "ITEM_CARDINALITIES",
+    "DENSE_COLUMNS",
+    "LABEL_COLUMNS",
+    "SEQUENCE_COLUMN",
+    "SEQUENCE_LENGTH",
+    "PIDS",
+    "TaobaoSynthReport",
+    "synth_taobao",
+    "read_taobao_report",
+]
+
+NUM_USERS: int = 4000
+NUM_ITEMS: int = 6000
+
+#: Ids of each user column are in ``[0, cardinality)``.
+USER_CARDINALITIES: dict[str, int] = {
+    "user_id": NUM_USERS,
+    "cms_segid": 97,
+    "cms_group_id": 13,
+    "final_gender_code": 2,
+    "age_level": 7,
+    "pvalue_level": 4,
+    "shopping_level": 3,
+    "occupation": 2,
+    "new_user_class_level": 5,
+}
+#: Ids of each ad column are in ``[0, cardinality)``.
+ITEM_CARDINALITIES: dict[str, int] = {
+    "adgroup_id": NUM_ITEMS,
+    "cate_id": 120,
+    "campaign_id": 3000,
+    "customer": 1500,
+    "brand": 600,
+}
+DENSE_COLUMNS: tuple[str, ...] = ("price", "user_pv_7d", "item_ctr_7d")
+LABEL_COLUMNS: tuple[str, ...] = ("click", "buy")
+SEQUENCE_COLUMN: str = "click_50_seq"
+SEQUENCE_LENGTH: int = 50
+PIDS: tuple[str, ...] = ("430548_1007", "430539_1007")
+
+_BLOCK_ROWS = 16_384
+_CALIBRATION_ROWS = 65_536
+_SPLIT_TRAIN, _SPLIT_EVAL, _SPLIT_CALIBRATION = 1, 2, 3
+_DIM = 8
+_PERSONALIZED = 0.7
+_PREFERENCE_SHARPNESS = 1.5
+_CLICK_RATE = 0.25
+_BUY_GIVEN_CLICK = 0.15
+_VARIANCES = {"affinity": 1.0, "user": 0.3, "item": 0.5, "context": 0.15}
+_BUY_VARIANCES = {"affinity": 0.25, "brand": 0.4, "user": 0.3, "price": 0.4}
+
+_DESCRIPTION = (
+    "Synthetic Taobao-shaped data. Users and ads have latent vectors (dim 8: user = profile "
+    "segment + age + gender vectors + noise, ad = category vector + noise); impressions pick a "
+    "category by the user's interests (70%) or by popularity (30%). click ~ Bernoulli(sigmoid("
+    "b + affinity + user effects + ad quality + brand + pid - price)); buy ~ click * Bernoulli("
+    "sigmoid(b' + affinity/2 + brand + user + price sensitivity by pvalue_level)). "
+    "click_50_seq holds ads drawn from the user's interests. bayes_auc[label] is the AUC of the "
+    "true probability of the label on the eval split. See the docstring of tzrun.data.synth_taobao."
+)
+
+
+@attrs.frozen
+class TaobaoSynthReport:
+    """What :func:`synth_taobao` wrote, and the best AUC of each label on it.
+
+    Attributes:
+        out_dir: the directory holding ``train/``, ``eval/`` and ``synth.json``.
+        train_rows: rows in ``train/``.
+        eval_rows: rows in ``eval/``.
+        seed: the seed the data and the ground-truth model were drawn from.
+        click_rate: the fraction of ``click`` 1 in the train split.
+        buy_rate: the fraction of ``buy`` 1 in the train split.
+        bayes_auc: per label, the AUC of its true probability on the eval split (NaN when the
+            split holds a single class).
+        bayes_auc_train: the same on the train split.
+    """
+
+    out_dir: str
+    train_rows: int
+    eval_rows: int
+    seed: int
+    click_rate: float
+    buy_rate: float
+    bayes_auc: dict[str, float]
+    bayes_auc_train: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as a JSON-serializable dict (NaN AUCs become None)."""
+        def clean(values: dict[str, float]) -> dict[str, float | None]:
+            return {k: None if math.isnan(v) else float(v) for k, v in values.items()}
+
+        return {
+            "out_dir": self.out_dir,
+            "train_rows": self.train_rows,
+            "eval_rows": self.eval_rows,
+            "seed": self.seed,
+            "click_rate": self.click_rate,
+            "buy_rate": self.buy_rate,
+            "bayes_auc": clean(self.bayes_auc),
+            "bayes_auc_train": clean(self.bayes_auc_train),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaobaoSynthReport:
+        """Build a report from :meth:`to_json` output; unknown keys are ignored.
+
+        Raises:
+            ValueError: a field is missing.
+        """
+        def auc(values: dict[str, Any]) -> dict[str, float]:
+            return {k: float("nan") if v is None else float(v) for k, v in values.items()}
+
+        try:
+            return cls(
+                out_dir=str(data["out_dir"]),
+                train_rows=int(data["train_rows"]),
+                eval_rows=int(data["eval_rows"]),
+                seed=int(data["seed"]),
+                click_rate=float(data["click_rate"]),
+                buy_rate=float(data["buy_rate"]),
+                bayes_auc=auc(data["bayes_auc"]),
+                bayes_auc_train=auc(data["bayes_auc_train"]),
+            )
+        except KeyError as e:
+            raise ValueError(
+                f"synthetic data report is missing the field {e.args[0]!r}; regenerate it with "
+                "`tzrec-run data synth taobao`"
+            ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Ground-truth model
+
+
+@dataclass(frozen=True)
+class _Model:
+    user_columns: dict[str, np.ndarray]  # per user column, the id of each user
+    user_vec: np.ndarray  # [U, K]
+    user_cdf: np.ndarray  # [U], cumulative P(user)
+    user_pref_cdf: np.ndarray  # [U, C], cumulative P(category | user)
+    user_pv_mu: np.ndarray  # [U], mean of log page views
+    cate_pop_cdf: np.ndarray  # [C]
+    item_columns: dict[str, np.ndarray]  # per ad column, the id of each ad
+    item_vec: np.ndarray  # [I, K]
+    item_by_cate: np.ndarray  # ad ids sorted by category
+    item_cdf_by_cate: np.ndarray  # c + cumulative P(ad | category c), aligned with item_by_cate
+    item_quality: np.ndarray  # [I]
+    price: np.ndarray  # [I] float32
+    item_ctr: np.ndarray  # [I] float32
+    brand_click: np.ndarray  # [brands]
+    brand_buy: np.ndarray  # [brands]
+    shopping_click: np.ndarray  # [3]
+    age_click: np.ndarray  # [7]
+    pv_weight: float
+    pid_click: np.ndarray  # [2]
+    price_weight: float
+    shopping_buy: np.ndarray  # [3]
+    occupation_buy: np.ndarray  # [2]
+    price_sensitivity: np.ndarray  # [4], by pvalue_level
+    log_price_mean: float
+    log_price_std: float
+    log_pv_mean: float
+    log_pv_std: float
+    scale: dict[str, float]
+    buy_scale: dict[str, float]
+    click_bias: float
+    buy_bias: float
+
+
+@dataclass(frozen=True)
+class _Rows:
+    user: np.ndarray
+    item: np.ndarray
+    pid: np.ndarray  # 0 or 1
+    user_pv: np.ndarray  # float32
+    seq_offsets: np.ndarray  # int32 [n + 1]
+    seq_items: np.ndarray  # int64
+
+
+def _power_law_cdf(n: int, alpha: float) -> np.ndarray:
+    weight = np.arange(1, n + 1, dtype=np.float64) ** -alpha
+    cdf = np.cumsum(weight / weight.sum())
+    cdf[-1] = 1.0
+    return cdf
+
+
+def _draw(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1)
+
+
+def _build_model(seed: int) -> _Model:
+    rng = np.random.default_rng(seed)
+    users = {name: rng.integers(0, card, NUM_USERS) for name, card in USER_CARDINALITIES.items() if name != "user_id"}
+    users["user_id"] = np.arange(NUM_USERS)
+    user_vec = (
+        rng.standard_normal((USER_CARDINALITIES["cms_segid"], _DIM))[users["cms_segid"]] * 0.7
+        + rng.standard_normal((USER_CARDINALITIES["age_level"], _DIM))[users["age_level"]] * 0.5
+        + rng.standard_normal((USER_CARDINALITIES["final_gender_code"], _DIM))[users["final_gender_code"]] * 0.5
+        + 0.8 * rng.standard_normal((NUM_USERS, _DIM))
+    ) / math.sqrt(0.49 + 0.25 + 0.25 + 0.64)
+    # a power law over ranks; user u has rank user_rank_perm[u]
+    user_rank_perm = rng.permutation(NUM_USERS)
+    user_cdf = np.cumsum(np.diff(_power_law_cdf(NUM_USERS, 0.6), prepend=0.0)[user_rank_perm])
+    user_cdf[-1] = 1.0
+
+    n_cate = ITEM_CARDINALITIES["cate_id"]
+    cate_vec = rng.standard_normal((n_cate, _DIM))
+    cate_pop = rng.permutation(np.arange(1, n_cate + 1, dtype=np.float64) ** -0.8)
+    cate_pop /= cate_pop.sum()
+    pref = _PREFERENCE_SHARPNESS * user_vec @ cate_vec.T + np.log(cate_pop)
+    pref = np.exp(pref - pref.max(axis=1, keepdims=True))
+    user_pref_cdf = np.cumsum(pref / pref.sum(axis=1, keepdims=True), axis=1)
+    user_pref_cdf[:, -1] = 1.0
+    cate_pop_cdf = np.cumsum(cate_pop)
+    cate_pop_cdf[-1] = 1.0
+
+    # every category holds at least one ad
+    cate = np.concatenate([np.arange(n_cate), _draw(cate_pop_cdf, rng.random(NUM_ITEMS - n_cate))])
+    rng.shuffle(cate)
+    brand = rng.integers(0, ITEM_CARDINALITIES["brand"], NUM_ITEMS)
+    customer = rng.integers(0, ITEM_CARDINALITIES["customer"], NUM_ITEMS)
+    campaign = rng.integers(0, ITEM_CARDINALITIES["campaign_id"], NUM_ITEMS)
+    items = {"adgroup_id": np.arange(NUM_ITEMS), "cate_id": cate, "campaign_id": campaign, "customer": customer, "brand": brand}
+    item_vec = cate_vec[cate] + 0.5 * rng.standard_normal((NUM_ITEMS, _DIM))
+    order = np.argsort(cate, kind="stable")
+    item_pop = rng.random(NUM_ITEMS) ** 3 + 0.02  # a few popular ads per category
+    cdf_by_cate = np.zeros(NUM_ITEMS)
+    for c in range(n_cate):
+        in_cate = cate[order] == c
+        within = np.cumsum(item_pop[order[in_cate]])
+        cdf_by_cate[in_cate] = c + within / within[-1]
+    item_quality = rng.standard_normal(NUM_ITEMS)
+    log_price = rng.normal(3.5, 1.0, NUM_ITEMS) + 0.5 * rng.standard_normal(n_cate)[cate]
+    price = np.round(np.exp(log_price), 2).astype(np.float32)
+    log_price = np.log(price.astype(np.float64))
+
+    model = _Model(
+        user_columns=users,
+        user_vec=user_vec,
+        user_cdf=user_cdf,
+        user_pref_cdf=user_pref_cdf,
+        user_pv_mu=rng.normal(2.5, 0.8, NUM_USERS),
+        cate_pop_cdf=cate_pop_cdf,
+        item_columns=items,
+        item_vec=item_vec,
+        item_by_cate=order,
+        item_cdf_by_cate=cdf_by_cate,
+        item_quality=item_quality,
+        price=price,
+        item_ctr=np.zeros(NUM_ITEMS, dtype=np.float32),
+        brand_click=rng.standard_normal(ITEM_CARDINALITIES["brand"]) * 0.5,
+        brand_buy=rng.standard_normal(ITEM_CARDINALITIES["brand"]),
+        shopping_click=rng.standard_normal(3),
+        age_click=rng.standard_normal(7) * 0.7,
+        pv_weight=0.5,
+        pid_click=np.array([0.3, -0.3]),
+        price_weight=0.3,
+        shopping_buy=rng.standard_normal(3),
+        occupation_buy=rng.standard_normal(2) * 0.5,
+        price_sensitivity=np.array([1.5, 1.0, 0.5, 0.1]),
+        log_price_mean=float(log_price.mean()),
+        log_price_std=float(log_price.std()),
+        log_pv_mean=0.0,
+        log_pv_std=1.0,
+        scale={k: 1.0 for k in _VARIANCES},
+        buy_scale={k: 1.0 for k in _BUY_VARIANCES},
+        click_bias=0.0,
+        buy_bias=0.0,
+    )
+    rows = _draw_rows(model, _block_rng(seed, _SPLIT_CALIBRATION, 0), _CALIBRATION_ROWS)
+    log_pv = np.log1p(rows.user_pv.astype(np.float64))
+    model = dataclasses.replace(model, log_pv_mean=float(log_pv.mean()), log_pv_std=float(log_pv.std()))
+    parts = _click_parts(model, rows)
+    model = dataclasses.replace(model, scale={k: math.sqrt(_VARIANCES[k] / parts[k].var()) for k in _VARIANCES})
+    buy_parts = _buy_parts(model, rows)
+    model = dataclasses.replace(model, buy_scale={k: math.sqrt(_BUY_VARIANCES[k] / buy_parts[k].var()) for k in _BUY_VARIANCES})
+    click_logit, buy_logit = _logits(model, rows)
+    click_bias = _bisect(lambda b: _sigmoid(click_logit + b).mean(), _CLICK_RATE)
+    p_click = _sigmoid(click_logit + click_bias)
+    buy_bias = _bisect(lambda b: (p_click * _sigmoid(buy_logit + b)).sum() / p_click.sum(), _BUY_GIVEN_CLICK)
+    # item_ctr_7d: the ad's click rate over a simulated week of 200 impressions (noisy quality)
+    quality_rate = _sigmoid(click_bias + model.scale["item"] * (item_quality + model.brand_click[brand]))
+    item_ctr = (rng.binomial(200, quality_rate) / 200.0).astype(np.float32)
+    return dataclasses.replace(model, click_bias=click_bias, buy_bias=buy_bias, item_ctr=item_ctr)
+
+
+def _bisect(mean_at: Any, target: float) -> float:
+    """The shift ``b`` with ``mean_at(b) == target``, for an increasing ``mean_at``."""
+    lo, hi = -30.0, 30.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mean_at(mid) < target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _draw_items(model: _Model, users: np.ndarray, personalized: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    n = users.size
+    by_user = (model.user_pref_cdf[users] < rng.random(n)[:, None]).sum(axis=1)
+    category = np.where(personalized, np.minimum(by_user, model.user_pref_cdf.shape[1] - 1), _draw(model.cate_pop_cdf, rng.random(n)))
+    position = np.searchsorted(model.item_cdf_by_cate, category + rng.random(n), side="right")
+    return model.item_by_cate[np.minimum(position, NUM_ITEMS - 1)]
+
+
+def _draw_rows(model: _Model, rng: np.random.Generator, n: int) -> _Rows:
+    users = _draw(model.user_cdf, rng.random(n))
+    items = _draw_items(model, users, rng.random(n) < _PERSONALIZED, rng)
+    pid = (rng.random(n) < 0.4).astype(np.int64)
+    user_pv = np.floor(np.exp(model.user_pv_mu[users] + 0.5 * rng.standard_normal(n))).astype(np.float32)
+    lengths = rng.integers(0, SEQUENCE_LENGTH + 1, n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    seq_users = np.repeat(users, lengths)
+    seq_items = _draw_items(model, seq_users, np.ones(seq_users.size, dtype=bool), rng)
+    return _Rows(users, items, pid, user_pv, offsets, seq_items.astype(np.int64))
+
+
+def _click_parts(model: _Model, rows: _Rows) -> dict[str, np.ndarray]:
+    users, items = rows.user, rows.item
+    uc, ic = model.user_columns, model.item_columns
+    affinity = np.einsum("nk,nk->n", model.user_vec[users], model.item_vec[items])
+    log_pv = (np.log1p(rows.user_pv.astype(np.float64)) - model.log_pv_mean) / model.log_pv_std
+    user = model.shopping_click[uc["shopping_level"][users]] + model.age_click[uc["age_level"][users]] + model.pv_weight * log_pv
+    item = model.item_quality[items] + model.brand_click[ic["brand"][items]]
+    price = (np.log(model.price[items].astype(np.float64)) - model.log_price_mean) / model.log_price_std
+    context = model.pid_click[rows.pid] - model.price_weight * price
+    return {"affinity": affinity, "user": user, "item": item, "context": context}
+
+
+def _buy_parts(model: _Model, rows: _Rows) -> dict[str, np.ndarray]:
+    users, items = rows.user, rows.item
+    uc = model.user_columns
+    affinity = np.einsum("nk,nk->n", model.user_vec[users], model.item_vec[items])
+    price = (np.log(model.price[items].astype(np.float64)) - model.log_price_mean) / model.log_price_std
+    return {
+        "affinity": affinity,
+        "brand": model.brand_buy[model.item_columns["brand"][items]],
+        "user": model.shopping_buy[uc["shopping_level"][users]] + model.occupation_buy[uc["occupation"][users]],
+        "price": -model.price_sensitivity[uc["pvalue_level"][users]] * price,
+    }
+
+
+def _logits(model: _Model, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Click logit and buy-given-click logit of each row."""
+    click = sum(model.scale[k] * v for k, v in _click_parts(model, rows).items())
+    buy = sum(model.buy_scale[k] * v for k, v in _buy_parts(model, rows).items())
+    return model.click_bias + click, model.buy_bias + buy
+
+
+def _schema() -> pa.Schema:
+    fields = [pa.field(name, pa.int8(), nullable=False) for name in LABEL_COLUMNS]
+    fields += [pa.field(name, pa.int64(), nullable=False) for name in USER_CARDINALITIES]
+    fields += [pa.field(name, pa.int64(), nullable=False) for name in ITEM_CARDINALITIES]
+    fields.append(pa.field("pid", pa.string(), nullable=False))
+    fields += [pa.field(name, pa.float32(), nullable=False) for name in DENSE_COLUMNS]
+    fields.append(pa.field(SEQUENCE_COLUMN, pa.list_(pa.int64()), nullable=False))
+    return pa.schema(fields)
+
+
+def _block(model: _Model, seed: int, split: int, index: int) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One block of rows: the table, the true click and buy probabilities, the labels."""
+    rng = _block_rng(seed, split, index)
+    rows = _draw_rows(model, rng, _BLOCK_ROWS)
+    click_logit, buy_logit = _logits(model, rows)
+    p_click, p_buy_given_click = _sigmoid(click_logit), _sigmoid(buy_logit)
+    click = (rng.random(_BLOCK_ROWS) < p_click).astype(np.int8)
+    buy = (click.astype(bool) & (rng.random(_BLOCK_ROWS) < p_buy_given_click)).astype(np.int8)
+    arrays: list[pa.Array] = [pa.array(click), pa.array(buy)]
+    arrays += [pa.array(model.user_columns[name][rows.user].astype(np.int64)) for name in USER_CARDINALITIES]
+    arrays += [pa.array(model.item_columns[name][rows.item].astype(np.int64)) for name in ITEM_CARDINALITIES]
+    arrays.append(pa.array(np.array(PIDS, dtype=object)[rows.pid], type=pa.string()))
+    arrays += [pa.array(model.price[rows.item]), pa.array(rows.user_pv), pa.array(model.item_ctr[rows.item])]
+    arrays.append(pa.ListArray.from_arrays(pa.array(rows.seq_offsets), pa.array(rows.seq_items)))
+    table = pa.Table.from_arrays(arrays, schema=_schema())
+    return table, p_click, p_click * p_buy_given_click, click, buy
+
+
+def _write_split(
+    model: _Model, seed: int, split: int, split_dir: Path, rows: int, rows_per_file: int, row_group_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Write one split's part files; return the true click and buy probabilities and labels."""
+    split_dir.mkdir(parents=True, exist_ok=True)
+    for stale in split_dir.glob("part-*.parquet"):
+        stale.unlink()
+    blocks = [_block(model, seed, split, b) for b in range(-(-rows // _BLOCK_ROWS))]
+    whole = pa.concat_tables(b[0] for b in blocks).slice(0, rows)
+    for index, start in enumerate(range(0, rows, rows_per_file)):
+        final = split_dir / f"part-{index:05d}.parquet"
+        tmp = split_dir / f".{final.name}.tmp"
+        pq.write_table(whole.slice(start, rows_per_file), tmp, row_group_size=row_group_size)
+        os.replace(tmp, final)
+    return tuple(np.concatenate([b[k] for b in blocks])[:rows] for k in (1, 2, 3, 4))  # type: ignore[return-value]
+
+
+def synth_taobao(
+    out_dir: str | os.PathLike[str],
+    *,
+    rows: int,
+    eval_rows: int | None = None,
+    seed: int = 0,
+    rows_per_file: int = 250_000,
+    row_group_size: int = 32_768,
+) -> TaobaoSynthReport:
+    """Write a synthetic Taobao-shaped data set with a known Bayes AUC for ``click`` and ``buy``.
+
+    Writes ``out_dir/train/part-NNNNN.parquet``, ``out_dir/eval/part-NNNNN.parquet`` and, last,
+    ``out_dir/synth.json`` (removed first, so it never describes incomplete data).
+
+    Args:
+        out_dir: directory to write into (created if missing).
+        rows: number of train rows, >= 1.
+        eval_rows: number of eval rows, >= 1; default ``max(rows // 10, 1000)``.
+        seed: non-negative seed of the ground-truth model and of the rows.
+        rows_per_file: at most this many rows per parquet file, >= 1.
+        row_group_size: rows per parquet row group, >= 1.
+
+    Returns:
+        The report also written to ``out_dir/synth.json``.
+
+    Raises:
+        ValueError: an argument is out of range, or ``out_dir`` is an existing file.
+    """
+    out, rows, eval_rows, seed, rows_per_file, row_group_size = _checked_arguments(
+        out_dir, rows, eval_rows, seed, rows_per_file, row_group_size
+    )
+    report_path = out / REPORT_FILE
+
+    model = _build_model(seed)
+    train = _write_split(model, seed, _SPLIT_TRAIN, out / "train", rows, rows_per_file, row_group_size)
+    evaluation = _write_split(model, seed, _SPLIT_EVAL, out / "eval", eval_rows, rows_per_file, row_group_size)
+
+    def aucs(split: tuple[np.ndarray, ...]) -> dict[str, float]:
+        p_click, p_buy, click, buy = split
+        return {"click": _auc(p_click, click), "buy": _auc(p_buy, buy)}
+
+    report = TaobaoSynthReport(
+        out_dir=str(out),
+        train_rows=rows,
+        eval_rows=eval_rows,
+        seed=seed,
+        click_rate=float(train[2].mean()),
+        buy_rate=float(train[3].mean()),
+        bayes_auc=aucs(evaluation),
+        bayes_auc_train=aucs(train),
+    )
+    document = {
+        **report.to_json(),
+        "format": "tzrec-run synthetic taobao v1",
+        "description": _DESCRIPTION,
+        "label_columns": list(LABEL_COLUMNS),
+        "user_columns": USER_CARDINALITIES,
+        "item_columns": ITEM_CARDINALITIES,
+        "dense_columns": list(DENSE_COLUMNS),
+        "sequence_column": SEQUENCE_COLUMN,
+        "context_columns": {"pid": list(PIDS)},
+    }
+    tmp = out / f".{REPORT_FILE}.tmp"
+    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, report_path)
+    return report
+
+
+def read_taobao_report(out_dir: str | os.PathLike[str]) -> TaobaoSynthReport:
+    """Read the report :func:`synth_taobao` wrote to ``out_dir/synth.json``.
+
+    Raises:
+        FileNotFoundError: there is no ``synth.json`` (generation never finished).
+        ValueError: ``synth.json`` is not a valid report.
+    """
+    return TaobaoSynthReport.from_json(_read_document(out_dir, "taobao"))

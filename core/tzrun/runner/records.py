@@ -1,0 +1,318 @@
+"""What a run records about itself in its model dir, and which run a model dir belongs to.
+
+* ``resolved_config.toml``: every key of the run's config with the value used, defaults
+  included, each default marked ``# default`` and each command-line value ``# --set``; a valid
+  TOML file that trains the same run (``tzrec-run train model_dir/resolved_config.toml``).
+* ``resolved_config.json``: the same values, and ``sources``: for every key, ``"file"``,
+  ``"default"`` or ``"--set"``.
+* ``env.json``: Python, torch, fbgemm, torchrec and other versions, whether the triple is the
+  known-good pairing, the world size, the seed, the plugin set with versions, the host, the
+  command, and the git revision of the config's repository when there is one.
+
+A model dir whose ``resolved_config.json`` has another ``[model]`` or ``[[features]]`` is
+another run's: training into it is refused unless ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import attrs
+
+from tzrun.config.load import RawConfig
+from tzrun.config.schema import Component, RunConfig
+
+__all__ = [
+    "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml",
+    "environment", "stack_versions", "check_stack", "write_run_records", "owner_differences",
+]
+
+RESOLVED_TOML = "resolved_config.toml"
+RESOLVED_JSON = "resolved_config.json"
+ENV_FILE = "env.json"
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+# ----------------------------------------------------------------------------------------------
+# the resolved config
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Component):
+        out: dict[str, Any] = {"type": value.type}
+        for part in (value.fields, value.config):
+            if part is not None and attrs.has(type(part)):
+                out.update(_plain_attrs(part))
+        return out
+    if attrs.has(type(value)):
+        return _plain_attrs(value)
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _plain_attrs(obj: Any) -> dict[str, Any]:
+    out = {}
+    for field in attrs.fields(type(obj)):
+        value = getattr(obj, field.name)
+        if value is None or not field.init:
+            continue
+        out[getattr(field, "alias", None) or field.name] = _plain(value)
+    return out
+
+
+def resolved_tree(cfg: RunConfig) -> dict[str, Any]:
+    """The config as TOML-shaped data with every default filled in (unset optional keys are
+    left out: TOML has no null)."""
+    return _plain(cfg)
+
+
+def _leaves(node: Any, path: str) -> list[str]:
+    if isinstance(node, dict):
+        out = []
+        for key, value in node.items():
+            out.extend(_leaves(value, f"{path}.{key}" if path else key))
+        return out or [path]
+    if isinstance(node, list) and node and all(isinstance(v, dict) for v in node):
+        return [leaf for i, v in enumerate(node) for leaf in _leaves(v, f"{path}[{i}]")]
+    return [path]
+
+
+def _present(data: Any, path: str) -> bool:
+    node = data
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        if not isinstance(node, Mapping) or name not in node:
+            return False
+        node = node[name]
+        if index:
+            i = int(index.rstrip("]"))
+            if not isinstance(node, list) or i >= len(node):
+                return False
+            node = node[i]
+    return True
+
+
+def config_sources(tree: Mapping[str, Any], raw: RawConfig) -> dict[str, str]:
+    """For every key of ``tree`` (its TOML path), where its value came from: ``"--set"``
+    (a command-line override of it or of a table above it), ``"file"`` or ``"default"`` (a
+    key no one wrote, also inside a table that ``--set`` gave)."""
+    out = {}
+    for leaf in _leaves(dict(tree), ""):
+        present = _present(raw.data, leaf)
+        if present and any(leaf == k or leaf.startswith((k + ".", k + "[")) for k in raw.overridden):
+            out[leaf] = "--set"
+        elif present:
+            out[leaf] = "file"
+        else:
+            out[leaf] = "default"
+    return out
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _emit(lines: list[str], node: Mapping[str, Any], header: str, path: str, sources: Mapping[str, str]) -> None:
+    def mark(full: str) -> str:
+        source = sources.get(full, "file")
+        return "" if source == "file" else f"  # {source}"
+
+    for key, value in node.items():
+        if _is_table(value) or _is_table_array(value):
+            continue
+        full = f"{path}.{key}" if path else key
+        lines.append(f"{_key(key)} = {_value(value)}{mark(full)}")
+    for key, value in node.items():
+        full = f"{path}.{key}" if path else key
+        name = f"{header}.{_key(key)}" if header else _key(key)
+        if _is_table(value):
+            lines.extend(["", f"[{name}]"])
+            _emit(lines, value, name, full, sources)
+        elif _is_table_array(value):
+            for i, item in enumerate(value):
+                lines.extend(["", f"[[{name}]]"])
+                _emit(lines, item, name, f"{full}[{i}]", sources)
+
+
+def resolved_toml(tree: Mapping[str, Any], sources: Mapping[str, str], source: str) -> str:
+    """The resolved config as TOML text, each default marked ``# default`` and each override
+    ``# --set`` (unmarked values came from ``source``)."""
+    lines = [
+        f"# The resolved config of this run: every key and the value it used. Unmarked values come from {source};",
+        "# '# default' marks a default, '# --set' a command-line override. Train the same run with this file.",
+        "",
+    ]
+    _emit(lines, tree, "", "", sources)
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# the environment
+
+
+def _version(*distributions: str) -> str | None:
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def stack_versions() -> dict[str, str | None]:
+    """Installed versions of the packages a run depends on (None when not installed)."""
+    return {
+        "python": platform.python_version(),
+        "tzrec-run": _version("tzrec-run"),
+        "torch": _version("torch"),
+        "fbgemm_gpu": _version("fbgemm-gpu-cpu", "fbgemm-gpu", "fbgemm-gpu-nightly", "fbgemm-gpu-genai"),
+        "torchrec": _version("torchrec", "torchrec-nightly"),
+        "torchmetrics": _version("torchmetrics"),
+        "pyarrow": _version("pyarrow"),
+        "numpy": _version("numpy"),
+        "pluggy": _version("pluggy"),
+    }
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_stack(versions: Mapping[str, str | None]) -> list[str]:
+    """Problems with the torch / fbgemm / torchrec triple: FBGEMM 1.X is built for torch
+    2.(X+5), and torchrec 1.X goes with FBGEMM 1.X. Empty when the triple is known-good."""
+    torch_v, fbgemm_v, torchrec_v = (_minor(versions.get(k)) for k in ("torch", "fbgemm_gpu", "torchrec"))
+    problems = []
+    for name, parsed in (("torch", torch_v), ("fbgemm_gpu", fbgemm_v), ("torchrec", torchrec_v)):
+        if parsed is None:
+            problems.append(f"{name} is not installed (run scripts/setup.sh)")
+    if torch_v and fbgemm_v:
+        if fbgemm_v[0] != 1 or torch_v != (2, fbgemm_v[1] + 5):
+            want = f"torch 2.{fbgemm_v[1] + 5}" if fbgemm_v[0] == 1 else "the torch its release notes name"
+            problems.append(
+                f"fbgemm_gpu {versions['fbgemm_gpu']} is built for {want}, but torch is {versions['torch']}: "
+                "its kernels may fail to load or crash; install the matching pair (requirements/cpu.txt pins "
+                "torch 2.13.0 with fbgemm-gpu-cpu 1.8.0)")
+    if fbgemm_v and torchrec_v and torchrec_v != fbgemm_v:
+        problems.append(
+            f"torchrec {versions['torchrec']} goes with fbgemm_gpu {torchrec_v[0]}.{torchrec_v[1]}, but fbgemm_gpu is "
+            f"{versions['fbgemm_gpu']}; install matching releases (torchrec 1.X with fbgemm 1.X)")
+    return problems
+
+
+def _git_revision(where: Path) -> dict[str, Any] | None:
+    try:
+        head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"revision": head.stdout.strip(), "dirty": bool(status.stdout.strip()), "repository": str(where)}
+
+
+def environment(*, world_size: int | None = None, seed: int | None = None, plugins: Sequence[Any] = (),
+                config_source: str | None = None) -> dict[str, Any]:
+    """What ``env.json`` holds (see the module doc)."""
+    versions = stack_versions()
+    where = Path(config_source).resolve().parent if config_source and Path(config_source).exists() else Path.cwd()
+    return {
+        "versions": versions,
+        "stack_problems": check_stack(versions),
+        "world_size": world_size,
+        "seed": seed,
+        "plugins": list(plugins),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "command": list(sys.argv),
+        "git": _git_revision(where),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# the model dir
+
+
+def write_run_records(model_dir: Path, cfg: RunConfig, raw: RawConfig, *, world_size: int,
+                      plugins: Sequence[Any]) -> dict[str, Any]:
+    """Write ``resolved_config.toml``, ``resolved_config.json`` and ``env.json`` (rank 0, at
+    every start of a run, resumes included); returns what ``env.json`` holds."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    tree = resolved_tree(cfg)
+    sources = config_sources(tree, raw)
+    _write(model_dir / RESOLVED_TOML, resolved_toml(tree, sources, raw.source))
+    _write(model_dir / RESOLVED_JSON, json.dumps({"source": raw.source, "config": tree, "sources": sources}, indent=1))
+    env = environment(world_size=world_size, seed=cfg.train.seed, plugins=plugins, config_source=raw.source)
+    _write(model_dir / ENV_FILE, json.dumps(env, indent=1))
+    return env
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def owner_differences(model_dir: Path, cfg: RunConfig) -> list[str]:
+    """How the run recorded in ``model_dir`` differs from ``cfg`` in ``[model]`` and
+    ``[[features]]`` (one line each); empty when it is the same run or nothing is recorded."""
+    from tzrun.runner.checkpoint_eval import config_differences
+
+    path = Path(model_dir) / RESOLVED_JSON
+    if not path.is_file():
+        return []
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [f"{path} is unreadable"]
+    return [d.replace(" in the checkpoint,", " in the model dir's run,") for d in config_differences(saved, resolved_tree(cfg))]

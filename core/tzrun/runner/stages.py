@@ -1,0 +1,183 @@
+"""The run's stages: built from ``[[train.stages]]``, registered in config order, checked
+before a run, their state saved in checkpoints under their own names, and the train log
+window they all read (see :mod:`tzrun.hookspecs`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any, Iterator, Mapping, Sequence
+
+import attrs
+
+from tzrun.config.schema import RunConfig
+from tzrun.errors import ConfigError, ConfigProblem
+from tzrun.interfaces import TrainLog
+from tzrun.registry import Registries
+
+__all__ = ["RunStages", "stage_names", "check_run_config", "TimedIterator", "LogWindow", "learning_rates"]
+
+
+def stage_names(cfg: RunConfig) -> list[str]:
+    """The name each ``[[train.stages]]`` entry's state is saved under: its ``type``, or
+    ``type.i`` (its index in the list) when the list names that type more than once."""
+    counts = Counter(c.type for c in cfg.train.stages)
+    return [c.type if counts[c.type] == 1 else f"{c.type}.{i}" for i, c in enumerate(cfg.train.stages)]
+
+
+def check_run_config(cfg: RunConfig, registries: Registries, source: str) -> None:
+    """The checks that need the whole config and the registries, run by ``tzrec-run check``
+    and before training: ``eval.best_metric`` names an eval result, and each stage's own
+    ``check`` (a stage registers one with ``register(..., check=fn)``; ``fn(stage_cfg,
+    run_cfg, eval_keys)`` returns ``(key, message)`` pairs for the keys of its table).
+
+    Raises:
+        ConfigError: with every problem found, each at its TOML path.
+    """
+    from tzrun.runner.retention import check_best_metric, eval_result_keys
+
+    problems: list[ConfigProblem] = []
+    try:
+        check_best_metric(cfg, registries, source)
+    except ConfigError as error:
+        problems.extend(error.problems)
+    keys: list[str] | None = None
+    for i, component in enumerate(cfg.train.stages):
+        entry = registries["stage"].get(component.type, f"train.stages[{i}].type")
+        check = entry.extras.get("check")
+        if check is None:
+            continue
+        if keys is None:
+            keys = eval_result_keys(cfg, registries) if cfg.data.eval_input is not None else []
+        for key, message in check(component.config, cfg, keys):
+            problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
+    if problems:
+        raise ConfigError(source, problems)
+
+
+class RunStages:
+    """The stage objects of one run, registered on its plugin manager.
+
+    pluggy calls the hookimpls registered last first, so the stages are registered in reverse:
+    they are then called in the order the config lists them. ``unregister`` takes them off
+    again (the plugin manager outlives the run in programmatic use).
+    """
+
+    def __init__(self, cfg: RunConfig, registries: Registries, pm: Any) -> None:
+        self.pm = pm
+        self.named: list[tuple[str, Any]] = []
+        for i, (name, component) in enumerate(zip(stage_names(cfg), cfg.train.stages)):
+            stage = registries["stage"].get(component.type, f"train.stages[{i}].type").build(component.config)
+            self.named.append((name, stage))
+        for name, stage in reversed(self.named):
+            pm.register(stage, name=f"stage:{name}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each stage's ``state_dict()`` under its name (stages without one are left out)."""
+        return {name: stage.state_dict() for name, stage in self.named if hasattr(stage, "state_dict")}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Give each stage the state saved under its name, if any."""
+        for name, stage in self.named:
+            if name in state and hasattr(stage, "load_state_dict"):
+                stage.load_state_dict(state[name])
+
+    def unregister(self) -> None:
+        """Take the stages off the plugin manager."""
+        for _, stage in self.named:
+            if self.pm.is_registered(stage):
+                self.pm.unregister(stage)
+
+
+class TimedIterator:
+    """Wraps the batch stream: the time spent in ``next`` is time the loop waited for data."""
+
+    def __init__(self, inner: Iterator[Any]) -> None:
+        self.inner = inner
+        self.waited = 0.0
+
+    def __iter__(self) -> "TimedIterator":
+        return self
+
+    def __next__(self) -> Any:
+        start = time.perf_counter()
+        try:
+            return next(self.inner)
+        finally:
+            self.waited += time.perf_counter() - start
+
+
+def learning_rates(optimizers: Mapping[str, Any]) -> dict[str, float]:
+    """The learning rate of every param group: the optimizer's key, with ``/<i>`` when it has
+    several groups."""
+    out: dict[str, float] = {}
+    for key, opt in optimizers.items():
+        groups = opt.param_groups
+        if len(groups) == 1:
+            out[key] = float(groups[0]["lr"])
+        else:
+            out.update({f"{key}/{i}": float(g["lr"]) for i, g in enumerate(groups)})
+    return out
+
+
+@attrs.define
+class LogWindow:
+    """The steps since the last train log: losses summed on the device (no sync per step),
+    rows, training wall time (evaluation and checkpoints excluded) and data wait."""
+
+    data: TimedIterator
+    world_size: int
+    steps: int = 0
+    rows: int = 0
+    loss_sum: Any = None
+    losses_sum: dict[str, Any] = attrs.field(factory=dict)
+    seconds: float = 0.0
+    _clock: float = 0.0
+    _waited_at_start: float = 0.0
+
+    def resume_clock(self) -> None:
+        """Start timing (at the start of each segment: the time between segments is not
+        training time)."""
+        self._clock = time.perf_counter()
+
+    def add(self, loss: Any, losses: Mapping[str, Any], rows: int) -> None:
+        """One step: its loss tensors and rows (on the hot path: device adds only)."""
+        loss = loss.detach()
+        self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
+        for name, value in losses.items():
+            value = value.detach()
+            previous = self.losses_sum.get(name)
+            self.losses_sum[name] = value if previous is None else previous + value
+        self.rows += rows
+        self.steps += 1
+        now = time.perf_counter()
+        self.seconds += now - self._clock
+        self._clock = now
+
+    def close(self, step: int, epoch: int, lrs: Mapping[str, float], metrics: Mapping[str, float],
+              dense_params: Sequence[Any]) -> TrainLog:
+        """The record of the window (one sync for the losses), and a new window."""
+        import torch
+
+        steps = max(self.steps, 1)
+        waited = self.data.waited - self._waited_at_start
+        grads = [p.grad for p in dense_params if p.grad is not None]
+        grad_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else None
+        seconds = max(self.seconds, 1e-9)
+        record = TrainLog(
+            step=step,
+            epoch=epoch,
+            steps=self.steps,
+            loss=float(self.loss_sum) / steps if self.loss_sum is not None else float("nan"),
+            losses={k: float(v) / steps for k, v in self.losses_sum.items()},
+            learning_rates=dict(lrs),
+            metrics=dict(metrics),
+            samples_per_s=self.rows * self.world_size / seconds,
+            data_wait_fraction=min(1.0, waited / seconds),
+            grad_norm=grad_norm,
+            seconds=self.seconds,
+            time=time.time(),
+        )
+        self.steps, self.rows, self.loss_sum, self.losses_sum, self.seconds = 0, 0, None, {}, 0.0
+        self._waited_at_start = self.data.waited
+        return record

@@ -1,0 +1,130 @@
+"""DSSM two-tower retrieval (Huang et al., 2013), in TorchEasyRec's shape.
+
+A user tower and an item tower, each an MLP over the features the config assigns to it by name
+(dense features and embeddings concatenated) followed by a linear layer to ``output_dim``.
+With ``similarity = "cosine"`` both embeddings are L2-normalised. The output ``similarity`` is
+the ``[B, B]`` matrix ``user_embedding @ item_embeddingᵀ / temperature`` (row ``i``: user ``i``
+against every item of the batch; its positive is column ``i``), which ``in_batch_softmax`` and
+``recall_at_k`` / ``hit_rate_at_k`` with ``in_batch = true`` read; ``user_embedding`` and
+``item_embedding`` are output too (``[B, output_dim]``). One embedding collection serves both
+towers, so a table may be shared across them (an item id and a sequence of clicked item ids).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from tzrun import ModelContext
+from tzrun.errors import ConfigError, ConfigProblem
+from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units, unknown_feature_problems
+
+__all__ = ["DSSMConfig", "build_dssm"]
+
+
+@attrs.frozen
+class DSSMConfig:
+    """Options of the ``dssm`` model.
+
+    Attributes:
+        user_features: names of the features (dense or id) of the user tower.
+        item_features: names of the features (dense or id) of the item tower; every feature
+            belongs to exactly one tower, and each tower has at least one id feature.
+        user_hidden_units: layer widths of the user tower's MLP.
+        item_hidden_units: layer widths of the item tower's MLP.
+        output_dim: the width of both towers' embeddings.
+        similarity: ``"cosine"`` (L2-normalised embeddings) or ``"inner_product"``.
+        temperature: the similarity is divided by it (with cosine, 0.05-0.2 lets the softmax
+            be sharp enough; a loss's own ``temperature`` divides again).
+    """
+
+    user_features: tuple[str, ...] = attrs.field(validator=non_empty)
+    item_features: tuple[str, ...] = attrs.field(validator=non_empty)
+    user_hidden_units: tuple[int, ...] = attrs.field(default=(256, 128), validator=positive_units)
+    item_hidden_units: tuple[int, ...] = attrs.field(default=(256, 128), validator=positive_units)
+    output_dim: int = attrs.field(default=64, validator=attrs.validators.ge(1))
+    similarity: Literal["cosine", "inner_product"] = "cosine"
+    temperature: float = attrs.field(default=0.1, validator=attrs.validators.gt(0.0))
+
+
+def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
+    problems = unknown_feature_problems("model.user_features", cfg.user_features, ctx)
+    problems += unknown_feature_problems("model.item_features", cfg.item_features, ctx)
+    both = sorted(set(cfg.user_features) & set(cfg.item_features))
+    if both:
+        problems.append(ConfigProblem("model.item_features", f"{', '.join(both)} also in model.user_features; a feature belongs to one tower"))
+    assigned = set(cfg.user_features) | set(cfg.item_features)
+    for i, f in enumerate(ctx.dense_features):
+        if f.name not in assigned:
+            problems.append(ConfigProblem(f"features.dense[{i}]", f"'{f.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
+    for i, f in enumerate(ctx.sparse_features):
+        if f.name not in assigned:
+            problems.append(ConfigProblem(f"features.sparse[{i}]", f"'{f.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
+    sparse = {f.name for f in ctx.sparse_features}
+    for tower in ("user", "item"):
+        if not any(name in sparse for name in getattr(cfg, f"{tower}_features")):
+            problems.append(ConfigProblem(f"model.{tower}_features", f"the {tower} tower needs at least one id feature"))
+    return problems
+
+
+def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
+    """Build DSSM for ``ctx``'s features.
+
+    Raises:
+        ConfigError: when a tower names an unknown feature, a feature is in both towers or in
+            neither, or a tower has no id feature.
+    """
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+    from torchrec import EmbeddingBagCollection
+
+    from tzrun_plugins.models import _order
+
+    problems = _tower_problems(cfg, ctx)
+    if problems:
+        raise ConfigError("model", problems)
+    dense_index = {f.name: i for i, f in enumerate(ctx.dense_features)}
+    dims = {name: t.embedding_dim for t in ctx.tables for name in t.feature_names}
+
+    class Tower(nn.Module):
+        """The dense columns and id features of one side, an MLP, a linear layer to ``output_dim``."""
+
+        def __init__(self, features: tuple[str, ...], units: tuple[int, ...]) -> None:
+            super().__init__()
+            self.sparse_names = [n for n in features if n in dims]
+            dense = [dense_index[n] for n in features if n in dense_index]
+            self.has_dense = bool(dense)
+            self.register_buffer("dense_columns", torch.tensor(dense, dtype=torch.int64), persistent=False)
+            width = len(dense) + sum(dims[n] for n in self.sparse_names)
+            self.mlp = mlp(width, units)
+            self.output = nn.Linear(out_width(width, units), cfg.output_dim)
+
+        def forward(self, dense: torch.Tensor, embedded: Any) -> torch.Tensor:
+            x = _order.in_feature_order(embedded, self.sparse_names)
+            if self.has_dense:
+                x = torch.cat([dense.index_select(1, self.dense_columns), x], dim=1)
+            y = self.output(self.mlp(x))
+            return F.normalize(y, dim=-1) if cfg.similarity == "cosine" else y
+
+    class DSSM(nn.Module):
+        """User tower, item tower, in-batch similarity."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), is_weighted=ctx.is_weighted, device=ctx.embedding_device)
+            self.user_tower = Tower(cfg.user_features, cfg.user_hidden_units)
+            self.item_tower = Tower(cfg.item_features, cfg.item_hidden_units)
+
+        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+            embedded = self.ebc(batch.sparse)
+            user = self.user_tower(batch.dense, embedded)
+            item = self.item_tower(batch.dense, embedded)
+            return {
+                "similarity": user @ item.t() / cfg.temperature,
+                "user_embedding": user,
+                "item_embedding": item,
+            }
+
+    return DSSM()

@@ -1,0 +1,124 @@
+"""MMoE, multi-gate mixture of experts (Ma et al., KDD 2018), in TorchEasyRec's shape.
+
+``x = [dense features, embeddings]``; ``num_experts`` expert MLPs read ``x``; each task ``t`` has
+a gate ``softmax(linear(gate_mlp(x)))`` over the experts and a tower MLP over the gated mix of
+their outputs, then a linear layer to one logit. The outputs are ``logits/<task>`` and
+``probs/<task>`` for each task: a loss or metric names the one it reads with ``prediction`` and
+its label with ``label``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+from tzrun import ModelContext
+from tzrun.errors import ConfigError, ConfigProblem
+from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
+
+__all__ = ["MMoETaskConfig", "MMoEConfig", "build_mmoe"]
+
+_TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _task_name(instance: Any, attribute: Any, value: str) -> None:
+    if not _TASK_NAME.fullmatch(value):
+        raise ValueError(f"task name {value!r} must be lower_snake (letters, digits, _; a letter first)", attribute)
+
+
+def _unique_tasks(instance: Any, attribute: Any, value: tuple[MMoETaskConfig, ...]) -> None:
+    if not value:
+        raise ValueError("mmoe needs at least one [[model.tasks]] table", attribute)
+    names = [t.name for t in value]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"task names must differ; {', '.join(twice)} is named twice", attribute)
+
+
+@attrs.frozen
+class MMoETaskConfig:
+    """One ``[[model.tasks]]`` table of ``mmoe``.
+
+    Attributes:
+        name: the task's name: its outputs are ``logits/<name>`` and ``probs/<name>``.
+        hidden_units: layer widths of its tower MLP (a linear layer to one logit follows).
+    """
+
+    name: str = attrs.field(validator=_task_name)
+    hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
+
+
+@attrs.frozen
+class MMoEConfig:
+    """Options of the ``mmoe`` model.
+
+    Attributes:
+        num_experts: how many expert MLPs.
+        expert_hidden_units: layer widths of each expert MLP (at least one layer).
+        gate_hidden_units: layer widths of an MLP before each gate's linear layer (empty: the
+            gate is linear in the input, as in the paper).
+        tasks: the tasks, each with its tower.
+    """
+
+    tasks: tuple[MMoETaskConfig, ...] = attrs.field(validator=_unique_tasks)
+    num_experts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    expert_hidden_units: tuple[int, ...] = attrs.field(
+        default=(512, 256, 128), validator=[non_empty, positive_units]
+    )
+    gate_hidden_units: tuple[int, ...] = attrs.field(default=(), validator=positive_units)
+
+
+def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
+    """Build MMoE for ``ctx``'s features.
+
+    Raises:
+        ConfigError: when there is no id feature.
+    """
+    import torch
+    from torch import nn
+    from torchrec import EmbeddingBagCollection
+
+    from tzrun_plugins.models import _order
+
+    if not ctx.sparse_features:
+        raise ConfigError("model", [ConfigProblem("features.sparse", "mmoe needs at least one id feature")])
+
+    class MMoE(nn.Module):
+        """Shared experts, one gate and one tower per task."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.feature_names = [f.name for f in ctx.sparse_features]
+            self.task_names = [t.name for t in cfg.tasks]
+            self.ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), is_weighted=ctx.is_weighted, device=ctx.embedding_device)
+            width = len(ctx.dense_features) + sum(t.embedding_dim * len(t.feature_names) for t in ctx.tables)
+            self.experts = nn.ModuleList(mlp(width, cfg.expert_hidden_units) for _ in range(cfg.num_experts))
+            self.gates = nn.ModuleList(
+                nn.Sequential(
+                    mlp(width, cfg.gate_hidden_units),
+                    nn.Linear(out_width(width, cfg.gate_hidden_units), cfg.num_experts),
+                    nn.Softmax(dim=-1),
+                )
+                for _ in cfg.tasks
+            )
+            expert_width = cfg.expert_hidden_units[-1]
+            self.towers = nn.ModuleList(
+                nn.Sequential(mlp(expert_width, t.hidden_units), nn.Linear(out_width(expert_width, t.hidden_units), 1))
+                for t in cfg.tasks
+            )
+
+        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+            embedded = _order.in_feature_order(self.ebc(batch.sparse), self.feature_names)
+            x = torch.cat([batch.dense, embedded], dim=1)
+            experts = torch.stack([expert(x) for expert in self.experts], dim=1)  # [B, E, W]
+            outputs: dict[str, torch.Tensor] = {}
+            for name, gate, tower in zip(self.task_names, self.gates, self.towers):
+                mixed = torch.bmm(gate(x).unsqueeze(1), experts).squeeze(1)
+                logits = tower(mixed).squeeze(-1)
+                outputs[f"logits/{name}"] = logits
+                outputs[f"probs/{name}"] = torch.sigmoid(logits)
+            return outputs
+
+    return MMoE()

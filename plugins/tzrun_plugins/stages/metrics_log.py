@@ -1,0 +1,107 @@
+"""The ``metrics_log`` stage: every train log record and every evaluation, one JSON object per
+line, appended to ``metrics.jsonl`` in the model dir (rank 0).
+
+Lines::
+
+    {"kind": "train", "step": 100, "epoch": 0, "steps": 100, "loss": 0.47, "losses": {...},
+     "learning_rates": {...}, "metrics": {...}, "samples_per_s": ..., "data_wait_fraction": ...,
+     "grad_norm": ..., "seconds": ..., "time": ...}
+    {"kind": "eval", "step": 100, "rows": 40000, "metrics": {"auc": 0.77, ...}, "time": ...}
+
+On resume the lines of steps after the checkpoint are dropped first (they are logged again as
+the run replays those steps), so the file holds each step once; a fresh run starts it anew.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import attrs
+
+import tzrun
+
+__all__ = ["MetricsLogConfig", "MetricsLogStage", "build_metrics_log", "METRICS_FILE", "read_metrics_log"]
+
+#: The file name, in the model dir.
+METRICS_FILE = "metrics.jsonl"
+
+
+@attrs.frozen
+class MetricsLogConfig:
+    """Options of the ``metrics_log`` stage.
+
+    Attributes:
+        path: where to write (default ``<model_dir>/metrics.jsonl``); a relative path is
+            taken from the model dir.
+    """
+
+    path: Optional[str] = None
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: they are written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def read_metrics_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file, in order (a torn last line is skipped)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+class MetricsLogStage:
+    """Appends train log records and eval results to a JSON-lines file."""
+
+    def __init__(self, cfg: MetricsLogConfig) -> None:
+        self.cfg = cfg
+        self.path: Path | None = None
+
+    def _write(self, record: dict[str, Any]) -> None:
+        assert self.path is not None
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(_finite(record)) + "\n")
+
+    @tzrun.hookimpl
+    def tzrun_before_train(self, run: tzrun.RunContext) -> None:
+        if not run.is_rank0:
+            return
+        path = Path(self.cfg.path) if self.cfg.path else Path(METRICS_FILE)
+        self.path = path if path.is_absolute() else Path(run.model_dir) / path
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if run.start_step == 0 or not self.path.exists():
+            self.path.write_text("", encoding="utf-8")
+        else:  # resumed: keep what the checkpoint covers
+            kept = [r for r in read_metrics_log(self.path) if int(r.get("step", 0)) <= run.start_step]
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, self.path)
+
+    @tzrun.hookimpl
+    def tzrun_after_train_log(self, run: tzrun.RunContext, log: tzrun.TrainLog) -> None:
+        if self.path is not None:
+            self._write({"kind": "train", **log.to_json()})
+
+    @tzrun.hookimpl
+    def tzrun_after_eval(self, run: tzrun.RunContext, step: int, result: tzrun.EvalResult) -> None:
+        if self.path is not None:
+            self._write({"kind": "eval", "step": step, "rows": result.rows, "metrics": dict(result.metrics),
+                         "time": time.time()})
+
+
+def build_metrics_log(cfg: MetricsLogConfig) -> MetricsLogStage:
+    """A metrics_log stage for one run."""
+    return MetricsLogStage(cfg)

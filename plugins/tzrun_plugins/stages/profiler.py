@@ -1,0 +1,108 @@
+"""The ``profiler`` stage: ``torch.profiler`` over a few training steps, traces written with
+TensorBoard's trace handler (``torch.profiler.tensorboard_trace_handler``), readable in
+TensorBoard's profiler plugin, Perfetto or ``chrome://tracing``.
+
+The schedule is torch's: skip ``skip_first`` steps, then ``repeat`` cycles of ``wait`` idle,
+``warmup`` traced-but-discarded and ``active`` recorded steps. Each cycle writes one
+``<worker>.<time>.pt.trace.json`` file per profiled rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import attrs
+
+import tzrun
+
+__all__ = ["ProfilerConfig", "ProfilerStage", "build_profiler"]
+
+log = logging.getLogger("tzrun.profiler")
+
+
+def _non_negative(instance: Any, attribute: Any, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"must be 0 or more, got {value}", attribute)
+
+
+@attrs.frozen
+class ProfilerConfig:
+    """Options of the ``profiler`` stage.
+
+    Attributes:
+        wait, warmup, active: steps of each cycle (torch.profiler.schedule).
+        repeat: cycles to record (0: until training ends).
+        skip_first: steps to skip before the first cycle.
+        ranks: the ranks that profile (default: rank 0 only).
+        record_shapes, profile_memory, with_stack: torch.profiler's options.
+        dir: where traces go (default ``<model_dir>/profiler``); relative to the model dir.
+    """
+
+    wait: int = attrs.field(default=1, validator=_non_negative)
+    warmup: int = attrs.field(default=1, validator=_non_negative)
+    active: int = attrs.field(default=3, validator=attrs.validators.gt(0))
+    repeat: int = attrs.field(default=1, validator=_non_negative)
+    skip_first: int = attrs.field(default=0, validator=_non_negative)
+    ranks: tuple[int, ...] = (0,)
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    dir: Optional[str] = None
+
+
+class ProfilerStage:
+    """Runs ``torch.profiler.profile`` across training steps on the chosen ranks."""
+
+    def __init__(self, cfg: ProfilerConfig) -> None:
+        self.cfg = cfg
+        self.profiler: Any = None
+        self.trace_dir: Path | None = None
+
+    @tzrun.hookimpl
+    def tzrun_before_train(self, run: tzrun.RunContext) -> None:
+        if run.rank not in self.cfg.ranks:
+            return
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        c = self.cfg
+        path = Path(c.dir) if c.dir else Path("profiler")
+        self.trace_dir = path if path.is_absolute() else Path(run.model_dir) / path
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self.profiler = profile(
+            activities=activities,
+            schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first),
+            on_trace_ready=tensorboard_trace_handler(str(self.trace_dir), worker_name=f"rank{run.rank}"),
+            record_shapes=c.record_shapes,
+            profile_memory=c.profile_memory,
+            with_stack=c.with_stack,
+        )
+        self.profiler.start()
+        log.info("profiling steps on rank %d into %s", run.rank, self.trace_dir)
+
+    @tzrun.hookimpl
+    def tzrun_after_train_step(self, run: tzrun.RunContext, step: tzrun.StepInfo) -> None:
+        if self.profiler is not None:
+            self.profiler.step()
+
+    @tzrun.hookimpl
+    def tzrun_after_train(self, run: tzrun.RunContext, step: int) -> None:
+        self._stop()
+
+    @tzrun.hookimpl
+    def tzrun_on_train_error(self, run: tzrun.RunContext, error: BaseException) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self.profiler is not None:
+            self.profiler.stop()
+            self.profiler = None
+
+
+def build_profiler(cfg: ProfilerConfig) -> ProfilerStage:
+    """A profiler stage for one run."""
+    return ProfilerStage(cfg)
