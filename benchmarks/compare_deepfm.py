@@ -90,9 +90,11 @@ def busy_fraction(seconds: float = 1.0) -> float | None:
     return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
 
 
-def run(command: list[str], log: Path, pattern: re.Pattern[str], what: str) -> tuple[re.Match[str], float]:
+def run(command: list[str], log: Path, pattern: re.Pattern[str], what: str,
+        env: dict[str, str] | None = None) -> tuple[re.Match[str], float]:
     started = time.perf_counter()
-    proc = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **(env or {})})
     wall = time.perf_counter() - started
     log.write_text(f"$ {' '.join(command)}\n{proc.stdout}")
     match = pattern.search(proc.stdout)
@@ -115,6 +117,12 @@ def main() -> None:
     parser.add_argument("--nproc-per-node", type=int, default=1, choices=[1, 2], help="processes per run (default 1)")
     parser.add_argument("--data", type=Path, default=Path("/tmp/tzrun_bench_criteo"), help="data directory")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, config, model dirs)")
+    parser.add_argument(
+        "--handwritten-malloc", choices=["default", "tuned"], default="default",
+        help="glibc allocator of the hand-written loop: glibc's defaults, or the settings tzrec-run applies "
+             "(train.tune_malloc) through glibc's MALLOC_*_ variables (default: default)")
+    parser.add_argument("--framework-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra --set for tzrec-run train, e.g. train.tune_malloc=false (repeatable)")
     args = parser.parse_args()
 
     data = args.data.resolve()
@@ -143,11 +151,18 @@ def main() -> None:
         "--set", f"train.num_steps={args.steps}",
         "--model-dir", str(work / "framework_model"), "--overwrite",
     ]
+    for extra in args.framework_set:
+        fw_cmd += ["--set", extra]
+    hand_env = {}
+    if args.handwritten_malloc == "tuned":
+        from tzrun.runner.allocator import MALLOPT_SETTINGS
+
+        hand_env = {variable: str(value) for _, _, value, variable in MALLOPT_SETTINGS}
     if nproc > 1:
         fw_cmd += ["--nproc-per-node", str(nproc)]
 
     print(f"work dir: {work}")
-    print(f"hand-written: {' '.join(hand_cmd)}")
+    print(f"hand-written: {' '.join(hand_cmd)}  (glibc malloc: {args.handwritten_malloc})")
     print(f"framework:    {' '.join(fw_cmd)}")
     print(
         f"{args.rounds} round(s), {args.steps} steps of {args.batch_size} rows per rank on {nproc} process(es); "
@@ -162,7 +177,7 @@ def main() -> None:
         result: dict[str, tuple[float, float]] = {}
         for who in order:
             if who == "hand-written":
-                match, wall = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run")
+                match, wall = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run", hand_env)
                 if int(match.group(2)) != args.steps or int(match.group(3)) != nproc:
                     raise SystemExit(f"hand-written run reported {match.group(0)!r}; expected {args.steps} steps on {nproc} rank(s)")
                 result[who] = (float(match.group(1)), wall)
@@ -187,7 +202,8 @@ def main() -> None:
     print(
         f"SUMMARY handwritten_median={statistics.median(hands):.1f} framework_median={statistics.median(fws):.1f} "
         f"ratio_median={statistics.median(ratios):.4f} ratio_min={min(ratios):.4f} ratio_max={max(ratios):.4f} "
-        f"rounds={len(rows)} nproc={nproc} steps={args.steps} batch_size={args.batch_size}"
+        f"rounds={len(rows)} nproc={nproc} steps={args.steps} batch_size={args.batch_size} "
+        f"handwritten_malloc={args.handwritten_malloc} framework_set={','.join(args.framework_set) or '-'}"
     )
     if args.keep:
         print(f"logs and configs kept in {work}")

@@ -1,6 +1,6 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
-Commands: ``train``, ``evaluate``, ``check``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
+Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
 ``env``, ``data synth``. Torch is imported only by the commands that need it, so ``--help``, ``check``,
 ``plugins`` and ``ckpt`` start fast.
 """
@@ -109,6 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
              "parameters each dense optimizer part gets, and each table's sparse optimizer",
     )
 
+    plan = sub.add_parser(
+        "plan", help="run TorchRec's sharding planner for a cluster on the meta device (no data, no GPU): "
+                     "memory per rank and the sharding of each table")
+    config_args(plan)
+    plan.add_argument("--world-size", type=int, required=True, metavar="N", help="ranks in all")
+    plan.add_argument("--local-world-size", type=int, metavar="L", help="ranks per host (default: N, one host)")
+    plan.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                      help="the ranks' device: kernels and memory the planner assumes (default cuda)")
+    plan.add_argument("--hbm-gb", type=float, metavar="G", help="device memory per rank in GiB (default TorchRec's 32)")
+    plan.add_argument("--ddr-gb", type=float, metavar="D", help="host memory per rank in GiB (default TorchRec's 128)")
+    plan.add_argument("--batch-size", type=int, metavar="B", help="rows per step per rank (default data.batch_size)")
+    plan.add_argument("--json", action="store_true", help="print JSON")
+
     plugins = sub.add_parser("plugins", help="list the installed plugins and what each registers")
     plugins_output = plugins.add_mutually_exclusive_group()
     plugins_output.add_argument("--json", action="store_true", help="print JSON")
@@ -173,9 +186,9 @@ def _prepare(config: str, overrides: Sequence[str]):  # noqa: ANN202
 
 def _cmd_check(args: argparse.Namespace) -> int:
     raw, _, registries, cfg = _prepare(args.config, args.overrides)
-    from tzrun.runner.stages import check_run_config
+    from tzrun.runner.preflight import preflight
 
-    check_run_config(cfg, registries, raw.source)
+    preflight(cfg, registries, raw.source)
     run = "steps" if cfg.train.num_steps is not None else "epochs"
     print(
         f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
@@ -213,6 +226,36 @@ def _print_parameters(cfg: Any, registries: Any) -> None:
             u = updates[table.name]
             how = "frozen" if u.frozen else f"{u.spec.fbgemm_type} from {u.path}" + (" (data-parallel, torch)" if u.data_parallel else "")
             print(f"  {table.name} {list(weight.shape)}: {how}")
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    local = args.local_world_size or args.world_size
+    wrong = [f"{flag} must be positive" for flag, value in (("--world-size", args.world_size), ("--local-world-size", local),
+             ("--hbm-gb", args.hbm_gb), ("--ddr-gb", args.ddr_gb), ("--batch-size", args.batch_size))
+             if value is not None and value <= 0]
+    if not wrong and args.world_size % local:
+        wrong.append(f"--local-world-size {local} must divide --world-size {args.world_size}")
+    if wrong:
+        print(f"tzrec-run plan: {'; '.join(wrong)}", file=sys.stderr)
+        return EXIT_CONFIG
+    raw, _, registries, cfg = _prepare(args.config, args.overrides)
+    from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_run
+    from tzrun.runner.preflight import preflight
+
+    preflight(cfg, registries, raw.source)
+    request = PlanRequest(
+        world_size=args.world_size, local_world_size=local, device=args.device, batch_size=args.batch_size,
+        hbm_cap=None if args.hbm_gb is None else int(args.hbm_gb * GIB),
+        ddr_cap=None if args.ddr_gb is None else int(args.ddr_gb * GIB),
+    )
+    report = plan_run(cfg, registries, request)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif report.fits:
+        print(format_plan(report, args.config))
+    else:
+        print(f"tzrec-run: {format_failure(report, args.config)}", file=sys.stderr)
+    return 0 if report.fits else EXIT_CONFIG
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
@@ -429,6 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_ckpt(args)
         if args.command == "check":
             return _cmd_check(args)
+        if args.command == "plan":
+            return _cmd_plan(args)
         if args.command == "plugins":
             return _cmd_plugins(args)
         if args.command == "data":

@@ -193,6 +193,8 @@ def tzrun_register_models(register: Register) -> None:
     :class:`tzrun.ModelContext` (the features, their embedding tables, the device for embedding
     collections, which is ``meta`` so that TorchRec shards them) and returns an ``nn.Module``
     whose ``forward(batch)`` returns a dict of named output tensors (``"logits"``, ``"probs"``).
+    ``register(..., outputs=fn)`` declares them: ``fn(cfg)`` returns the output names, and
+    ``tzrec-run check`` then refuses a loss or metric that reads an output the model lacks.
     """
 
 

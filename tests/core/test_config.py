@@ -215,3 +215,12 @@ def test_check_reports_all_problems_with_the_file_name(tmp_path, capsys):
 def test_missing_config_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read the config"):
         read_config(tmp_path / "nope.toml")
+
+
+def test_a_table_name_torchrec_cannot_hold_is_a_config_error(tzrun_pm):
+    from tzrun.testing import TINY_CONFIG
+
+    text = TINY_CONFIG.format(model_dir="m", data_dir="d").replace('name = "cat_0"', 'name = "cat_0"\ntable = "keys"')
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, tzrun_pm)
+    assert "features.sparse[0].table: the table name 'keys' clashes with a method" in str(caught.value)

@@ -193,3 +193,50 @@ def test_in_batch_softmax_with_temperature(registries):
 def test_loss_option_errors_name_the_key(registries, toml, message):
     with pytest.raises(ConfigError, match=message):
         build(registries, toml)
+
+
+class _Batch:
+    """What TrainModel reads from a batch (traced: every attribute becomes a proxy)."""
+
+    def __init__(self, n: int = 6) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.dense = torch.randn(n, 4, generator=g)
+        self.labels = {"label": (torch.rand(n, generator=g) > 0.5).float()}
+        self.weights = torch.ones(n)
+        self.groups = {"session": torch.tensor([0, 0, 1, 1, 2, 2])[:n]}
+        self.num_rows = n
+
+
+class _Outputs(torch.nn.Module):
+    """A model whose outputs fit every first-party loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, batch):
+        two = self.linear(batch.dense)
+        return {"logits": two[:, 0], "two": two, "square": two[:, :1] @ two[:, 1:].T}
+
+
+@pytest.mark.parametrize("loss_type, prediction, group_by", [
+    ("binary_cross_entropy", "logits", None), ("binary_focal", "logits", None), ("l2", "logits", None),
+    ("softmax_cross_entropy", "two", None), ("jrc", "two", "session"), ("pairwise_logistic", "logits", "session"),
+    ("in_batch_softmax", "square", None),
+])
+def test_every_loss_traces_as_a_leaf_and_computes_the_same(loss_type, prediction, group_by):
+    # TrainPipelineSparseDist fx-traces the model with its losses: a loss must not break tracing
+    from tzrun.plugins import make_plugin_manager
+    from tzrun.registry import collect_registries
+    from tzrun.runner.build import LossSlot, TrainModel
+
+    registries = collect_registries(make_plugin_manager())
+    entry = registries["loss"].get(loss_type, "losses")
+    loss = entry.build(entry.config())
+    model = TrainModel(_Outputs(), {loss_type: loss}, [LossSlot(loss_type, prediction, "label", 1.0, group_by)])
+    traced = torch.fx.symbolic_trace(model)
+    assert any(n.op == "call_function" and n.target.__name__ == "call_loss" for n in traced.graph.nodes)
+    batch = _Batch()
+    eager, _ = model(batch)
+    from_graph = traced(batch)[0]
+    assert torch.isfinite(eager) and torch.equal(eager, from_graph)

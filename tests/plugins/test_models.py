@@ -205,3 +205,21 @@ def test_option_errors_name_the_option(example, override, message):
 def test_examples_pass_check(example):
     cfg, _ = load_config_text((REPO / "examples" / f"{example}.toml").read_text())
     assert cfg.model.type == example.rsplit("_", 1)[0]
+
+
+def test_check_refuses_a_loss_or_metric_reading_an_output_the_model_lacks():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tzrun", "check", str(repo / "examples" / "mmoe_taobao.toml"),
+         "--set", 'losses=[{type = "binary_cross_entropy", label = "click"}]',
+         "--set", 'metrics=[{type = "auc", label = "click", prediction = "prob/ctr"}]'],
+        capture_output=True, text=True, cwd=repo,
+    )
+    assert proc.returncode == 2
+    assert ("losses[0]: reads the model output 'logits' (the default of loss 'binary_cross_entropy'), but mmoe "
+            "outputs logits/ctr, probs/ctr, logits/cvr, probs/cvr") in proc.stderr
+    assert "metrics[0].prediction: reads the model output 'prob/ctr'" in proc.stderr and "did you mean 'probs/ctr'?" in proc.stderr

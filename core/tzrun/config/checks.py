@@ -15,6 +15,10 @@ __all__ = ["check_run_config", "FBGEMM_DIM_MULTIPLE"]
 FBGEMM_DIM_MULTIPLE = 4
 
 
+#: Table names TorchRec's EmbeddingBagCollection cannot hold (its ModuleDict's own methods).
+_RESERVED_TABLE_NAMES = frozenset({"items", "keys", "values"})
+
+
 def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
     """Every cross-key problem of a structured config, each with its TOML path."""
     problems: list[ConfigProblem] = []
@@ -50,6 +54,13 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
     if cfg.metrics and data.eval_input is None:
         add("data.eval_input", "metrics are configured but there is no eval input")
 
+    for i, feature in enumerate(cfg.features.sparse):
+        table = feature.table or f"{feature.name}_emb"
+        if table in _RESERVED_TABLE_NAMES:
+            where = f"features.sparse[{i}].table" if feature.table else f"features.sparse[{i}].name"
+            add(where, f"the table name '{table}' clashes with a method of TorchRec's embedding collections "
+                       f"({', '.join(sorted(_RESERVED_TABLE_NAMES))} cannot be table names); name the table otherwise")
+
     names: dict[str, str] = {}
     for group in ("dense", "sparse"):
         for i, feature in enumerate(getattr(cfg.features, group)):
@@ -70,6 +81,7 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
 
     tables: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
     updates: dict[str, list[tuple[str, object]]] = defaultdict(list)
+    constraints: dict[str, list[tuple[str, object]]] = defaultdict(list)
     poolings: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for i, feature in enumerate(cfg.features.sparse):
         path = f"features.sparse[{i}]"
@@ -98,6 +110,7 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
             add(f"{path}.sparse_optimizer", f"feature '{feature.name}' has trainable = false: its table is never updated; remove sparse_optimizer")
         optimizer = None if feature.sparse_optimizer is None else (feature.sparse_optimizer.type, dict(feature.sparse_optimizer.raw))
         updates[table].append((path, (feature.trainable, optimizer)))
+        constraints[table].append((path, feature.embedding_constraints))
     for table, users in tables.items():
         if len({(size, dim) for _, size, dim in users}) > 1:
             where = ", ".join(p for p, _, _ in users)
@@ -115,6 +128,13 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
             add(
                 users[-1][0] + ".table",
                 f"features sharing table '{table}' ({where}) must agree on trainable and sparse_optimizer",
+            )
+    for table, users in constraints.items():
+        if len({c for _, c in users}) > 1:
+            where = ", ".join(p for p, _ in users)
+            add(
+                users[-1][0] + ".embedding_constraints",
+                f"features sharing table '{table}' ({where}) must agree on embedding_constraints (set the same on each, or none)",
             )
     return problems
 

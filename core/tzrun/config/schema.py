@@ -19,6 +19,7 @@ __all__ = [
     "EMAConfig",
     "GradScalerConfig",
     "GradClippingConfig",
+    "EmbeddingConstraintsConfig",
     "LossFields",
     "MetricFields",
     "TrainMetricFields",
@@ -243,6 +244,53 @@ class DenseFeatureConfig:
     std: float = attrs.field(default=1.0, validator=_positive)
 
 
+#: Sharding types a table may be given (TorchRec's names). ``data_parallel`` is not one: TorchRec
+#: trains a data-parallel table with the dense optimizer, not the configured sparse one.
+SHARDING_TYPES = ("table_wise", "row_wise", "table_row_wise", "column_wise", "table_column_wise")
+
+#: FBGEMM compute kernels a table may run on: ``fused`` (weights in the rank's device memory),
+#: ``fused_uvm`` (in host memory, read through unified memory) and ``fused_uvm_caching`` (in host
+#: memory with a cache of the hot rows in device memory). The last two exist only on CUDA.
+COMPUTE_KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")
+
+
+def _choices(allowed: tuple[str, ...]) -> Any:
+    def check(instance: Any, attribute: Any, value: Optional[tuple[str, ...]]) -> None:
+        if value is None:
+            return
+        if not value:
+            raise ValueError(f"must name at least one of {', '.join(allowed)} (or be left out)", attribute)
+        for name in value:
+            if name == "data_parallel":
+                raise ValueError("data_parallel is not offered: TorchRec would train the table with the dense "
+                                 "optimizer instead of the sparse one", attribute)
+            if name not in allowed:
+                from tzrun.errors import did_you_mean
+
+                guess = did_you_mean(name, allowed)
+                hint = f"; did you mean '{guess}'?" if guess else ""
+                raise ValueError(f"unknown '{name}' (choose from {', '.join(allowed)}{hint})", attribute)
+
+    return check
+
+
+@attrs.frozen
+class EmbeddingConstraintsConfig:
+    """What TorchRec's sharding planner may choose for a table (its ``ParameterConstraints``):
+    ``train.global_embedding_constraints`` for every table, a feature's ``embedding_constraints``
+    for the tables it reads (overriding the global keys it sets).
+
+    Attributes:
+        sharding_types: the sharding types to choose from (default ``table_wise``,
+            ``row_wise``, ``table_row_wise``); also ``column_wise`` and ``table_column_wise``.
+        compute_kernels: the FBGEMM kernels to choose from (default ``fused``); on CUDA also
+            ``fused_uvm`` and ``fused_uvm_caching`` (tables bigger than device memory).
+    """
+
+    sharding_types: Optional[tuple[str, ...]] = attrs.field(default=None, validator=_choices(SHARDING_TYPES))
+    compute_kernels: Optional[tuple[str, ...]] = attrs.field(default=None, validator=_choices(COMPUTE_KERNELS))
+
+
 @attrs.frozen
 class SparseFeatureConfig:
     """``[[features.sparse]]``: a categorical id input with an embedding table.
@@ -276,6 +324,9 @@ class SparseFeatureConfig:
         sparse_optimizer: this feature's table's own sparse optimizer (default:
             ``train.sparse_optimizer``); features sharing a table must agree.
         trainable: false freezes the table: its rows are never updated.
+        embedding_constraints: the sharding types and kernels the planner may choose for this
+            feature's tables (see :class:`EmbeddingConstraintsConfig`); features sharing a table
+            must agree.
     """
 
     name: str
@@ -292,6 +343,7 @@ class SparseFeatureConfig:
     pooling: Literal["sum", "mean"] = "sum"
     sparse_optimizer: Optional[Component] = None
     trainable: bool = True
+    embedding_constraints: Optional[EmbeddingConstraintsConfig] = None
 
 
 @attrs.frozen
@@ -374,6 +426,12 @@ class TrainConfig:
             ``"fp16"`` (unset: float32).
         grad_scaler: dynamic loss scaling; only with ``mixed_precision = "fp16"``.
         grad_clipping: clip the dense gradients before each dense step.
+        global_embedding_constraints: the sharding types and kernels the planner may choose for
+            every table (a feature's ``embedding_constraints`` override the keys they set).
+        tune_malloc: on Linux with glibc, keep freed memory in the process instead of handing it
+            back to the kernel at every step (``mallopt``: ``M_MMAP_THRESHOLD`` 32 MiB,
+            ``M_TRIM_THRESHOLD`` 1 GiB, ``M_TOP_PAD`` 64 MiB), in every rank; false keeps
+            glibc's defaults. See :mod:`tzrun.runner.allocator`.
         cudnn_allow_tf32: set ``torch.backends.cudnn.allow_tf32`` (unset: torch's default).
         cuda_matmul_allow_tf32: set ``torch.backends.cuda.matmul.allow_tf32`` (unset: torch's
             default). Both only affect CUDA devices.
@@ -388,13 +446,15 @@ class TrainConfig:
     save_checkpoints_epochs: Optional[int] = None
     keep_checkpoint_max: int = 0
     on_nonfinite_loss: Literal["error", "skip"] = "error"
-    log_every_n_steps: int = attrs.field(default=100, validator=_positive)
+    log_every_n_steps: int = 100
     pipeline: Component = Component("sparse_dist")
     stages: tuple[Component, ...] = (Component("progress"), Component("metrics_log"))
     gradient_accumulation_steps: int = 1
     mixed_precision: Optional[Literal["bf16", "fp16"]] = None
     grad_scaler: Optional[GradScalerConfig] = None
     grad_clipping: Optional[GradClippingConfig] = None
+    global_embedding_constraints: Optional[EmbeddingConstraintsConfig] = None
+    tune_malloc: bool = True
     cudnn_allow_tf32: Optional[bool] = None
     cuda_matmul_allow_tf32: Optional[bool] = None
 

@@ -8,6 +8,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import attrs
 import torch
+import torch.fx
 import torch.distributed as dist
 from torch import nn
 
@@ -35,6 +36,9 @@ __all__ = [
     "dense_parameter_names",
     "assign_parts",
     "fused_constraints",
+    "table_constraints",
+    "ShardingSetup",
+    "prepare_sharding",
     "apply_tf32",
 ]
 
@@ -58,6 +62,20 @@ class StepOutput(NamedTuple):
     weights: torch.Tensor
     num_rows: int
     groups: dict[str, torch.Tensor]
+
+
+@torch.fx.wrap
+def call_loss(loss: nn.Module, prediction: torch.Tensor, label: torch.Tensor, weight: torch.Tensor,
+              group: torch.Tensor | None) -> torch.Tensor:
+    """One loss on one step, as a leaf of TorchRec's fx tracing.
+
+    ``TrainPipelineSparseDist`` traces :class:`TrainModel` to find the sharded modules' inputs;
+    a loss that checks shapes or loops over rows (most do) cannot be traced. Wrapped, every loss
+    (first-party or a plugin's) is opaque to the tracer and runs as written at each step.
+    """
+    if group is None:
+        return loss(prediction, label, weight)
+    return loss(prediction, label, weight, group=group)
 
 
 class TrainModel(nn.Module):
@@ -107,10 +125,8 @@ class TrainModel(nn.Module):
         for slot in self.slots:
             loss = self.losses[slot.name]
             prediction, label = outputs[slot.prediction].float(), batch.labels[slot.label]
-            if slot.group_by is None:
-                value = loss(prediction, label, batch.weights).float()
-            else:
-                value = loss(prediction, label, batch.weights, group=batch.groups[slot.group_by]).float()
+            group = None if slot.group_by is None else batch.groups[slot.group_by]
+            value = call_loss(loss, prediction, label, batch.weights, group).float()
             values[slot.name] = value.detach()
             weighted = value * slot.weight
             total = weighted if total is None else total + weighted
@@ -173,6 +189,148 @@ def fused_constraints(embedding_modules: Sequence[nn.Module]) -> dict[str, Any]:
         for module in embedding_modules
         for table, _ in _embedding_tables(module)
     }
+
+
+def table_constraints(
+    cfg: RunConfig, embedding_modules: Sequence[nn.Module], updates: Mapping[str, "TableUpdate"], device: torch.device
+) -> dict[str, Any]:
+    """The planner constraints of every table, as training and ``tzrec-run plan`` both use them.
+
+    Each table starts from :func:`fused_constraints`; ``train.global_embedding_constraints``
+    replaces the keys it sets, then the ``embedding_constraints`` of the features reading the
+    table replace the keys they set (features sharing a table agree: checked with the config).
+    A table trained data-parallel on CPU (``cpu_policy = "data_parallel"``) gets
+    ``data_parallel`` on the ``dense`` kernel.
+
+    Raises:
+        ConfigError: for a feature's ``embedding_constraints`` on a data-parallel table, or
+            sharding types or compute kernels of which TorchRec offers none on ``device`` (on
+            CPU it shards tables table-wise or column-wise only, on the ``fused`` kernel).
+    """
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    offered = EmbeddingBagCollectionSharder().sharding_types(device.type)
+    constraints = fused_constraints(embedding_modules)
+    features = {f.name: (i, f) for i, f in enumerate(cfg.features.sparse)}
+    glob = cfg.train.global_embedding_constraints
+    problems: list[ConfigProblem] = []
+    for module in embedding_modules:
+        for table, _ in _embedding_tables(module):
+            layers = [("train.global_embedding_constraints", glob)] if glob is not None else []
+            layers += [
+                (f"features.sparse[{i}].embedding_constraints", f.embedding_constraints)
+                for i, f in (features[n] for n in table.feature_names if n in features)
+                if f.embedding_constraints is not None
+            ][:1]
+            if updates[table.name].data_parallel:
+                constraints[table.name] = ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["dense"])
+                problems += [ConfigProblem(path, f"table '{table.name}' trains data-parallel on CPU (cpu_policy = \"data_parallel\"); "
+                                                 "its sharding cannot be constrained: remove embedding_constraints or run on CUDA")
+                             for path, _ in layers if path.startswith("features.")]
+                continue
+            sharding_types = list(constraints[table.name].sharding_types)
+            compute_kernels = list(constraints[table.name].compute_kernels)
+            where = types_from = "default"
+            for path, layer in layers:
+                if layer.sharding_types is not None:
+                    sharding_types, types_from = list(layer.sharding_types), f"{path}.sharding_types"
+                if layer.compute_kernels is not None:
+                    compute_kernels, where = list(layer.compute_kernels), f"{path}.compute_kernels"
+            if not set(sharding_types) & set(offered):
+                problems.append(ConfigProblem(types_from, f"table '{table.name}': TorchRec offers none of {', '.join(sharding_types)} "
+                                                          f"on {device.type} (it offers {', '.join(t for t in offered if t != 'data_parallel')})"))
+            if device.type != "cuda" and "fused" not in compute_kernels:
+                problems.append(ConfigProblem(where, f"table '{table.name}': {', '.join(compute_kernels)} exist only on CUDA; "
+                                                     f"on {device.type} add \"fused\""))
+            constraints[table.name] = ParameterConstraints(sharding_types=sharding_types, compute_kernels=compute_kernels)
+    if problems:
+        raise ConfigError("embedding_constraints", list(dict.fromkeys(problems)))
+    return constraints
+
+
+@attrs.define
+class ShardingSetup:
+    """What TorchRec's sharding planner is given, built once for training and ``tzrec-run
+    plan`` alike (:func:`prepare_sharding`).
+
+    Attributes:
+        model: the :class:`TrainModel`, embeddings on the meta device, each table's sparse
+            optimizer applied in backward (the planner sizes optimizer state from it).
+        embedding_modules: its embedding collections.
+        updates: each table's :class:`TableUpdate`.
+        constraints: each table's planner constraints (:func:`table_constraints`).
+        sharders: TorchRec's default sharders.
+        topology: the planner's ``Topology``.
+        planner: the ``EmbeddingShardingPlanner``.
+        batch_size: the planner's batch size (``data.batch_size``: rows per rank and step).
+    """
+
+    model: "TrainModel"
+    embedding_modules: list[nn.Module]
+    updates: dict[str, "TableUpdate"]
+    constraints: dict[str, Any]
+    sharders: list[Any]
+    topology: Any
+    planner: Any
+    batch_size: int
+
+
+def prepare_sharding(
+    cfg: RunConfig,
+    registries: Registries,
+    specs: FeatureSpecs,
+    *,
+    world_size: int,
+    local_world_size: int,
+    device: torch.device,
+    hbm_cap: int | None = None,
+    ddr_cap: int | None = None,
+    stats: Sequence[Any] | None = None,
+) -> ShardingSetup:
+    """Build the model on the meta device and the planner that shards it.
+
+    Args:
+        cfg, registries, specs: the run.
+        world_size, local_world_size: ranks in all and per host.
+        device: the compute device (only its type matters: the planner needs no device).
+        hbm_cap, ddr_cap: bytes of device and host memory per rank (default TorchRec's,
+            32 GiB and 128 GiB).
+        stats: TorchRec planner ``Stats`` to report to (default TorchRec's log table).
+
+    Raises:
+        ConfigError: as :func:`plan_table_updates` and :func:`table_constraints`, or for a
+            model without embedding collections.
+    """
+    from torchrec.distributed.model_parallel import get_default_sharders
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    train_model = build_model(cfg, registries, specs, torch.device("meta"))
+    embedding_modules = _embedding_modules(train_model)
+    if not embedding_modules:
+        raise ConfigError("model", [ConfigProblem("model.type", f"model '{cfg.model.type}' built no EmbeddingBagCollection; tzrec-run shards embeddings with TorchRec")])
+    updates = plan_table_updates(cfg, registries, embedding_modules, device)
+    constraints = table_constraints(cfg, embedding_modules, updates, device)
+    for module in embedding_modules:
+        for table, weight in _embedding_tables(module):
+            update = updates[table.name]
+            if not update.data_parallel:
+                apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
+    topology = Topology(
+        world_size=world_size,
+        local_world_size=local_world_size,
+        compute_device=device.type,
+        hbm_cap=hbm_cap,
+        ddr_cap=ddr_cap,
+    )
+    planner = EmbeddingShardingPlanner(
+        topology=topology, batch_size=cfg.data.batch_size, constraints=constraints,
+        stats=list(stats) if stats is not None else None,
+    )
+    return ShardingSetup(
+        train_model, embedding_modules, updates, constraints, get_default_sharders(), topology, planner, cfg.data.batch_size
+    )
 
 
 @attrs.frozen
@@ -328,34 +486,21 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
             that matches nothing, ...).
     """
     from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.model_parallel import get_default_sharders
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
-    from torchrec.distributed.planner.types import ParameterConstraints
     from torchrec.distributed.types import ShardingEnv
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
     from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     from tzrun.runner.update import UpdateOptimizer
 
     apply_tf32(cfg)
-    train_model = build_model(cfg, registries, specs, torch.device("meta"))
-    embedding_modules = _embedding_modules(train_model)
-    if not embedding_modules:
-        raise ConfigError("model", [ConfigProblem("model.type", f"model '{cfg.model.type}' built no EmbeddingBagCollection; tzrec-run shards embeddings with TorchRec")])
+    setup = prepare_sharding(
+        cfg, registries, specs, world_size=info.world_size, local_world_size=info.local_world_size, device=info.device
+    )
+    train_model, updates, sharders = setup.model, setup.updates, setup.sharders
     dense_names = dense_parameter_names(train_model.model)
     dense_fields = cfg.train.dense_optimizer.fields
     parts = assign_parts(dense_names, dense_fields.parts)
 
-    updates = plan_table_updates(cfg, registries, embedding_modules, info.device)
-    constraints = fused_constraints(embedding_modules)
-    for module in embedding_modules:
-        for table, weight in _embedding_tables(module):
-            update = updates[table.name]
-            if update.data_parallel:
-                constraints[table.name] = ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["dense"])
-            else:
-                apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
     fallback_tables = {name: u for name, u in updates.items() if u.data_parallel}
     if fallback_tables and info.rank == 0:
         log.warning(
@@ -365,15 +510,8 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
             ", ".join(sorted(fallback_tables)),
         )
 
-    sharders = get_default_sharders()
-    topology = Topology(
-        world_size=info.world_size,
-        local_world_size=info.local_world_size,
-        compute_device=info.device.type,
-    )
-    planner = EmbeddingShardingPlanner(topology=topology, batch_size=cfg.data.batch_size, constraints=constraints)
     pg = dist.GroupMember.WORLD
-    plan = planner.collective_plan(train_model, sharders, pg)
+    plan = setup.planner.collective_plan(train_model, sharders, pg)
     dmp = DistributedModelParallel(
         train_model, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=sharders, device=info.device
     )

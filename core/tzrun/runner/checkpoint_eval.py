@@ -146,6 +146,10 @@ def evaluate_checkpoint(
 
     if cfg.data.eval_input is None:
         raise ConfigError(raw.source, [ConfigProblem("data.eval_input", "tzrec-run evaluate needs an eval input; set it (or --set data.eval_input=\"...\")")])
+    if cfg.train.tune_malloc:
+        from tzrun.runner.allocator import tune_malloc
+
+        tune_malloc()
     info = init_distributed()
     model_dir = Path(cfg.model_dir)
     path = resolve_checkpoint(model_dir, which)

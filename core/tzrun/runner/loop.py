@@ -35,6 +35,7 @@ from tzrun.interfaces import EvalResult, RunContext, StepInfo
 from tzrun.plugins import PluginManager, call_lifecycle, plugin_infos
 from tzrun.registry import Registries
 from tzrun.runner import faults
+from tzrun.runner.allocator import tune_malloc
 from tzrun.runner.build import build_run, group_columns, metric_slots
 from tzrun.runner.checkpoint import (
     latest_checkpoint, load_training_state, remove_incomplete_checkpoints, save_checkpoint, sharding_summary,
@@ -45,7 +46,8 @@ from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.position import DataPosition, Layout, TrainData, plan_epochs, resume_layout_for
 from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences, write_run_records
 from tzrun.runner.retention import BEST_FILE, prune_checkpoints, record_best
-from tzrun.runner.stages import LogWindow, RunStages, TimedIterator, check_run_config, learning_rates
+from tzrun.runner.preflight import preflight
+from tzrun.runner.stages import LogWindow, RunStages, TimedIterator, learning_rates
 from tzrun.runner.train_metrics import TrainMetrics
 
 __all__ = ["TrainResult", "train", "EXIT_STOPPED_BY_SIGNAL", "rng_state", "set_rng_state"]
@@ -208,7 +210,8 @@ def train(
     Raises:
         TzrunError: when ``model_dir`` already has checkpoints and neither option is given.
     """
-    check_run_config(cfg, registries, raw.source)
+    preflight(cfg, registries, raw.source)
+    tuned = tune_malloc() if cfg.train.tune_malloc else {}
     info = init_distributed()
     _seed_everything(cfg.train.seed)
     model_dir = Path(cfg.model_dir)
@@ -297,6 +300,9 @@ def train(
     run.dense_parameters = {n: p for opt in built.update.dense.values() for n, p in getattr(opt, "params", {}).items()}
     if info.rank == 0:
         model_dir.mkdir(parents=True, exist_ok=True)
+        if tuned:
+            log.info("glibc malloc keeps freed memory (train.tune_malloc): %s",
+                     ", ".join(f"{k}={v >> 20} MiB" for k, v in tuned.items()))
         log.info(
             "training %d steps (%d per epoch) on %d rank(s), %d rows per step; model_dir %s",
             total - start_step, steps_per_epoch, info.world_size, run.global_batch_size, model_dir,

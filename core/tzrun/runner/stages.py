@@ -11,11 +11,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import attrs
 
 from tzrun.config.schema import RunConfig
-from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.interfaces import TrainLog
 from tzrun.registry import Registries
 
-__all__ = ["RunStages", "stage_names", "check_run_config", "TimedIterator", "LogWindow", "learning_rates"]
+__all__ = ["RunStages", "stage_names", "TimedIterator", "LogWindow", "learning_rates"]
 
 
 def stage_names(cfg: RunConfig) -> list[str]:
@@ -23,36 +22,6 @@ def stage_names(cfg: RunConfig) -> list[str]:
     ``type.i`` (its index in the list) when the list names that type more than once."""
     counts = Counter(c.type for c in cfg.train.stages)
     return [c.type if counts[c.type] == 1 else f"{c.type}.{i}" for i, c in enumerate(cfg.train.stages)]
-
-
-def check_run_config(cfg: RunConfig, registries: Registries, source: str) -> None:
-    """The checks that need the whole config and the registries, run by ``tzrec-run check``
-    and before training: ``eval.best_metric`` names an eval result, and each stage's own
-    ``check`` (a stage registers one with ``register(..., check=fn)``; ``fn(stage_cfg,
-    run_cfg, eval_keys)`` returns ``(key, message)`` pairs for the keys of its table).
-
-    Raises:
-        ConfigError: with every problem found, each at its TOML path.
-    """
-    from tzrun.runner.retention import check_best_metric, eval_result_keys
-
-    problems: list[ConfigProblem] = []
-    try:
-        check_best_metric(cfg, registries, source)
-    except ConfigError as error:
-        problems.extend(error.problems)
-    keys: list[str] | None = None
-    for i, component in enumerate(cfg.train.stages):
-        entry = registries["stage"].get(component.type, f"train.stages[{i}].type")
-        check = entry.extras.get("check")
-        if check is None:
-            continue
-        if keys is None:
-            keys = eval_result_keys(cfg, registries) if cfg.data.eval_input is not None else []
-        for key, message in check(component.config, cfg, keys):
-            problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
-    if problems:
-        raise ConfigError(source, problems)
 
 
 class RunStages:

@@ -6,15 +6,27 @@ import tzrun
 from tzrun_plugins.models import deepfm, dlrm, dssm, mmoe, wide_and_deep
 
 
+def _binary(cfg: object) -> tuple[str, ...]:
+    return ("logits", "probs")
+
+
+def _per_task(cfg: mmoe.MMoEConfig) -> tuple[str, ...]:
+    return tuple(f"{kind}/{task.name}" for task in cfg.tasks for kind in ("logits", "probs"))
+
+
+def _towers(cfg: object) -> tuple[str, ...]:
+    return ("similarity", "user_embedding", "item_embedding")
+
+
 @tzrun.hookimpl
 def tzrun_register_models(register: tzrun.Register) -> None:
-    register("deepfm", config=deepfm.DeepFMConfig, build=deepfm.build_deepfm,
+    register("deepfm", config=deepfm.DeepFMConfig, build=deepfm.build_deepfm, outputs=_binary,
              description="DeepFM: wide + FM + deep MLP over id and dense features")
-    register("dlrm", config=dlrm.DLRMConfig, build=dlrm.build_dlrm,
+    register("dlrm", config=dlrm.DLRMConfig, build=dlrm.build_dlrm, outputs=_binary,
              description="DLRM: bottom MLP, embeddings, pairwise dot interaction, top MLP")
-    register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep,
+    register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep, outputs=_binary,
              description="Wide & Deep: a linear model over the ids plus a deep MLP")
-    register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe,
+    register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,
              description="MMoE: shared experts, per-task gates and towers (logits/<task>, probs/<task>)")
-    register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm,
+    register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm, outputs=_towers,
              description="DSSM two-tower retrieval: user and item towers, [B, B] similarity with temperature")

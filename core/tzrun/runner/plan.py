@@ -1,0 +1,483 @@
+"""``tzrec-run plan``: TorchRec's sharding planner on the meta device, without data, process
+group or accelerators, and what its plan costs each rank.
+
+The planner, its topology, sharders and constraints come from
+:func:`tzrun.runner.build.prepare_sharding`, the function training uses, so a plan shown here is
+the plan a run with the same world size, devices and memory gets. The planner only calls
+``planner.plan()`` (rank-local; training broadcasts rank 0's with ``collective_plan``).
+
+Memory per rank, in each of device memory (HBM) and host memory (DDR):
+
+* ``tables`` / ``optimizer``: the embedding rows each rank holds and their sparse optimizer
+  state, sized as the planner sizes them (the state multiplier TorchRec derives from the
+  optimizer applied in backward: 0 for SGD, 1/dim for row-wise Adagrad, 1 for Adagrad, 2 for Adam);
+* ``buffers``: the rest of the planner's per-shard estimate: input and output buffers of the
+  lookups and, with ``fused_uvm_caching``, the device cache;
+* ``dense``: the dense part, on every rank: the model's dense parameters and buffers, their
+  gradients, the dense optimizers' state (measured by one step of each configured dense
+  optimizer on meta-device copies of its parameters) and the EMA copy when configured.
+  Activations are not counted (they depend on the model's code and the batch).
+
+The planner itself keeps back, per rank, a share of device memory (15%), its own estimate of
+the dense part (6x the dense parameters) and the input batches; ``reserved`` reports those.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping, Sequence
+
+import attrs
+import torch
+
+from tzrun.config.schema import RunConfig
+from tzrun.data.features import feature_specs
+from tzrun.registry import Registries
+from tzrun.runner.build import assign_parts, dense_parameter_names, prepare_sharding
+from tzrun.runner.plan_advice import GIB, diagnose, format_gib
+
+__all__ = [
+    "PlanRequest",
+    "TablePlan",
+    "RankMemory",
+    "DenseEstimate",
+    "PlanFailure",
+    "PlanReport",
+    "plan_run",
+    "estimate_dense",
+    "format_plan",
+    "format_failure",
+    "GIB",
+]
+
+TIERS = ("hbm", "ddr")
+PARTS = ("tables", "optimizer", "buffers", "dense")
+
+
+@attrs.frozen
+class PlanRequest:
+    """The cluster to plan for.
+
+    Attributes:
+        world_size: ranks in all.
+        local_world_size: ranks per host (default: ``world_size``, one host).
+        device: ``"cuda"`` or ``"cpu"``: the kernels and memory the planner assumes.
+        hbm_cap, ddr_cap: bytes of device and host memory per rank (default TorchRec's,
+            32 GiB and 128 GiB).
+        batch_size: rows per step per rank (default ``data.batch_size``).
+    """
+
+    world_size: int
+    local_world_size: int | None = None
+    device: str = "cuda"
+    hbm_cap: int | None = None
+    ddr_cap: int | None = None
+    batch_size: int | None = None
+
+
+@attrs.frozen
+class TablePlan:
+    """Where one table goes.
+
+    Attributes:
+        module: the embedding collection's path in the model.
+        table: the table's name.
+        rows, dim: its shape.
+        features: the id features that read it.
+        sharding_type, compute_kernel: the planner's choice.
+        ranks: the rank of each shard.
+        shards: one dict per shard: ``rank``, ``offsets``, ``sizes``, ``hbm``, ``ddr`` (bytes).
+        weights, optimizer: bytes of rows and of sparse optimizer state, all shards together.
+    """
+
+    module: str
+    table: str
+    rows: int
+    dim: int
+    features: tuple[str, ...]
+    sharding_type: str
+    compute_kernel: str
+    ranks: tuple[int, ...]
+    shards: tuple[Mapping[str, Any], ...]
+    weights: int
+    optimizer: int
+
+
+@attrs.frozen
+class RankMemory:
+    """One rank's memory by tier (``hbm``, ``ddr``) and part (``tables``, ``optimizer``,
+    ``buffers``, ``dense``), in bytes, and each tier's capacity."""
+
+    rank: int
+    hbm: Mapping[str, int]
+    ddr: Mapping[str, int]
+    hbm_cap: int
+    ddr_cap: int
+
+    def total(self, tier: str) -> int:
+        """Bytes used in ``tier``."""
+        return sum(getattr(self, tier).values())
+
+
+@attrs.frozen
+class DenseEstimate:
+    """The dense part of the model, the same on every rank (bytes).
+
+    Attributes:
+        parameters: how many dense parameter elements.
+        weights: parameters and buffers.
+        gradients: one gradient per parameter.
+        optimizer: the dense optimizers' state.
+        ema: the EMA copy of the weights (0 without ``ema``).
+        how: how ``optimizer`` was found.
+    """
+
+    parameters: int
+    weights: int
+    gradients: int
+    optimizer: int
+    ema: int
+    how: str
+
+    @property
+    def total(self) -> int:
+        """All of it."""
+        return self.weights + self.gradients + self.optimizer + self.ema
+
+
+@attrs.frozen
+class PlanFailure:
+    """Why there is no plan.
+
+    Attributes:
+        kind: ``"table"`` (one table fits on no rank in any allowed sharding), ``"total"``
+            (each fits alone, not all together) or ``"planner"`` (TorchRec's reason only).
+        table: the table that breaks the plan (the biggest such), when one can be named.
+        message: what happened, with the numbers.
+        advice: what would help, one line each.
+        planner_message: TorchRec's own error.
+    """
+
+    kind: str
+    table: str | None
+    message: str
+    advice: tuple[str, ...]
+    planner_message: str
+
+
+@attrs.frozen
+class PlanReport:
+    """What :func:`plan_run` found.
+
+    Attributes:
+        request: the cluster, with defaults filled in.
+        reserved: what the planner keeps back per rank before placing tables (bytes):
+            ``share`` (its fraction), ``margin_hbm``, ``dense_hbm``, ``dense_ddr``,
+            ``inputs_hbm``, ``inputs_ddr``, ``for_tables_hbm``, ``for_tables_ddr``.
+        tables: each table's placement (empty when there is no plan).
+        ranks: each rank's memory (empty when there is no plan).
+        dense: the dense part's estimate.
+        failure: why there is no plan (None when there is one).
+        proposals: sharding proposals the planner evaluated.
+        seconds: the planner's time.
+        sharding_plan: TorchRec's ``ShardingPlan`` (None when there is none).
+    """
+
+    request: PlanRequest
+    reserved: Mapping[str, float]
+    tables: tuple[TablePlan, ...]
+    ranks: tuple[RankMemory, ...]
+    dense: DenseEstimate
+    failure: PlanFailure | None
+    proposals: int
+    seconds: float
+    sharding_plan: Any = attrs.field(default=None, repr=False, eq=False)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the planner found a plan."""
+        return self.failure is None
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (bytes as integers)."""
+        return {
+            "fits": self.fits,
+            "request": attrs.asdict(self.request),
+            "reserved": dict(self.reserved),
+            "dense": {**attrs.asdict(self.dense), "total": self.dense.total},
+            "ranks": [{"rank": r.rank, "hbm": {**r.hbm, "total": r.total("hbm"), "cap": r.hbm_cap},
+                       "ddr": {**r.ddr, "total": r.total("ddr"), "cap": r.ddr_cap}} for r in self.ranks],
+            "tables": [{**attrs.asdict(t), "shards": [dict(s) for s in t.shards]} for t in self.tables],
+            "failure": None if self.failure is None else attrs.asdict(self.failure),
+            "proposals": self.proposals,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def plan_run(cfg: RunConfig, registries: Registries, request: PlanRequest) -> PlanReport:
+    """Run TorchRec's planner for ``request``'s cluster on the model built on the meta device.
+
+    Returns:
+        The plan and its memory per rank; or, when no plan fits, :attr:`PlanReport.failure`
+        naming the table that breaks it and what would help.
+
+    Raises:
+        ConfigError: as training would (see :func:`tzrun.runner.build.prepare_sharding`).
+    """
+    from torchrec.distributed.planner.types import PlannerError
+
+    if request.local_world_size is None:
+        request = attrs.evolve(request, local_world_size=request.world_size)
+    if request.batch_size is not None:
+        cfg = attrs.evolve(cfg, data=attrs.evolve(cfg.data, batch_size=request.batch_size))
+    request = attrs.evolve(request, batch_size=cfg.data.batch_size)
+    recorder = _recorder()
+    setup = prepare_sharding(
+        cfg, registries, feature_specs(cfg.features), world_size=request.world_size,
+        local_world_size=request.local_world_size, device=torch.device(request.device),
+        hbm_cap=request.hbm_cap, ddr_cap=request.ddr_cap, stats=[recorder],
+    )
+    caps = setup.topology.devices[0].storage
+    request = attrs.evolve(request, hbm_cap=caps.hbm, ddr_cap=caps.ddr)
+    dense = estimate_dense(cfg, registries, setup.model)
+    readers = _readers(cfg, setup.embedding_modules)
+    start = time.perf_counter()
+    failure, sharding_plan = None, None
+    try:
+        sharding_plan = setup.planner.plan(setup.model, setup.sharders)
+    except PlannerError as error:
+        failure = diagnose(str(error), recorder, setup, readers, request)
+    seconds = time.perf_counter() - start
+    reserved = _reserved(recorder.storage_reservation, request)
+    tables: tuple[TablePlan, ...] = ()
+    ranks: tuple[RankMemory, ...] = ()
+    if failure is None:
+        tables = tuple(_table_plan(option, readers, request.device) for option in recorder.best_plan)
+        ranks = _rank_memory(recorder.best_plan, dense, request)
+    return PlanReport(request, reserved, tables, ranks, dense, failure, recorder.num_proposals, seconds, sharding_plan)
+
+
+def estimate_dense(cfg: RunConfig, registries: Registries, model: torch.nn.Module) -> DenseEstimate:
+    """The dense part's memory on each rank: parameters and buffers outside the embedding
+    collections, a gradient per parameter, the state of the configured dense optimizers
+    (``train.dense_optimizer`` and its parts), measured by one step of each on meta-device
+    copies of its parameters with zero gradients, and an EMA copy when ``ema`` is set."""
+    inner = model.model
+    names = dense_parameter_names(inner)
+    fields = cfg.train.dense_optimizer.fields
+    params = dict(inner.named_parameters())
+    embedding = {id(p) for m in inner.modules() if hasattr(m, "embedding_bag_configs") or hasattr(m, "embedding_configs")
+                 for p in m.buffers()}
+    weights = sum(_bytes(params[n]) for n in names)
+    weights += sum(_bytes(b) for b in inner.buffers() if id(b) not in embedding)
+    gradients = sum(_bytes(params[n]) for n in names if params[n].requires_grad)
+    optimizer, guessed = 0, []
+    for key, group in assign_parts(names, fields.parts).items():
+        if not group:
+            continue
+        if key == "dense":
+            component, where = cfg.train.dense_optimizer, "train.dense_optimizer"
+        else:
+            index = int(key[len("dense.parts["):-1])
+            component, where = fields.parts[index], f"train.dense_optimizer.parts[{index}]"
+        copies = [torch.nn.Parameter(torch.empty_like(params[n], device="meta")) for n in group]
+        try:
+            built = registries["dense_optimizer"].get(component.type, f"{where}.type").build(component.config, copies)
+            for p in copies:
+                p.grad = torch.zeros_like(p)
+            built.step()
+            optimizer += sum(_bytes(t) for state in built.state.values() for t in state.values()
+                             if torch.is_tensor(t) and t.dim() > 0)
+        except Exception:  # noqa: BLE001 - an optimizer whose step needs real values
+            optimizer += 2 * sum(_bytes(p) for p in copies)
+            guessed.append(f"{where} ({component.type})")
+    how = "one step of each dense optimizer on meta copies of its parameters"
+    if guessed:
+        how += f"; {', '.join(guessed)} could not step on the meta device: counted as 2x its parameters (Adam's state)"
+    ema = weights if fields.ema is not None else 0
+    return DenseEstimate(sum(params[n].numel() for n in names), weights, gradients, optimizer, ema, how)
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _recorder() -> Any:
+    """A TorchRec planner ``Stats`` that keeps what the planner reports instead of logging it."""
+    from torchrec.distributed.planner.types import Stats
+
+    class PlanRecorder(Stats):
+        def __init__(self) -> None:
+            self.best_plan: list[Any] = []
+            self.storage_reservation: Any = None
+            self.num_proposals = 0
+
+        def log(self, sharding_plan: Any, topology: Any, batch_size: int, storage_reservation: Any,
+                num_proposals: int, num_plans: int, run_time: float, best_plan: list[Any], constraints: Any = None,
+                sharders: Any = None, enumerator: Any = None, debug: bool = False, debug_stats: Any = None) -> None:
+            self.best_plan = list(best_plan)
+            self.storage_reservation = storage_reservation
+            self.num_proposals = num_proposals
+
+    return PlanRecorder()
+
+
+def _readers(cfg: RunConfig, modules: Sequence[Any]) -> dict[str, list[tuple[int, str, int]]]:
+    """``table -> [(index in features.sparse, feature name, its embedding_dim)]`` of the
+    features reading it."""
+    from tzrun.runner.build import _embedding_tables
+
+    index = {f.name: (i, f.embedding_dim) for i, f in enumerate(cfg.features.sparse)}
+    return {table.name: [(index[n][0], n, index[n][1]) for n in table.feature_names if n in index]
+            for module in modules for table, _ in _embedding_tables(module)}
+
+
+def _weights_tier(device: str, kernel: str) -> str:
+    return "ddr" if device == "cpu" or kernel in ("fused_uvm", "fused_uvm_caching") else "hbm"
+
+
+def _optimizer_multiplier(tensor: torch.Tensor) -> float:
+    # the planner's own rule, so that tables + optimizer + buffers add up to its estimate
+    from torchrec.distributed.planner.shard_estimators import _get_optimizer_multipler
+
+    return float(_get_optimizer_multipler(getattr(tensor, "_optimizer_classes", [None])[0], tensor.shape))
+
+
+def _shard_parts(option: Any, shard: Any, device: str) -> dict[str, dict[str, int]]:
+    """One shard's bytes by tier and part (without ``dense``)."""
+    weights = math.prod(shard.size) * option.tensor.element_size()
+    optimizer = math.ceil(weights * _optimizer_multiplier(option.tensor))
+    home = _weights_tier(device, option.compute_kernel)
+    parts = {}
+    for tier in TIERS:
+        used = getattr(shard.storage, tier)
+        if tier == home:
+            parts[tier] = {"tables": weights, "optimizer": optimizer, "buffers": max(used - weights - optimizer, 0)}
+        else:
+            parts[tier] = {"tables": 0, "optimizer": 0, "buffers": used}
+    return parts
+
+
+def _table_plan(option: Any, readers: Mapping[str, list[tuple[int, str, int]]], device: str) -> TablePlan:
+    shards = []
+    weights = optimizer = 0
+    for shard in option.shards:
+        parts = _shard_parts(option, shard, device)
+        home = parts[_weights_tier(device, option.compute_kernel)]
+        weights, optimizer = weights + home["tables"], optimizer + home["optimizer"]
+        shards.append({"rank": shard.rank, "offsets": list(shard.offset), "sizes": list(shard.size),
+                       "hbm": shard.storage.hbm, "ddr": shard.storage.ddr})
+    rows, dim = option.tensor.shape
+    return TablePlan(
+        option.path, option.name, int(rows), int(dim), tuple(r[1] for r in readers.get(option.name, [])),
+        option.sharding_type, option.compute_kernel, tuple(s["rank"] for s in shards), tuple(shards), weights, optimizer,
+    )
+
+
+def _rank_memory(best_plan: Sequence[Any], dense: DenseEstimate, request: PlanRequest) -> tuple[RankMemory, ...]:
+    use = {r: {tier: dict.fromkeys(PARTS, 0) for tier in TIERS} for r in range(request.world_size)}
+    for option in best_plan:
+        for shard in option.shards:
+            for tier, parts in _shard_parts(option, shard, request.device).items():
+                for part, value in parts.items():
+                    use[shard.rank][tier][part] += value
+    dense_tier = "ddr" if request.device == "cpu" else "hbm"
+    for r in use:
+        use[r][dense_tier]["dense"] = dense.total
+    return tuple(RankMemory(r, use[r]["hbm"], use[r]["ddr"], request.hbm_cap or 0, request.ddr_cap or 0) for r in sorted(use))
+
+
+def _reserved(reservation: Any, request: PlanRequest) -> dict[str, float]:
+    """What TorchRec's storage reservation kept back per rank (its attributes, read as the
+    planner's own error message reads them)."""
+    out: dict[str, float] = {"share": float(getattr(reservation, "_percentage", 0.0) or 0.0)}
+    out["margin_hbm"] = int((request.hbm_cap or 0) * out["share"]) if request.device == "cuda" else 0
+    for key, attr in (("dense", "_dense_storage"), ("inputs", "_kjt_storage")):
+        storage = getattr(reservation, attr, None)
+        out[f"{key}_hbm"] = int(storage.hbm) if storage is not None else 0
+        out[f"{key}_ddr"] = int(storage.ddr) if storage is not None else 0
+    reserved = getattr(reservation, "last_reserved_topology", None)
+    if reserved is not None:
+        out["for_tables_hbm"] = int(reserved.devices[0].storage.hbm)
+        out["for_tables_ddr"] = int(reserved.devices[0].storage.ddr)
+    return out
+
+
+def _size(n: float) -> str:
+    """Bytes in the unit that shows them best."""
+    for unit, scale in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    ordered = sorted(set(ranks))
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ",".join(map(str, ordered))
+
+
+def _topology_text(request: PlanRequest) -> str:
+    local = request.local_world_size or request.world_size
+    hosts = request.world_size // local
+    memory = (f"{request.hbm_cap / GIB:g} GiB HBM and {request.ddr_cap / GIB:g} GiB DDR" if request.device == "cuda"
+              else f"{request.ddr_cap / GIB:g} GiB DDR")
+    return (f"{request.world_size} ranks ({local} per host, {hosts} host{'s' if hosts != 1 else ''}), {request.device}, "
+            f"{memory} per rank, batch {request.batch_size} per rank")
+
+
+def format_plan(report: PlanReport, source: str) -> str:
+    """The plan as ``tzrec-run plan`` prints it: the planner's budget, memory per rank, the
+    sharding of each table and the dense part (a plan that fits; see :func:`format_failure`)."""
+    request, reserved, dense = report.request, report.reserved, report.dense
+    lines = [f"{source}: sharding plan for {_topology_text(request)}"]
+    tier = "hbm" if request.device == "cuda" else "ddr"
+    keep = (f"{reserved['share']:.0%} of HBM ({format_gib(reserved['margin_hbm'])}), " if tier == "hbm" else "")
+    lines.append(
+        f"TorchRec's planner: {len(report.tables)} tables, {report.proposals} proposals in {report.seconds:.1f} s; it keeps back "
+        f"per rank {keep}{_size(reserved[f'dense_{tier}'])} for the dense part (6x its parameters) and "
+        f"{_size(reserved[f'inputs_{tier}'])} for input batches, leaving {format_gib(reserved.get(f'for_tables_{tier}', 0))} "
+        f"of {tier.upper()} for tables"
+    )
+    tiers = [t for t in TIERS if (t == tier or any(r.total(t) for r in report.ranks))]
+    header = "memory per rank, GiB".ljust(22) + " | ".join(
+        f"{t.upper()}: " + " ".join(f"{p:>9}" for p in (*PARTS, "total", "cap")) for t in tiers)
+    lines += ["", header]
+    for r in report.ranks:
+        cells = [" " * 5 + " ".join(f"{getattr(r, t)[p] / GIB:9.2f}" for p in PARTS)
+                 + f" {r.total(t) / GIB:9.2f} {getattr(r, f'{t}_cap') / GIB:9.2f}" for t in tiers]
+        lines.append(f"rank {r.rank}".ljust(22) + " | ".join(cells))
+    sums = [" " * 5 + " ".join(f"{sum(getattr(r, t)[p] for r in report.ranks) / GIB:9.2f}" for p in PARTS)
+            + f" {sum(r.total(t) for r in report.ranks) / GIB:9.2f} {sum(getattr(r, f'{t}_cap') for r in report.ranks) / GIB:9.2f}"
+            for t in tiers]
+    lines.append("all ranks".ljust(22) + " | ".join(sums))
+    fullest = max(report.ranks, key=lambda r: r.total(tier))
+    lines.append(f"most used: rank {fullest.rank}, {format_gib(fullest.total(tier))} of {format_gib(getattr(fullest, f'{tier}_cap'))} "
+                 f"{tier.upper()} ({fullest.total(tier) / max(getattr(fullest, f'{tier}_cap'), 1):.0%})")
+    width = max([len(t.table) for t in report.tables] + [5])
+    lines += ["", f"{'table'.ljust(width)}  {'rows x dim':>18}  {'sharding':<17} {'kernel':<17} {'ranks':<7} rows+optimizer"]
+    for t in report.tables:
+        lines.append(f"{t.table.ljust(width)}  {f'{t.rows:,} x {t.dim}':>18}  {t.sharding_type:<17} {t.compute_kernel:<17} "
+                     f"{_ranks_text(t.ranks):<7} {_size(t.weights + t.optimizer)}")
+    weights = sum(t.weights for t in report.tables)
+    optimizer = sum(t.optimizer for t in report.tables)
+    lines.append(f"{len(report.tables)} tables: {sum(t.rows for t in report.tables):,} rows, {format_gib(weights)} of rows and "
+                 f"{format_gib(optimizer)} of sparse optimizer state")
+    lines += ["", f"dense part, on every rank: {dense.parameters:,} parameters; weights {_size(dense.weights)}, gradients "
+                  f"{_size(dense.gradients)}, optimizer state {_size(dense.optimizer)} ({dense.how}), EMA {_size(dense.ema)}: "
+                  f"{_size(dense.total)}; activations not counted"]
+    return "\n".join(lines)
+
+
+def format_failure(report: PlanReport, source: str) -> str:
+    """Why ``report`` has no plan, the table that breaks it and what would help."""
+    failure = report.failure
+    assert failure is not None
+    lines = [f"{source}: no sharding plan fits {_topology_text(report.request)}", f"  {failure.message}"]
+    if failure.advice:
+        lines.append("what would help" + (f" '{failure.table}'" if failure.table else "") + ":")
+        lines += [f"  - {a}" for a in failure.advice]
+    lines.append("TorchRec: " + failure.planner_message.strip().splitlines()[0].strip())
+    return "\n".join(lines)

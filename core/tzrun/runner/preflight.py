@@ -1,0 +1,70 @@
+"""The checks that need the whole config and the registries, run by ``tzrec-run check`` and
+before every training run (the config passes check each section on its own)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tzrun.config.schema import RunConfig
+from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
+from tzrun.registry import Registries
+
+__all__ = ["preflight"]
+
+
+def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
+    """Check what no single section can:
+
+    * every loss and metric reads an output the model makes (a model declares its outputs with
+      ``register(..., outputs=fn)``, ``fn(model_cfg)`` returning their names);
+    * ``eval.best_metric`` names an eval result;
+    * each stage's own ``check`` (``register(..., check=fn)``, see
+      :func:`tzrun.hookspecs.tzrun_register_stages`).
+
+    Raises:
+        ConfigError: with every problem found, each at its TOML path.
+    """
+    from tzrun.runner.retention import check_best_metric, eval_result_keys
+
+    problems = _output_problems(cfg, registries)
+    try:
+        check_best_metric(cfg, registries, source)
+    except ConfigError as error:
+        problems.extend(error.problems)
+    keys: list[str] | None = None
+    for i, component in enumerate(cfg.train.stages):
+        check = registries["stage"].get(component.type, f"train.stages[{i}].type").extras.get("check")
+        if check is None:
+            continue
+        if keys is None:
+            keys = eval_result_keys(cfg, registries) if cfg.data.eval_input is not None else []
+        for key, message in check(component.config, cfg, keys):
+            problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def _output_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
+    from tzrun.runner.slots import loss_slots, metric_slots
+
+    declare = registries["model"].get(cfg.model.type, "model.type").extras.get("outputs")
+    if declare is None:
+        return []
+    outputs: Sequence[str] = list(declare(cfg.model.config))
+    problems = []
+    for what, slots, kind in (("losses", loss_slots(cfg, registries), "loss"),
+                              ("metrics", metric_slots(cfg, registries), "metric"),
+                              ("train_metrics", metric_slots(cfg, registries, "train_metrics"), "metric")):
+        components = getattr(cfg, what)
+        for i, (slot, component) in enumerate(zip(slots, components)):
+            if slot.prediction in outputs:
+                continue
+            explicit = component.fields.prediction is not None
+            where = f"{what}[{i}].prediction" if explicit else f"{what}[{i}]"
+            how = "" if explicit else f" (the default of {kind} '{component.type}')"
+            guess = did_you_mean(slot.prediction, outputs) if explicit else None
+            hint = f"; did you mean '{guess}'?" if guess else ""
+            problems.append(ConfigProblem(where, (
+                f"reads the model output '{slot.prediction}'{how}, but {cfg.model.type} outputs "
+                f"{', '.join(outputs)}; set prediction = \"...\"{hint}")))
+    return problems
