@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--eval-rows", type=int, help="evaluation rows (default rows/10, at least 1000)")
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
+                       help="criteo only: Parquet files, or the Criteo display-advertising text format "
+                            "(tab-separated, no header, hexadecimal ids) as train/day_N.txt and eval/day_N.txt")
     return parser
 
 
@@ -289,6 +292,9 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
+    if args.dataset == "taobao" and args.format != "parquet":
+        print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
+        return EXIT_CONFIG
     if args.dataset == "taobao":
         from tzrun.data.synth_taobao import synth_taobao
 
@@ -301,6 +307,26 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         return 0
     from tzrun.data.synth import synth_criteo
 
+    if args.format == "text":
+        import shutil
+        from pathlib import Path
+
+        from tzrun.data.criteo_text import parquet_to_criteo_text
+
+        out = Path(args.out)
+        staging = out / ".parquet"
+        report = synth_criteo(staging, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+        for split in ("train", "eval"):
+            shutil.rmtree(out / split, ignore_errors=True)
+            parquet_to_criteo_text(staging / split, out / split)
+        os.replace(staging / "synth.json", out / "synth.json")
+        shutil.rmtree(staging)
+        print(f"wrote {report.train_rows} train and {report.eval_rows} eval rows as Criteo text to {out} "
+              f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}")
+        return 0
+    if args.format != "parquet":
+        print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
+        return EXIT_CONFIG
     report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
     print(
         f"wrote {report.train_rows} train and {report.eval_rows} eval rows to {report.out_dir} "

@@ -238,3 +238,33 @@ def test_bayes_auc_is_auc_of_true_logits() -> None:
 def test_does_not_import_torch() -> None:
     source = Path(synth.__file__).read_text()
     assert "import torch" not in source and "sklearn" not in source
+
+
+def test_synth_criteo_text_format_matches_the_parquet_rows(tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tzrun.data.criteo_text import hex_id
+    from tzrun.data.synth import synth_criteo
+
+    out = tmp_path / "text"
+    proc = subprocess.run([sys.executable, "-m", "tzrun", "data", "synth", "criteo", "--rows", "3000", "--eval-rows",
+                           "1000", "--seed", "5", "--format", "text", "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["day_0.txt"] and (out / "synth.json").is_file()
+    assert not (out / ".parquet").exists()
+    reference = synth_criteo(tmp_path / "parquet", rows=3000, eval_rows=1000, seed=5)
+    table = pq.read_table(tmp_path / "parquet" / "train")
+    lines = (out / "train" / "day_0.txt").read_text().splitlines()
+    assert len(lines) == 3000 and "Bayes-optimal eval AUC " + f"{reference.bayes_auc:.4f}" in proc.stdout
+    fields = [line.split("\t") for line in lines]
+    assert all(len(f) == 40 for f in fields)
+    assert [float(f[0]) for f in fields] == table.column("label").to_pylist()
+    ints = table.column("int_0").to_numpy(zero_copy_only=False)
+    assert [f[1] for f in fields] == ["" if np.isnan(v) else str(int(v)) for v in ints]  # nulls are empty fields
+    assert any(f[1] == "" for f in fields)
+    assert [f[14] for f in fields] == [hex_id(v) for v in table.column("cat_0").to_pylist()]
+    assert len({hex_id(v) for v in range(100_000)}) == 100_000  # distinct ids stay distinct

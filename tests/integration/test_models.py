@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 EXAMPLES = {
     "dlrm_criteo": ("criteo", ["model.dense_hidden_units=[8, 16]", "model.top_hidden_units=[16]"], ["auc"]),
     "wide_and_deep_criteo": ("criteo", ["model.deep_hidden_units=[16]"], ["auc"]),
+    "deepfm_criteo_text": ("criteo_text", ["model.deep_hidden_units=[16]", "model.final_hidden_units=[8]"], ["auc"]),
     "mmoe_taobao": (
         "taobao",
         ["model.expert_hidden_units=[16]", 'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[8]}]'],
@@ -35,14 +36,17 @@ EXAMPLES = {
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One small criteo and one small taobao data set for the whole module (read-only)."""
+    """Small criteo (Parquet and Criteo text) and taobao data sets for the whole module (read-only)."""
+    from tzrun.data.criteo_text import parquet_to_criteo_text
     from tzrun.data.synth import synth_criteo
     from tzrun.data.synth_taobao import synth_taobao
 
     root = tmp_path_factory.mktemp("zoo")
     synth_criteo(root / "criteo", rows=2048, eval_rows=1024, seed=1, rows_per_file=1024, row_group_size=512)
     synth_taobao(root / "taobao", rows=2048, eval_rows=1024, seed=1, rows_per_file=1024, row_group_size=512)
-    return {"criteo": root / "criteo", "taobao": root / "taobao"}
+    for split in ("train", "eval"):
+        parquet_to_criteo_text(root / "criteo" / split, root / "criteo_text" / split)
+    return {"criteo": root / "criteo", "taobao": root / "taobao", "criteo_text": root / "criteo_text"}
 
 
 def _train(example: str, datasets: dict[str, Path], model_dir: Path, *extra: str) -> dict:
