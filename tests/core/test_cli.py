@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import REPO, run_cli
 
@@ -62,3 +65,16 @@ def test_check_params_reports_a_parameter_in_two_parts():
     proc = run_cli(["check", str(EXAMPLE), "--params", "--set", parts])
     assert proc.returncode != 0
     assert "train.dense_optimizer.parts[1].pattern: parameter 'deep.0.bias' is matched by parts[0] ('deep\\..*') and parts[1] ('.*bias')" in proc.stderr
+
+
+@pytest.mark.parametrize("rank, info_shown", [("0", True), ("1", False)])
+def test_info_comes_from_rank_0_and_warnings_from_every_rank_with_the_rank(rank, info_shown):
+    code = (
+        "import logging; from tzrun.cli import _setup_logging; _setup_logging(); "
+        "log = logging.getLogger('tzrun.progress'); log.info('step line'); log.warning('careful')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "RANK": rank})
+    assert proc.returncode == 0, proc.stderr
+    assert f"WARNING [rank {rank}] tzrun.progress: careful" in proc.stderr
+    assert ("INFO [rank 0] tzrun.progress: step line" in proc.stderr) == info_shown
+    assert "step line" not in proc.stderr or info_shown

@@ -47,7 +47,7 @@ from tzrun.runner.position import DataPosition, Layout, TrainData, plan_epochs, 
 from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences, write_run_records
 from tzrun.runner.retention import BEST_FILE, prune_checkpoints, record_best
 from tzrun.runner.preflight import preflight
-from tzrun.runner.stages import LogWindow, RunStages, TimedIterator, learning_rates
+from tzrun.runner.stages import LogWindow, RunStages, TimedIterator, learning_rates, seconds_since_process_start
 from tzrun.runner.train_metrics import TrainMetrics
 
 __all__ = ["TrainResult", "train", "EXIT_STOPPED_BY_SIGNAL", "rng_state", "set_rng_state"]
@@ -558,6 +558,11 @@ def _run_segment(
             epoch = data.where(step)[0].epoch
             metrics = dict(train_metrics.values) if train_metrics else {}
             window.add(out.loss, out.losses, out.num_rows)
+            if step == run.start_step + 1 and run.is_rank0:
+                since = seconds_since_process_start()
+                if since is not None:
+                    log.info("first training step done %.1f s after the process started (imports, set-up, "
+                             "sharding, data start and pipeline fill)", since)
             call_lifecycle(pm, "tzrun_after_train_step", run=run, step=StepInfo(
                 step, epoch, out.loss, out.losses, out.num_rows, lrs, metrics,
             ))

@@ -14,7 +14,7 @@ from tzrun.config.schema import RunConfig
 from tzrun.interfaces import TrainLog
 from tzrun.registry import Registries
 
-__all__ = ["RunStages", "stage_names", "TimedIterator", "LogWindow", "learning_rates"]
+__all__ = ["RunStages", "stage_names", "TimedIterator", "LogWindow", "learning_rates", "seconds_since_process_start"]
 
 
 def stage_names(cfg: RunConfig) -> list[str]:
@@ -56,6 +56,20 @@ class RunStages:
         for _, stage in self.named:
             if self.pm.is_registered(stage):
                 self.pm.unregister(stage)
+
+
+def seconds_since_process_start() -> float | None:
+    """Wall seconds since this process started (from ``/proc``; None where there is none)."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 class TimedIterator:
