@@ -336,8 +336,16 @@ class TrainLog:
 
 @attrs.frozen
 class EvalResult:
-    """The values of an evaluation pass, over all ranks' rows."""
+    """The values of an evaluation pass, over all ranks' rows.
+
+    Attributes:
+        step: the global step evaluated.
+        metrics: every metric and ``loss/<name>``, by name.
+        rows: eval rows over all ranks (padding excluded).
+        seconds: wall time of the pass on this rank, metric computation included.
+    """
 
     step: int
     metrics: Mapping[str, float]
     rows: int
+    seconds: float = 0.0

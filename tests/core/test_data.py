@@ -198,3 +198,63 @@ def test_remaining_rows_are_shared_out_across_a_new_world_size(numbered):
         rank_input = RankInput(reader, str(numbered), 64, 1, ["row"], builder, rank, 3, rows=remaining)
         seen.extend(r for b in _rows_of(rank_input.one_pass()) for r in b)
     assert sorted(seen) == list(range(1003))
+
+
+def test_thread_prefetcher_keeps_the_order_and_raises_the_producers_error():
+    import threading
+
+    from tzrun.data.loader import ThreadPrefetcher
+
+    assert list(ThreadPrefetcher(iter(range(100)), 3)) == list(range(100))
+
+    def failing():
+        yield 1
+        raise ValueError("bad.parquet: column 'x' is missing")
+
+    prefetched = ThreadPrefetcher(failing(), 2)
+    assert next(prefetched) == 1
+    with pytest.raises(ValueError, match="column 'x' is missing"):
+        next(prefetched)
+
+    produced = []
+
+    def endless():
+        i = 0
+        while True:
+            produced.append(i)
+            yield i
+            i += 1
+
+    stopped = ThreadPrefetcher(endless(), 2)
+    assert next(stopped) == 0
+    stopped.close()
+    stopped._thread.join(timeout=5)
+    assert not stopped._thread.is_alive() and len(produced) <= 5  # bounded: it never ran ahead of depth
+    assert not any(t.name == "tzrun-prefetch" and t.is_alive() for t in threading.enumerate() if t is stopped._thread)
+
+
+def test_prefetched_pass_yields_the_same_batches_as_a_plain_one(tmp_path):
+    import torch
+
+    from tzrun.config.schema import DenseFeatureConfig, FeaturesConfig, SparseFeatureConfig
+    from tzrun.data.features import BatchBuilder, feature_specs
+    from tzrun.data.loader import RankInput
+    from tzrun.data.synth import synth_criteo
+    from tzrun_plugins.readers.parquet import ParquetConfig, build_parquet
+
+    synth_criteo(tmp_path, rows=3000, eval_rows=1000, seed=3, rows_per_file=1000, row_group_size=500)
+    specs = feature_specs(FeaturesConfig(dense=(DenseFeatureConfig("int_0", log1p=True),),
+                                         sparse=(SparseFeatureConfig("cat_0", num_buckets=1000),)))
+    builder = BatchBuilder(specs, ("label",), None, ())
+    columns = specs.columns(("label",), None)
+
+    def batches(prefetch: int, start: int):
+        rank_input = RankInput(build_parquet(ParquetConfig()), str(tmp_path / "train"), 256, 0, columns, builder, 0, 1,
+                               prefetch=prefetch)
+        return [(b.dense.clone(), b.sparse.values().clone()) for b in rank_input.one_pass(start=start)]
+
+    for start in (0, 5):
+        plain, prefetched = batches(0, start), batches(3, start)
+        assert len(plain) == len(prefetched) == 12 - start
+        for (d1, s1), (d2, s2) in zip(plain, prefetched):
+            assert torch.equal(d1, d2) and torch.equal(s1, s2)

@@ -206,6 +206,10 @@ class DataConfig:
             run, with a permutation drawn from ``train.seed``, the epoch and the window's
             position; 0 (default) reads rows in input order. Every row is still read exactly
             once per epoch, and resume stays exact. Evaluation input is never shuffled.
+        prefetch_batches: with ``num_workers = 0``, a background thread of the training
+            process reads and builds up to this many batches ahead, overlapping the input with
+            the step (0: each batch is built when the loop asks for it). With workers, the
+            DataLoader prefetches instead.
     """
 
     train_input: str
@@ -218,6 +222,7 @@ class DataConfig:
     reader: Component = Component("parquet")
     on_bad_row: Literal["error", "skip"] = "error"
     shuffle_buffer_rows: int = attrs.field(default=0, validator=_non_negative)
+    prefetch_batches: int = attrs.field(default=2, validator=_non_negative)
 
 
 @attrs.frozen

@@ -169,7 +169,8 @@ def evaluate_checkpoint(
     builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups)
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
     eval_input = RankInput(reader, cfg.data.eval_input, cfg.data.eval_batch_size or cfg.data.batch_size,
-                           cfg.data.num_workers, columns, builder, info.rank, info.world_size)
+                           cfg.data.num_workers, columns, builder, info.rank, info.world_size,
+                           prefetch=cfg.data.prefetch_batches)
     built = build_run(cfg, registries, specs, info)
     load_model_state(path, built.model, verify=False)
     update_file = path / "update.pt"

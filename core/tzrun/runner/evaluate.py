@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -43,6 +44,7 @@ def evaluate(
     save = run.config.eval.save_predictions
     saved: dict[str, list[torch.Tensor]] = {}
     rows = 0
+    started = time.perf_counter()
     model = run.model
     model.eval()
     pipeline = make_pipeline()
@@ -76,7 +78,7 @@ def evaluate(
         torch.distributed.all_reduce(total_rows)
     if save:
         _save_predictions(run.model_dir, step, run.rank, saved)
-    return EvalResult(step=step, metrics=values, rows=int(total_rows.item()))
+    return EvalResult(step=step, metrics=values, rows=int(total_rows.item()), seconds=time.perf_counter() - started)
 
 
 def append_eval_result(model_dir: Path, result: EvalResult, **extra: Any) -> None:

@@ -6,7 +6,7 @@ Lines::
     {"kind": "train", "step": 100, "epoch": 0, "steps": 100, "loss": 0.47, "losses": {...},
      "learning_rates": {...}, "metrics": {...}, "samples_per_s": ..., "data_wait_fraction": ...,
      "grad_norm": ..., "seconds": ..., "time": ...}
-    {"kind": "eval", "step": 100, "rows": 40000, "metrics": {"auc": 0.77, ...}, "time": ...}
+    {"kind": "eval", "step": 100, "rows": 40000, "metrics": {"auc": 0.77, ...}, "seconds": 0.4, "time": ...}
 
 On resume the lines of steps after the checkpoint are dropped first (they are logged again as
 the run replays those steps), so the file holds each step once; a fresh run starts it anew.
@@ -99,7 +99,7 @@ class MetricsLogStage:
     def tzrun_after_eval(self, run: tzrun.RunContext, step: int, result: tzrun.EvalResult) -> None:
         if self.path is not None:
             self._write({"kind": "eval", "step": step, "rows": result.rows, "metrics": dict(result.metrics),
-                         "time": time.time()})
+                         "seconds": result.seconds, "time": time.time()})
 
 
 def build_metrics_log(cfg: MetricsLogConfig) -> MetricsLogStage:

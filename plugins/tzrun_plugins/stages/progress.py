@@ -86,7 +86,8 @@ class ProgressStage:
         if not run.is_rank0:
             return
         values = "  ".join(f"{k}={v:.6f}" for k, v in result.metrics.items())
-        line = f"eval at step {step} over {result.rows} rows: {values}"
+        rate = f" in {result.seconds:.1f} s ({result.rows / result.seconds:,.0f} rows/s)" if result.seconds > 0 else ""
+        line = f"eval at step {step} over {result.rows} rows{rate}: {values}"
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
         else:

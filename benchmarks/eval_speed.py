@@ -1,0 +1,73 @@
+#!/usr/bin/env python
+"""Issue 9, target 4: evaluation throughput against training throughput, same data, same run.
+Goal: eval rows/s >= 2x training samples/s.
+
+Each round is one fresh ``tzrec-run train`` of ``examples/deepfm_criteo.toml`` for ``--steps``
+steps whose eval input is the whole train split (400,000 rows with the quick-start data), so the
+evaluation pass is long enough to time. Training samples/s is the ``trained ...`` line (training
+segments only); eval rows/s is the final evaluation's rows / seconds from ``metrics.jsonl`` (the
+pass, metric computation at its end included: exact AUC over every row of every rank).
+
+    python benchmarks/eval_speed.py --data data/criteo_synth --steps 120 --rounds 3
+
+The metric computation on its own (exact AUC over 10 million rows in well under 2 s per rank)
+is timed by ``benchmarks/metrics_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_deepfm import FRAMEWORK_RE, ensure_data, framework_config, tzrec_run  # noqa: E402
+
+TARGET = 2.0
+
+
+def run(config: Path, data: Path, model_dir: Path, batch: int, eval_batch: int) -> tuple[float, float, int]:
+    """One run: (training samples/s, eval rows/s, eval rows)."""
+    command = [
+        *tzrec_run(), "train", str(config), "--model-dir", str(model_dir), "--overwrite",
+        "--set", f'data.train_input="{data / "train"}"', "--set", f'data.eval_input="{data / "train"}"',
+        "--set", f"data.batch_size={batch}", "--set", f"data.eval_batch_size={eval_batch}",
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    match = FRAMEWORK_RE.search(proc.stdout)
+    if proc.returncode or match is None:
+        raise SystemExit(f"training failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    evals = [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
+    last = evals[-1]
+    return float(match.group(3).replace(",", "")), last["rows"] / last["seconds"], last["rows"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("data/criteo_synth"))
+    parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--batch-size", type=int, default=2048)
+    parser.add_argument("--eval-batch-size", type=int, default=8192)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    ensure_data(args.data, args.rows)
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        config = framework_config(Path(tmp), args.steps)
+        for r in range(args.rounds):
+            train, evaluate, rows = run(config, args.data.resolve(), Path(tmp) / "run", args.batch_size, args.eval_batch_size)
+            ratios.append(evaluate / train)
+            print(f"round {r + 1}: train {train:,.0f} samples/s, eval {evaluate:,.0f} rows/s over {rows:,} rows, "
+                  f"ratio {ratios[-1]:.2f}", flush=True)
+    median = statistics.median(ratios)
+    print(f"eval/train: median {median:.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}) over {args.rounds} rounds; "
+          f"target >= {TARGET}: {'met' if median >= TARGET else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
