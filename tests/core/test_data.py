@@ -201,8 +201,6 @@ def test_remaining_rows_are_shared_out_across_a_new_world_size(numbered):
 
 
 def test_thread_prefetcher_keeps_the_order_and_raises_the_producers_error():
-    import threading
-
     from tzrun.data.loader import ThreadPrefetcher
 
     assert list(ThreadPrefetcher(iter(range(100)), 3)) == list(range(100))
@@ -230,7 +228,13 @@ def test_thread_prefetcher_keeps_the_order_and_raises_the_producers_error():
     stopped.close()
     stopped._thread.join(timeout=5)
     assert not stopped._thread.is_alive() and len(produced) <= 5  # bounded: it never ran ahead of depth
-    assert not any(t.name == "tzrun-prefetch" and t.is_alive() for t in threading.enumerate() if t is stopped._thread)
+
+    dropped = ThreadPrefetcher(endless(), 2)
+    thread = dropped._thread
+    assert next(dropped) == 0
+    del dropped  # a pass cut short: dropping the iterator ends the thread
+    thread.join(timeout=5)
+    assert not thread.is_alive()
 
 
 def test_prefetched_pass_yields_the_same_batches_as_a_plain_one(tmp_path):

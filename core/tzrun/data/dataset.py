@@ -393,12 +393,18 @@ class BatchStream:
 
 
 def padded(batches: Iterator[Any], steps: int, make_padding: Any) -> Iterator[Any]:
-    """``batches`` followed by padding batches up to ``steps`` in all."""
+    """``batches`` followed by padding batches up to ``steps`` in all. ``batches`` is closed
+    (when it can be) once done with, also when the pass is cut short."""
     count = 0
-    for batch in batches:
-        if count == steps:
-            return
-        count += 1
-        yield batch
+    try:
+        for batch in batches:
+            if count == steps:
+                return
+            count += 1
+            yield batch
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
     for _ in range(steps - count):
         yield make_padding()
