@@ -74,6 +74,25 @@ def framework_config(work: Path, steps: int) -> Path:
     return path
 
 
+def train_args(config: Path, data: Path, model_dir: Path, *sets: str, eval_split: str = "eval") -> list[str]:
+    """``train CONFIG`` on ``data`` into ``model_dir`` (overwritten), with ``--set`` for each of ``sets``."""
+    args = ["train", str(config), "--model-dir", str(model_dir), "--overwrite",
+            "--set", f"data.train_input={json.dumps(str(data / 'train'))}",
+            "--set", f"data.eval_input={json.dumps(str(data / eval_split))}"]
+    for override in sets:
+        args += ["--set", override]
+    return args
+
+
+def samples_per_s(command: list[str], what: str = "tzrec-run train") -> float:
+    """Run a training command and return the samples/s of its ``trained ...`` line."""
+    proc = subprocess.run(command, capture_output=True, text=True)
+    match = FRAMEWORK_RE.search(proc.stdout)
+    if proc.returncode or match is None:
+        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return float(match.group(3).replace(",", ""))
+
+
 def busy_fraction(seconds: float = 1.0) -> float | None:
     """Fraction of all CPUs busy over ``seconds`` (from /proc/stat; None where there is none)."""
     def sample() -> tuple[int, int]:

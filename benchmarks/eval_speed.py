@@ -17,33 +17,27 @@ is timed by ``benchmarks/metrics_bench.py``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_deepfm import FRAMEWORK_RE, ensure_data, framework_config, tzrec_run  # noqa: E402
+from compare_deepfm import ensure_data, framework_config, samples_per_s, train_args, tzrec_run  # noqa: E402
+
+from tzrun.runner.records import read_jsonl  # noqa: E402
 
 TARGET = 2.0
 
 
 def run(config: Path, data: Path, model_dir: Path, batch: int, eval_batch: int) -> tuple[float, float, int]:
     """One run: (training samples/s, eval rows/s, eval rows)."""
-    command = [
-        *tzrec_run(), "train", str(config), "--model-dir", str(model_dir), "--overwrite",
-        "--set", f'data.train_input="{data / "train"}"', "--set", f'data.eval_input="{data / "train"}"',
-        "--set", f"data.batch_size={batch}", "--set", f"data.eval_batch_size={eval_batch}",
-    ]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    match = FRAMEWORK_RE.search(proc.stdout)
-    if proc.returncode or match is None:
-        raise SystemExit(f"training failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    evals = [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
+    args = train_args(config, data, model_dir, f"data.batch_size={batch}", f"data.eval_batch_size={eval_batch}",
+                      eval_split="train")
+    train = samples_per_s([*tzrec_run(), *args])
+    evals = [r for r in read_jsonl(model_dir / "metrics.jsonl") if r["kind"] == "eval"]
     last = evals[-1]
-    return float(match.group(3).replace(",", "")), last["rows"] / last["seconds"], last["rows"]
+    return train, last["rows"] / last["seconds"], last["rows"]
 
 
 def main() -> None:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_deepfm import FRAMEWORK_RE, ensure_data, framework_config, tzrec_run  # noqa: E402
+from compare_deepfm import ensure_data, framework_config, samples_per_s, train_args, tzrec_run  # noqa: E402
 
 TARGET = 0.90
 
@@ -85,15 +84,9 @@ def hashed_config(config: Path) -> Path:
 
 
 def run(mode: str, config: Path, data: Path, model_dir: Path, batch: int) -> float:
-    args = ["train", str(config), "--model-dir", str(model_dir), "--overwrite",
-            "--set", f'data.train_input="{data / "train"}"', "--set", f'data.eval_input="{data / "eval"}"',
-            "--set", "eval.num_steps=1", "--set", f"data.batch_size={batch}"]
+    args = train_args(config, data, model_dir, "eval.num_steps=1", f"data.batch_size={batch}")
     command = [*tzrec_run(), *args] if mode == "reader" else [sys.executable, "-c", _MEMORY_MAIN, *args]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    match = FRAMEWORK_RE.search(proc.stdout)
-    if proc.returncode or match is None:
-        raise SystemExit(f"{mode} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return float(match.group(3).replace(",", ""))
+    return samples_per_s(command, f"the {mode} run")
 
 
 def main() -> None:

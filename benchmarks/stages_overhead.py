@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_deepfm import FRAMEWORK_RE, ensure_data, framework_config, tzrec_run  # noqa: E402
+from compare_deepfm import ensure_data, framework_config, samples_per_s, train_args, tzrec_run  # noqa: E402
 
 TARGET = 0.98
 STAGED = 'train.stages=[{type = "progress", mode = "lines"}, {type = "tensorboard"}, {type = "metrics_log"}]'
@@ -32,20 +31,10 @@ BARE = "train.stages=[]"
 
 
 def run(config: Path, data: Path, model_dir: Path, stages: str, log_every: int, batch: int) -> float:
-    """One training run; returns its samples/s."""
-    command = [
-        *tzrec_run(), "train", str(config), "--model-dir", str(model_dir), "--overwrite",
-        "--set", f'data.train_input="{data / "train"}"', "--set", f'data.eval_input="{data / "eval"}"',
-        "--set", "eval.num_steps=1",  # one eval batch: evaluation is outside the timing anyway
-        "--set", f"data.batch_size={batch}", "--set", f"train.log_every_n_steps={log_every}", "--set", stages,
-    ]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"training failed:\n{proc.stderr[-4000:]}")
-    match = FRAMEWORK_RE.search(proc.stdout)
-    if match is None:
-        raise SystemExit(f"no 'trained ...' line in:\n{proc.stdout}")
-    return float(match.group(3).replace(",", ""))
+    """One training run; returns its samples/s (one eval batch: evaluation is outside the timing)."""
+    args = train_args(config, data, model_dir, "eval.num_steps=1", f"data.batch_size={batch}",
+                      f"train.log_every_n_steps={log_every}", stages)
+    return samples_per_s([*tzrec_run(), *args])
 
 
 def main() -> None:

@@ -10,27 +10,13 @@ A figure with nothing to draw (no evaluation yet, say) is not written.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from tzrun.errors import TzrunError
+from tzrun.runner.records import METRICS_FILE, read_jsonl
 
-__all__ = ["plot_run", "METRICS_FILE"]
-
-METRICS_FILE = "metrics.jsonl"
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line torn by a crash
-    return out
+__all__ = ["plot_run"]
 
 
 def _series(records: Sequence[dict[str, Any]], field: str) -> dict[str, tuple[list[int], list[float]]]:
@@ -61,7 +47,7 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
     source = model_dir / METRICS_FILE
     if not source.is_file():
         raise TzrunError(f"{source}: no such file; train with the metrics_log stage (on by default) to write it")
-    records = _records(source)
+    records = read_jsonl(source)
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
     if not train and not evals:

@@ -54,6 +54,7 @@ __all__ = [
     "checkpoint_step",
     "is_complete",
     "list_checkpoints",
+    "write_atomic",
     "latest_checkpoint",
     "previous_checkpoint",
     "read_meta",
@@ -148,7 +149,9 @@ def sharding_summary(plan: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one
+    (a temporary file, fsync, rename)."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -196,7 +199,7 @@ def _write_manifest(path: Path, step: int) -> bytes:
     if rank != 0:
         return b""
     content = manifest_bytes(step, [entry for part in everyone for entry in part])
-    _write_atomic(path / MANIFEST, content)
+    write_atomic(path / MANIFEST, content)
     return content
 
 
@@ -233,18 +236,18 @@ def save_checkpoint(
     dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_id=str(path / "state"))
     if rank_state is not None:
         (path / "ranks").mkdir(exist_ok=True)
-        _write_atomic(path / "ranks" / f"rank-{rank}.pt", _torch_bytes(dict(rank_state)))
+        write_atomic(path / "ranks" / f"rank-{rank}.pt", _torch_bytes(dict(rank_state)))
     if rank == 0:
-        _write_atomic(path / "schedules.pt", _torch_bytes({k: s.state_dict() for k, s in schedulers.items()}))
-        _write_atomic(path / "update.pt", _torch_bytes(dict(update or {})))
-        _write_atomic(path / "meta.json", json.dumps(dict(meta), indent=2, default=str).encode())
+        write_atomic(path / "schedules.pt", _torch_bytes({k: s.state_dict() for k, s in schedulers.items()}))
+        write_atomic(path / "update.pt", _torch_bytes(dict(update or {})))
+        write_atomic(path / "meta.json", json.dumps(dict(meta), indent=2, default=str).encode())
     dist.barrier()
     manifest = _write_manifest(path, step)
     from tzrun.runner import faults
 
     faults.during_save(step, rank)  # TZRUN_FAULT=kill-during-save@STEP:RANK (tests only)
     if rank == 0:
-        _write_atomic(path / MARKER, marker_bytes(step, manifest))
+        write_atomic(path / MARKER, marker_bytes(step, manifest))
     dist.barrier()
     return path
 

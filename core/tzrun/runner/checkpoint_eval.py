@@ -99,27 +99,28 @@ def _normalised(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def _diff(saved: Any, now: Any, where: str, out: list[str]) -> None:
+def _diff(saved: Any, now: Any, where: str, out: list[str], saved_as: str) -> None:
     if isinstance(saved, Mapping) and isinstance(now, Mapping):
         for key in sorted(set(saved) | set(now)):
-            _diff(saved.get(key), now.get(key), f"{where}.{key}", out)
+            _diff(saved.get(key), now.get(key), f"{where}.{key}", out, saved_as)
     elif isinstance(saved, list) and isinstance(now, list) and len(saved) == len(now):
         for i, (a, b) in enumerate(zip(saved, now)):
-            _diff(a, b, f"{where}[{i}]", out)
+            _diff(a, b, f"{where}[{i}]", out, saved_as)
     elif saved != now:
         def show(v: Any) -> str:
             return "unset" if v is None else json.dumps(v)
 
-        out.append(f"{where}: {show(saved)} in the checkpoint, {show(now)} now")
+        out.append(f"{where}: {show(saved)} {saved_as}, {show(now)} now")
 
 
-def config_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """The differences in :data:`COMPARED_SECTIONS` between a checkpoint's config
-    (``meta.json["config"]``) and a config, one line each with its TOML path."""
+def config_differences(saved: Mapping[str, Any], now: Mapping[str, Any], saved_as: str = "in the checkpoint") -> list[str]:
+    """The differences in :data:`COMPARED_SECTIONS` between a saved config (a checkpoint's
+    ``meta.json["config"]``, say) and a config, one line each with its TOML path:
+    ``<path>: <saved> <saved_as>, <now> now``."""
     out: list[str] = []
     saved, now = _normalised(dict(saved)), _normalised(dict(now))
     for section in COMPARED_SECTIONS:
-        _diff(saved.get(section), now.get(section), section, out)
+        _diff(saved.get(section), now.get(section), section, out, saved_as)
     return out
 
 

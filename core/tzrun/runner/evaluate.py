@@ -93,25 +93,9 @@ def trim_eval_results(model_dir: Path, step: int) -> int:
     """Drop the training run's evaluations after ``step`` from ``eval_results.jsonl`` (on
     resume from the checkpoint of ``step``: an evaluation whose checkpoint was never completed
     runs again). ``tzrec-run evaluate`` lines are kept. Returns how many lines were dropped."""
-    import os
+    from tzrun.runner.records import keep_jsonl
 
-    path = Path(model_dir) / EVAL_RESULTS
-    if not path.is_file():
-        return 0
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "command" in record or int(record.get("step", 0)) <= step:
-            kept.append(line)
-    if len(kept) != len(lines):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-        os.replace(tmp, path)
-    return len(lines) - len(kept)
+    return keep_jsonl(Path(model_dir) / EVAL_RESULTS, lambda r: "command" in r or int(r.get("step", 0)) <= step)
 
 
 def update_metric(metric: Any, slot: MetricSlot, out: Any) -> None:

@@ -44,7 +44,7 @@ from tzrun.runner.distributed import init_distributed
 from tzrun.runner.evaluate import append_eval_result, evaluate, trim_eval_results
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.position import DataPosition, Layout, TrainData, plan_epochs, resume_layout_for
-from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences, write_run_records
+from tzrun.runner.records import ENV_FILE, METRICS_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences, write_run_records
 from tzrun.runner.retention import BEST_FILE, prune_checkpoints, record_best
 from tzrun.runner.preflight import preflight
 from tzrun.runner.stages import LogWindow, RunStages, TimedIterator, learning_rates, seconds_since_process_start
@@ -242,6 +242,7 @@ def train(
         optimizer=built.optimizer,
         global_batch_size=cfg.data.batch_size * info.world_size,
     )
+    plugins = [p.to_json() for p in plugin_infos(pm, registries)]  # the run's plugin set, before its stages join
     stages = RunStages(cfg, registries, pm)
     pipeline_entry = registries["train_pipeline"].get(cfg.train.pipeline.type, "train.pipeline.type")
 
@@ -270,7 +271,7 @@ def train(
         saved_stages = dict(meta.get("stages", {}))
         if info.rank == 0:
             trim_eval_results(model_dir, start_step)
-        _warn_if_plugins_changed(meta, pm, registries, info.rank)
+        _warn_if_plugins_changed(meta, plugins, info.rank)
         if info.rank == 0:
             how = "exactly where it stopped" if start_layout == position.layout else (
                 f"on a new layout: the {sum(b - a for a, b in start_layout.rows or ())} rows of epoch "
@@ -297,7 +298,7 @@ def train(
     total = max(data.total, start_step)
     steps_per_epoch = data.input_for(whole).steps
     run.total_steps, run.steps_per_epoch, run.start_step = total, steps_per_epoch, start_step
-    run.dense_parameters = {n: p for opt in built.update.dense.values() for n, p in getattr(opt, "params", {}).items()}
+    run.dense_parameters = built.update.named_dense_params
     if info.rank == 0:
         model_dir.mkdir(parents=True, exist_ok=True)
         if tuned:
@@ -307,8 +308,6 @@ def train(
             "training %d steps (%d per epoch) on %d rank(s), %d rows per step; model_dir %s",
             total - start_step, steps_per_epoch, info.world_size, run.global_batch_size, model_dir,
         )
-    plugins = [p.to_json() for p in _run_plugins(pm, registries)]
-    if info.rank == 0:
         env = write_run_records(model_dir, cfg, raw, world_size=info.world_size, plugins=plugins)
         for problem in env["stack_problems"]:
             log.warning("%s (tzrec-run env checks this)", problem)
@@ -439,14 +438,11 @@ def _boundaries(start: int, total: int, every: int, epoch_ends: list[int], by_ep
     return sorted(p for p in points if start < p <= total)
 
 
-def _run_plugins(pm: Any, registries: Any) -> list[Any]:
-    """The plugin set of the run (the stage objects registered for this run left out)."""
-    return [p for p in plugin_infos(pm, registries) if not p.name.startswith("stage:")]
+def _warn_if_plugins_changed(meta: dict[str, Any], plugins: list[dict[str, Any]], rank: int) -> None:
+    def keys(infos: list[dict[str, Any]]) -> set[tuple[Any, Any, Any]]:
+        return {(p.get("name"), p.get("distribution"), p.get("version")) for p in infos}
 
-
-def _warn_if_plugins_changed(meta: dict[str, Any], pm: Any, registries: Any, rank: int) -> None:
-    saved = {(p.get("name"), p.get("distribution"), p.get("version")) for p in meta.get("plugins", [])}
-    now = {(p.name, p.distribution, p.version) for p in _run_plugins(pm, registries)}
+    saved, now = keys(meta.get("plugins", [])), keys(plugins)
     if saved and saved != now and rank == 0:
         gone = sorted(f"{n} ({d} {v})" for n, d, v in saved - now)
         new = sorted(f"{n} ({d} {v})" for n, d, v in now - saved)
@@ -486,7 +482,7 @@ def _claim_model_dir(model_dir: Path, overwrite: bool, resume: bool, rank: int, 
 
 #: What ``--overwrite`` removes from a model dir: the earlier run's outputs (default names).
 OWNED_DIRS = ("checkpoints", "predictions", "tensorboard", "profiler", "plots")
-OWNED_FILES = ("eval_results.jsonl", BEST_FILE, "metrics.jsonl", RESOLVED_TOML, RESOLVED_JSON, ENV_FILE, "init_report.json")
+OWNED_FILES = ("eval_results.jsonl", BEST_FILE, METRICS_FILE, RESOLVED_TOML, RESOLVED_JSON, ENV_FILE, "init_report.json")
 
 
 def _any_rank_asks_to_stop(run: RunContext) -> bool:

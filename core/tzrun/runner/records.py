@@ -36,8 +36,11 @@ from tzrun.config.schema import Component, RunConfig
 __all__ = [
     "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml",
     "environment", "stack_versions", "check_stack", "write_run_records", "owner_differences",
+    "METRICS_FILE", "read_jsonl", "keep_jsonl",
 ]
 
+#: The train log and evaluations of a run, one JSON object per line (the ``metrics_log`` stage).
+METRICS_FILE = "metrics.jsonl"
 RESOLVED_TOML = "resolved_config.toml"
 RESOLVED_JSON = "resolved_config.json"
 ENV_FILE = "env.json"
@@ -298,9 +301,35 @@ def write_run_records(model_dir: Path, cfg: RunConfig, raw: RawConfig, *, world_
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from tzrun.runner.checkpoint import write_atomic
+
+    write_atomic(path, text.encode("utf-8"))
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (``metrics.jsonl``, ``eval_results.jsonl``), in order;
+    a line a crash tore is skipped."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def keep_jsonl(path: str | os.PathLike[str], keep: Any) -> int:
+    """Rewrite a JSON-lines file (atomically) with only the records for which ``keep(record)``
+    is true, e.g. on resume the lines up to the checkpoint's step. Returns how many were
+    dropped (0 when the file does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    records = read_jsonl(path)
+    kept = [r for r in records if keep(r)]
+    if len(kept) != len(records):
+        _write(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return len(records) - len(kept)
 
 
 def owner_differences(model_dir: Path, cfg: RunConfig) -> list[str]:
@@ -315,4 +344,4 @@ def owner_differences(model_dir: Path, cfg: RunConfig) -> list[str]:
         saved = json.loads(path.read_text(encoding="utf-8"))["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return [f"{path} is unreadable"]
-    return [d.replace(" in the checkpoint,", " in the model dir's run,") for d in config_differences(saved, resolved_tree(cfg))]
+    return config_differences(saved, resolved_tree(cfg), saved_as="in the model dir's run")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Mapping
 import attrs
 
 from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
-from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints
+from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints, write_atomic
 from tzrun.runner.manifest import MARKER
 
 if TYPE_CHECKING:
@@ -107,9 +106,7 @@ def record_best(
         return current
     best = BestCheckpoint(step, metric, value, mode, f"checkpoints/step-{step}")
     if write:
-        tmp = model_dir / f".{BEST_FILE}.tmp"
-        tmp.write_text(json.dumps(attrs.asdict(best), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, model_dir / BEST_FILE)
+        write_atomic(model_dir / BEST_FILE, (json.dumps(attrs.asdict(best), indent=2) + "\n").encode("utf-8"))
     return best
 
 

@@ -124,11 +124,9 @@ class LogWindow:
         self._clock = time.perf_counter()
 
     def add(self, loss: Any, losses: Mapping[str, Any], rows: int) -> None:
-        """One step: its loss tensors and rows (on the hot path: device adds only)."""
-        loss = loss.detach()
+        """One step: its (detached) loss tensors and rows (on the hot path: device adds only)."""
         self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
         for name, value in losses.items():
-            value = value.detach()
             previous = self.losses_sum.get(name)
             self.losses_sum[name] = value if previous is None else previous + value
         self.rows += rows

@@ -137,10 +137,11 @@ class UpdateOptimizer:
         self.skipped_steps = 0  # dense steps the scaler skipped (inf/NaN gradients)
         self.last_grad_norm: float | None = None
         self.dense_params = [p for opt in self.dense.values() for g in opt.param_groups for p in g["params"]]
-        named = {}
+        #: the dense optimizers' parameters by name
+        self.named_dense_params: dict[str, nn.Parameter] = {}
         for opt in self.dense.values():
-            named.update(getattr(opt, "params", {}))
-        self.ema = DenseEMA(named, ema.decay) if ema is not None else None
+            self.named_dense_params.update(getattr(opt, "params", {}))
+        self.ema = DenseEMA(self.named_dense_params, ema.decay) if ema is not None else None
         self.ema_for_eval = ema is not None and ema.use_for_eval
         self.train_model = train_model
         self.on_nonfinite = getattr(train, "on_nonfinite_loss", "error")

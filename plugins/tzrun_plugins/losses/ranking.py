@@ -95,11 +95,16 @@ def build_pairwise_logistic(cfg: PairwiseLogisticConfig) -> Any:
 def build_in_batch_softmax(cfg: InBatchSoftmaxConfig) -> Any:
     """The loss module: ``forward(similarity[B, B], label, weight)`` (the label is unused)."""
     import torch
-
-    from tzrun_plugins.losses import _in_batch
+    from torch.nn import functional as F
 
     class InBatchSoftmax(torch.nn.Module):
         def forward(self, similarity: torch.Tensor, label: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-            return _in_batch.in_batch_softmax(similarity, weight, cfg.temperature)
+            if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1]:
+                raise ValueError(f"in_batch_softmax needs a square [B, B] similarity, got {list(similarity.shape)}")
+            logits = similarity / cfg.temperature
+            padding = (weight <= 0)[None, :] & ~torch.eye(len(weight), dtype=torch.bool, device=weight.device)
+            logits = logits.masked_fill(padding, float("-inf"))
+            target = torch.arange(len(weight), device=similarity.device)
+            return weighted_mean(F.cross_entropy(logits, target, reduction="none"), weight)
 
     return InBatchSoftmax()

@@ -27,10 +27,6 @@ __all__ = ["EarlyStoppingConfig", "EarlyStoppingStage", "build_early_stopping", 
 log = logging.getLogger("tzrun.early_stopping")
 
 
-def _non_negative(instance: Any, attribute: Any, value: float) -> None:
-    if not value >= 0:
-        raise ValueError(f"must be 0 or more, got {value}", attribute)
-
 
 @attrs.frozen
 class EarlyStoppingConfig:
@@ -47,7 +43,7 @@ class EarlyStoppingConfig:
     metric: Optional[str] = None
     mode: Optional[Literal["max", "min"]] = None
     patience: int = attrs.field(default=3, validator=attrs.validators.gt(0))
-    min_delta: float = attrs.field(default=0.0, validator=_non_negative)
+    min_delta: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
 
 
 def check_early_stopping(cfg: EarlyStoppingConfig, run_config: Any, eval_keys: Sequence[str]) -> list[tuple[str, str]]:

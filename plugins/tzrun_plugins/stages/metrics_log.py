@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -24,11 +23,9 @@ from typing import Any, Optional
 import attrs
 
 import tzrun
+from tzrun.runner.records import METRICS_FILE, keep_jsonl
 
-__all__ = ["MetricsLogConfig", "MetricsLogStage", "build_metrics_log", "METRICS_FILE", "read_metrics_log"]
-
-#: The file name, in the model dir.
-METRICS_FILE = "metrics.jsonl"
+__all__ = ["MetricsLogConfig", "MetricsLogStage", "build_metrics_log"]
 
 
 @attrs.frozen
@@ -50,17 +47,6 @@ def _finite(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     return value
-
-
-def read_metrics_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` file, in order (a torn last line is skipped)."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 class MetricsLogStage:
@@ -85,10 +71,7 @@ class MetricsLogStage:
         if run.start_step == 0 or not self.path.exists():
             self.path.write_text("", encoding="utf-8")
         else:  # resumed: keep what the checkpoint covers
-            kept = [r for r in read_metrics_log(self.path) if int(r.get("step", 0)) <= run.start_step]
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-            os.replace(tmp, self.path)
+            keep_jsonl(self.path, lambda r: int(r.get("step", 0)) <= run.start_step)
 
     @tzrun.hookimpl
     def tzrun_after_train_log(self, run: tzrun.RunContext, log: tzrun.TrainLog) -> None:

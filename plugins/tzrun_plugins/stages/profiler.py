@@ -22,10 +22,6 @@ __all__ = ["ProfilerConfig", "ProfilerStage", "build_profiler"]
 log = logging.getLogger("tzrun.profiler")
 
 
-def _non_negative(instance: Any, attribute: Any, value: int) -> None:
-    if value < 0:
-        raise ValueError(f"must be 0 or more, got {value}", attribute)
-
 
 @attrs.frozen
 class ProfilerConfig:
@@ -40,11 +36,11 @@ class ProfilerConfig:
         dir: where traces go (default ``<model_dir>/profiler``); relative to the model dir.
     """
 
-    wait: int = attrs.field(default=1, validator=_non_negative)
-    warmup: int = attrs.field(default=1, validator=_non_negative)
+    wait: int = attrs.field(default=1, validator=attrs.validators.ge(0))
+    warmup: int = attrs.field(default=1, validator=attrs.validators.ge(0))
     active: int = attrs.field(default=3, validator=attrs.validators.gt(0))
-    repeat: int = attrs.field(default=1, validator=_non_negative)
-    skip_first: int = attrs.field(default=0, validator=_non_negative)
+    repeat: int = attrs.field(default=1, validator=attrs.validators.ge(0))
+    skip_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     ranks: tuple[int, ...] = (0,)
     record_shapes: bool = False
     profile_memory: bool = False

@@ -32,10 +32,6 @@ import tzrun
 __all__ = ["TensorBoardConfig", "TensorBoardStage", "build_tensorboard"]
 
 
-def _non_negative(instance: Any, attribute: Any, value: int) -> None:
-    if value < 0:
-        raise ValueError(f"must be 0 (off) or more, got {value}", attribute)
-
 
 @attrs.frozen
 class TensorBoardConfig:
@@ -50,7 +46,7 @@ class TensorBoardConfig:
     """
 
     log_dir: Optional[str] = None
-    histograms_every_n_steps: int = attrs.field(default=0, validator=_non_negative)
+    histograms_every_n_steps: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     flush_secs: int = attrs.field(default=30, validator=attrs.validators.gt(0))
 
 
