@@ -213,3 +213,18 @@ def test_same_buckets_in_other_processes_whatever_their_hash_seed() -> None:
         )
         assert json.loads(out.stdout) == here
     assert here == [ref_fnv1a_64(v.encode()) % 1000003 for v in values]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([f"{i * 2654435761 % 2**32:08x}" for i in range(1000)], id="equal-lengths-block"),
+        pytest.param([f"{i:x}" for i in range(1000)] + [None, ""], id="alike-lengths-gathered"),
+        pytest.param(["a"] * 500 + ["x" * 5000] + ["bc"] * 500, id="one-long-value-walked"),
+    ],
+)
+def test_each_layout_matches_the_reference_whole_and_sliced(values: list) -> None:
+    arr = pa.array(values, pa.string())
+    np.testing.assert_array_equal(fnv1a_64(arr), _expected(values))
+    for start, stop in ((1, 999), (17, 18), (500, 1001)):
+        np.testing.assert_array_equal(fnv1a_64(arr.slice(start, stop - start)), _expected(values[start:stop]))

@@ -18,11 +18,14 @@ and the bucket of a value is ``h % num_buckets``. Known test vectors: ``""`` ->
 
 The implementation works directly on an Arrow array's offsets and data buffers with numpy
 (no Python loop over values). Values are processed byte position by byte position,
-vectorized across all values: the values are ordered by length (longest first) once, so at
-byte position ``j`` the values still having a ``j``-th byte form a contiguous prefix of that
-order and each step touches only them. The total work is therefore proportional to the total
-number of bytes plus a small constant per byte position of the longest value, so a single
-very long value among many short ones stays cheap.
+vectorized across all values. When every value has the same length (hex ids, fixed-width
+codes) the data buffer is one ``(n, length)`` block and byte position ``j`` is its column
+``j``. Otherwise the values are ordered by length (longest first) once, so at byte position
+``j`` the values still having a ``j``-th byte form a contiguous prefix of that order; their
+bytes are gathered into one padded block when lengths are alike, or read position by position
+when a few values are much longer than the rest. The total work is therefore proportional to
+the total number of bytes plus a small constant per byte position of the longest value, so a
+single very long value among many short ones stays cheap.
 
 Null values are hashed like the empty string ``""`` (that is, to the offset basis). Callers
 that want a different treatment of nulls (a dedicated bucket, dropping the row, ...) must
@@ -85,37 +88,55 @@ def _fnv1a_64_array(arr: pa.Array) -> np.ndarray:
         return out
     data = np.frombuffer(data_buf, dtype=np.uint8)
 
-    # Order values longest first, so values with at least j + 1 bytes are a prefix.
+    prime = np.uint64(FNV1A_64_PRIME)
     if int(lengths.min()) == max_len:
-        order = None
-        starts_sorted = starts
-        active_counts = np.full(max_len, n, dtype=np.int64)
-    else:
-        # A stable sort of 16-bit keys is a radix sort (O(n)); most categorical values are short.
-        key_dtype = np.int16 if max_len < 2**15 else np.int64
-        order = np.argsort((-lengths).astype(key_dtype), kind="stable")
-        starts_sorted = starts[order]
-        lengths_sorted = lengths[order]
-        # active_counts[j] = number of values whose length is > j.
-        # -lengths_sorted is ascending; the values with -len < -j (len > j) form its prefix.
-        active_counts = np.searchsorted(-lengths_sorted, -np.arange(max_len, dtype=np.int64), side="left")
+        # Every value has max_len bytes (no nulls among them): Arrow's offsets are then evenly
+        # spaced, so the bytes form one (n, max_len) block and column j holds every j-th byte.
+        first = int(starts[0])
+        block = data[first : first + n * max_len].reshape(n, max_len)
+        with np.errstate(over="ignore"):
+            for j in range(max_len):
+                np.bitwise_xor(out, block[:, j], out=out)
+                np.multiply(out, prime, out=out)  # uint64 multiplication wraps modulo 2**64
+        return out
+
+    # Order values longest first, so values with at least j + 1 bytes are a prefix.
+    # A stable sort of 16-bit keys is a radix sort (O(n)); most categorical values are short.
+    key_dtype = np.int16 if max_len < 2**15 else np.int64
+    order = np.argsort((-lengths).astype(key_dtype), kind="stable")
+    starts_sorted = starts[order]
+    lengths_sorted = lengths[order]
+    # active_counts[j] = number of values whose length is > j.
+    # -lengths_sorted is ascending; the values with -len < -j (len > j) form its prefix.
+    active_counts = np.searchsorted(-lengths_sorted, -np.arange(max_len, dtype=np.int64), side="left")
 
     h = np.full(n, FNV1A_64_OFFSET_BASIS, dtype=np.uint64)
-    prime = np.uint64(FNV1A_64_PRIME)
-    pos = starts_sorted.copy()
-    byte = np.empty(n, dtype=np.uint8)
+    total_bytes = int(lengths.sum())
     with np.errstate(over="ignore"):
-        for j in range(max_len):
-            k = int(active_counts[j])
-            hk = h[:k]
-            bk = byte[:k]
-            data.take(pos[:k], out=bk)
-            np.bitwise_xor(hk, bk, out=hk)
-            np.multiply(hk, prime, out=hk)  # uint64 multiplication wraps modulo 2**64
-            pos[:k] += 1
+        if n * max_len <= 4 * total_bytes + 16 * n:
+            # Lengths are alike: gather the bytes into an (n, max_len) block in one call (the
+            # tail of a short value holds other bytes, but only active prefixes are read).
+            index = starts_sorted[:, None] + np.arange(max_len, dtype=np.int64)
+            np.minimum(index, data.size - 1, out=index)
+            block = data[index]
+            for j in range(max_len):
+                k = int(active_counts[j])
+                hk = h[:k]
+                np.bitwise_xor(hk, block[:k, j], out=hk)
+                np.multiply(hk, prime, out=hk)
+        else:
+            # A few long values among short ones: walk byte positions over the active prefix.
+            pos = starts_sorted.copy()
+            byte = np.empty(n, dtype=np.uint8)
+            for j in range(max_len):
+                k = int(active_counts[j])
+                hk = h[:k]
+                bk = byte[:k]
+                data.take(pos[:k], out=bk)
+                np.bitwise_xor(hk, bk, out=hk)
+                np.multiply(hk, prime, out=hk)
+                pos[:k] += 1
 
-    if order is None:
-        return h
     out[order] = h
     return out
 
