@@ -1,8 +1,8 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
 Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
-``env``, ``data synth``. Torch is imported only by the commands that need it, so ``--help``, ``check``,
-``plugins`` and ``ckpt`` start fast.
+``env``, ``data synth``, ``convert``. Torch is imported only by the commands that need it, so ``--help``,
+``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
 
 from __future__ import annotations
@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw a run's metrics.jsonl (loss, learning rates, eval metrics) as PNG files")
     plot.add_argument("model_dir", metavar="MODEL_DIR")
     plot.add_argument("--out", metavar="DIR", help="where the PNG files go (default MODEL_DIR/plots)")
+
+    convert = sub.add_parser(
+        "convert", help="turn the training parts of a TorchEasyRec pipeline config (protobuf text) into TOML; "
+                        "what cannot be converted is listed at the top of the output and on standard error")
+    convert.add_argument("pipeline_config", metavar="PIPELINE_CONFIG", help="a TorchEasyRec pipeline config")
+    convert.add_argument("--out", metavar="FILE", help="write the TOML to FILE (default: standard output)")
 
     env = sub.add_parser("env", help="the installed versions, and whether torch / fbgemm / torchrec are a known-good triple")
     env.add_argument("--json", action="store_true", help="print JSON")
@@ -445,6 +451,25 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from tzrun.convert import convert_file, summary_lines
+
+    conversion = convert_file(args.pipeline_config)
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as out:
+                out.write(conversion.toml)
+        except OSError as error:
+            print(f"tzrec-run convert: cannot write {args.out}: {error.strerror or error}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"tzrec-run convert: wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(conversion.toml)
+    for line in summary_lines(conversion):
+        print(line, file=sys.stderr)
+    return 0
+
+
 def _cmd_env(args: argparse.Namespace) -> int:
     from tzrun.runner.records import check_stack, stack_versions
 
@@ -508,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plot(args)
         if args.command == "env":
             return _cmd_env(args)
+        if args.command == "convert":
+            return _cmd_convert(args)
     except TzrunError as error:
         print(f"tzrec-run: {error}", file=sys.stderr)
         return EXIT_CONFIG

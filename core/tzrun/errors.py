@@ -12,6 +12,7 @@ __all__ = [
     "TzrunError",
     "ConfigError",
     "ConfigProblem",
+    "ProtoTextError",
     "PluginError",
     "PluginLoadError",
     "DuplicateRegistrationError",
@@ -67,6 +68,21 @@ class ConfigError(TzrunError):
         n = len(self.problems)
         head = f"{source}: {n} problem{'s' if n != 1 else ''}"
         super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
+
+
+class ProtoTextError(TzrunError):
+    """Protobuf text (a TorchEasyRec config given to ``tzrec-run convert``) that cannot be read;
+    the message names the file, line and column.
+
+    Attributes:
+        source: the file name (or ``"<string>"``).
+        line: the line of the problem, from 1.
+        column: its column, from 1.
+    """
+
+    def __init__(self, source: str, line: int, column: int, message: str) -> None:
+        self.source, self.line, self.column = source, line, column
+        super().__init__(f"{source}:{line}:{column}: {message}")
 
 
 class PluginError(TzrunError):

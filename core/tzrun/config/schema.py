@@ -78,12 +78,14 @@ class SparseOptimizerFields:
     """Keys of a sparse optimizer table that tzrec-run reads itself.
 
     Attributes:
-        lr_schedule: the schedule of the fused optimizer's learning rate (default ``constant``);
-            per-table overrides share the schedule of ``train.sparse_optimizer``.
+        lr_schedule: the schedule of the fused optimizer's learning rate (default ``constant``;
+            see docs/schedules.md); per-table overrides share the schedule of
+            ``train.sparse_optimizer``.
         cpu_policy: what to do on CPU when FBGEMM has no CPU kernel for the optimizer:
             ``"error"`` (default) stops with a config error; ``"data_parallel"`` trains the
             table data-parallel with the equivalent torch optimizer, whose state moves for
-            every row at every step (not only for the touched rows).
+            every row at every step (not only for the touched rows). See
+            docs/sparse_optimizers.md, CPU policy.
     """
 
     lr_schedule: Optional[Component] = None
@@ -124,10 +126,12 @@ class DenseOptimizerFields:
     """Keys of ``[train.dense_optimizer]`` that tzrec-run reads itself.
 
     Attributes:
-        lr_schedule: the schedule of the optimizer's learning rate (default ``constant``).
+        lr_schedule: the schedule of the optimizer's learning rate (default ``constant``; see
+            docs/schedules.md).
         parts: part optimizers, each over the dense parameters its ``pattern`` matches; the
-            others stay with this optimizer.
-        ema: an exponential moving average of the dense weights (off when unset).
+            others stay with this optimizer (see docs/optimizers.md, Part optimizers).
+        ema: an exponential moving average of the dense weights (off when unset; see
+            docs/optimizers.md, EMA of dense weights).
     """
 
     lr_schedule: Optional[Component] = None
@@ -140,12 +144,16 @@ class LossFields:
     """Keys of a ``[[losses]]`` table that tzrec-run reads itself.
 
     Attributes:
-        name: the loss's name in logs and results (default: its type).
+        name: the loss's name in logs and results (default: its type); the names of the
+            ``[[losses]]`` must differ. Each evaluation reports every loss as
+            ``loss/<name>``, its mean over rows.
         label: the label column it is computed against (default: the first of ``data.labels``).
-        prediction: the model output it consumes (default: what the loss registered).
+        prediction: the model output it consumes (default: what the loss registered,
+            ``logits`` unless it registered another); the model must make it.
         weight: its factor in the total loss.
-        group_by: the input column whose values group rows (a session, a user, a query) for
-            the losses that need one (``jrc``) or accept one (``pairwise_logistic``).
+        group_by: the input column whose values group rows (a session, a user, a query):
+            integers, or strings hashed with FNV-1a 64. Required by the losses that need one
+            (``jrc``), accepted by some (``pairwise_logistic``), refused by the others.
     """
 
     name: Optional[str] = None
@@ -158,7 +166,19 @@ class LossFields:
 @attrs.frozen
 class MetricFields:
     """Keys of a ``[[metrics]]`` table that tzrec-run reads itself (see :class:`LossFields`;
-    ``group_by`` names the group key of grouped metrics such as ``grouped_auc``)."""
+    ``group_by`` names the group key of grouped metrics such as ``grouped_auc``).
+
+    Attributes:
+        name: the metric's name in logs and results (default: its type, or the name its
+            options give, e.g. ``auc_binned200``); the names within ``[[metrics]]`` (and
+            within ``[[train_metrics]]``) must differ.
+        label: the label column it is computed against (default: the first of ``data.labels``).
+        prediction: the model output it consumes (default: what the metric registered,
+            ``probs`` unless it registered another); the model must make it.
+        group_by: the input column whose values group rows (a session, a user, a query):
+            integers, or strings hashed with FNV-1a 64. Required by the metrics that need one
+            (``grouped_auc``), refused by those that use none.
+    """
 
     name: Optional[str] = None
     label: Optional[str] = None
@@ -174,7 +194,8 @@ class TrainMetricFields(MetricFields):
     Attributes:
         decay_rate: every ``decay_step`` steps the metric is computed over those steps' rows
             (all ranks) and reset; the value shown is ``decay_rate * previous + (1 - decay_rate)
-            * window`` (the first window's value as is).
+            * window`` (the first window's value as is). Before the first window closes there
+            is no value (TorchEasyRec shows 0.0).
         decay_step: the window, in training steps.
     """
 
@@ -187,13 +208,17 @@ class DataConfig:
     """``[data]``: inputs, batching and labels.
 
     Attributes:
-        train_input: training data: a file, a directory or a glob.
+        train_input: training data: a file, a directory (the built-in readers search it
+            recursively) or a glob (``**`` allowed).
         eval_input: evaluation data; unset means no evaluation.
-        batch_size: rows per step on each rank.
+        batch_size: rows per step on each rank (at least 1).
         eval_batch_size: rows per evaluation step on each rank (default: ``batch_size``).
-        num_workers: DataLoader worker processes per rank (0 reads in the training process).
-        labels: label columns, in the order models see them.
-        sample_weight: a column of per-row loss and metric weights (default: all rows 1).
+        num_workers: DataLoader worker processes per rank (0 reads in the training process);
+            each worker builds batches with one intra-op thread. See docs/data.md, Reading in
+            the training process or in workers.
+        labels: label columns, in the order models see them (at least one).
+        sample_weight: a column of non-negative per-row loss and metric weights (default: all
+            rows 1).
         reader: the reader component (default ``{ type = "parquet" }``).
         on_bad_row: a row with an id outside its table, an infinite dense value, a null, NaN
             or infinite label, a null, NaN, infinite or negative sample weight, or a null group
@@ -205,11 +230,14 @@ class DataConfig:
             (rounded down to whole batches, at least one batch) of each DataLoader worker's
             run, with a permutation drawn from ``train.seed``, the epoch and the window's
             position; 0 (default) reads rows in input order. Every row is still read exactly
-            once per epoch, and resume stays exact. Evaluation input is never shuffled.
+            once per epoch, and resume stays exact. Evaluation input is never shuffled. See
+            docs/data.md, Shuffling.
         prefetch_batches: with ``num_workers = 0``, a background thread of the training
-            process reads and builds up to this many batches ahead, overlapping the input with
-            the step (0: each batch is built when the loop asks for it). With workers, the
-            DataLoader prefetches instead.
+            process reads and builds up to this many batches ahead, overlapping reading,
+            decoding and hashing with the step (0: each batch is built when the loop asks for
+            it). With workers, the DataLoader prefetches instead. On few cores this beats
+            worker processes (no copies between processes, no process competing for the
+            cores); see docs/data.md, Reading in the training process or in workers.
     """
 
     train_input: str
@@ -234,7 +262,7 @@ class DenseFeatureConfig:
 
     Attributes:
         name: the feature's name.
-        column: its input column (default: ``name``).
+        column: its input column, of integers, floats or bools (default: ``name``).
         fill_value: the value of a missing (null or NaN) entry.
         log1p: feed ``log(1 + max(x, 0))`` instead of ``x`` (for counts).
         mean: subtracted after ``log1p`` (standardization; default 0).
@@ -283,7 +311,7 @@ def _choices(allowed: tuple[str, ...]) -> Any:
 class EmbeddingConstraintsConfig:
     """What TorchRec's sharding planner may choose for a table (its ``ParameterConstraints``):
     ``train.global_embedding_constraints`` for every table, a feature's ``embedding_constraints``
-    for the tables it reads (overriding the global keys it sets).
+    for the tables it reads (overriding the global keys it sets). See docs/plan.md, Constraints.
 
     Attributes:
         sharding_types: the sharding types to choose from (default ``table_wise``,
@@ -300,15 +328,21 @@ class EmbeddingConstraintsConfig:
 class SparseFeatureConfig:
     """``[[features.sparse]]``: a categorical id input with an embedding table.
 
+    Set exactly one of ``num_buckets``, ``hash_bucket_size``, ``vocab``, ``vocab_file`` and
+    ``boundaries``: it says how the column's values become ids, and how many rows the table
+    has. Features that share a table must agree on its size, ``embedding_dim``, ``pooling``,
+    ``trainable``, ``sparse_optimizer`` and ``embedding_constraints``. The hash, the
+    out-of-vocabulary id, the boundary convention and weights: see docs/data.md, Id features.
+
     Attributes:
         name: the feature's name (its key in the batch's KeyedJaggedTensor).
-        column: its input column (default: ``name``).
-        num_buckets: integer ids in ``[0, num_buckets)``; set this or ``hash_bucket_size``.
-        hash_bucket_size: strings hashed with FNV-1a 64 into this many buckets (integers
-            are taken modulo it).
-        embedding_dim: the embedding width; a multiple of 4 (FBGEMM's fused kernels need it).
-        table: the embedding table's name; features naming one table share it (default:
-            ``<name>_emb``).
+        column: its input column (default: ``name``): integers or strings, or a list of either
+            (several ids per row); a null, or a null inside a list, gives no id.
+        num_buckets: integer ids in ``[0, num_buckets)``, used as they are (pieces split on
+            ``separator`` are parsed as base-10 integers); an id outside is a bad row (see
+            ``data.on_bad_row``).
+        hash_bucket_size: strings hashed with FNV-1a 64 over their UTF-8 bytes into this many
+            buckets (integers are taken modulo it).
         vocab: tokens; token ``vocab[i]`` is id ``i + 1`` and any other token id 0 (the
             out-of-vocabulary bucket); the table has ``len(vocab) + 1`` rows. Integer columns
             are matched by their decimal text.
@@ -316,21 +350,27 @@ class SparseFeatureConfig:
             like ``vocab``; relative to the working directory.
         boundaries: a numeric column bucketized: ``x`` is id ``#{b in boundaries: b <= x}``
             (``numpy.searchsorted(boundaries, x, side="right")``); strictly increasing; the
-            table has ``len(boundaries) + 1`` rows. Set exactly one of ``num_buckets``,
-            ``hash_bucket_size``, ``vocab``, ``vocab_file`` and ``boundaries``.
+            table has ``len(boundaries) + 1`` rows.
         separator: a string column holds several values per row separated by it
             (``"a|b|c"``); empty pieces are ignored. List columns need none.
         weight_column: a column of per-id weights parallel to ``column`` (a list column, or
-            a string split on ``separator``), fed as the KeyedJaggedTensor's weights.
-        embedding_dim: the embedding width; a multiple of 4 (FBGEMM's fused kernels need it).
-        table: the embedding table's name; features naming one table share it (default:
-            ``<name>_emb``).
+            a string split on ``separator``, with as many values as ids in every row), fed as
+            the KeyedJaggedTensor's weights; not ``column`` itself.
+        embedding_dim: the embedding width; a positive multiple of 4 (FBGEMM's fused kernels
+            need it).
+        table: the embedding table's name; features naming one table share it and must agree
+            on its size and width (default: ``<name>_emb``). ``items``, ``keys`` and ``values``
+            cannot be table names.
         pooling: how a multi-id row is pooled, ``sum`` or ``mean``.
         sparse_optimizer: this feature's table's own sparse optimizer (default:
-            ``train.sparse_optimizer``); features sharing a table must agree.
-        trainable: false freezes the table: its rows are never updated.
+            ``train.sparse_optimizer``; see docs/sparse_optimizers.md). It takes no
+            ``lr_schedule``: it shares that of ``train.sparse_optimizer``, applied to its own
+            ``lr``. Features sharing a table must agree; a frozen feature takes none.
+        trainable: false freezes the table: it runs fused SGD with lr 0, so its rows never
+            change.
         embedding_constraints: the sharding types and kernels the planner may choose for this
-            feature's tables (see :class:`EmbeddingConstraintsConfig`); features sharing a table
+            feature's tables (see :class:`EmbeddingConstraintsConfig`); the keys it sets
+            override those of ``train.global_embedding_constraints``. Features sharing a table
             must agree.
     """
 
@@ -353,7 +393,12 @@ class SparseFeatureConfig:
 
 @attrs.frozen
 class FeaturesConfig:
-    """``[features]``: the model's inputs."""
+    """``[features]``: the model's inputs.
+
+    Attributes:
+        dense: ``[[features.dense]]``, the float inputs, in the order models see them.
+        sparse: ``[[features.sparse]]``, the categorical id inputs, each with an embedding table.
+    """
 
     dense: tuple[DenseFeatureConfig, ...] = ()
     sparse: tuple[SparseFeatureConfig, ...] = ()
@@ -366,7 +411,8 @@ class GradScalerConfig:
 
     Attributes:
         init_scale: the first scale factor.
-        growth_factor: the scale is multiplied by it after ``growth_interval`` clean steps.
+        growth_factor: the scale is multiplied by it after ``growth_interval`` clean steps
+            (above 1).
         backoff_factor: the scale is multiplied by it after a step with inf/NaN gradients
             (that step is skipped).
         growth_interval: clean steps between two growths.
@@ -408,35 +454,40 @@ class TrainConfig:
     Attributes:
         sparse_optimizer: the embedding optimizer, fused into FBGEMM's kernels.
         dense_optimizer: the optimizer of every other parameter.
-        num_steps: train this many steps (set this or ``num_epochs``).
-        num_epochs: train this many passes over ``data.train_input``.
+        num_steps: train this many steps (at least 1); set exactly one of ``num_steps`` and
+            ``num_epochs``.
+        num_epochs: train this many passes over ``data.train_input`` (at least 1).
         seed: seeds torch, numpy and Python's ``random`` on every rank.
         save_checkpoints_steps: also checkpoint and evaluate every N steps (0: only at the end).
         save_checkpoints_epochs: also checkpoint and evaluate at the end of every N-th epoch.
         keep_checkpoint_max: keep at most this many checkpoints, the newest (0: keep all); the
-            best one (``eval.best_metric``) is never removed.
+            best one (``eval.best_metric``) is never removed. See docs/checkpoints.md,
+            Retention and the best checkpoint.
         on_nonfinite_loss: a NaN or infinite loss stops the run naming the step (``"error"``),
             or its update is skipped and counted (``"skip"``); either way before it reaches a
             checkpoint.
         log_every_n_steps: the interval of the train log: every N steps the loop makes one
             record (mean loss, learning rates, samples/s, data wait, gradient norm) that the
-            stages show, plot and write (one device sync per interval).
+            stages show, plot and write (one device sync per interval; see docs/stages.md).
         pipeline: the TorchRec train pipeline (default ``sparse_dist``).
         stages: loop stages, called in this order (default: ``progress`` and
-            ``metrics_log``; ``[]`` for none).
+            ``metrics_log``; ``[]`` for none; see docs/stages.md).
         gradient_accumulation_steps: the dense optimizer steps once per this many batches,
             on the mean of their gradients; embeddings are still updated at every batch, with
-            that batch's own (unscaled) gradient.
+            that batch's own (unscaled) gradient (see docs/optimizers.md, Gradient accumulation).
         mixed_precision: run the model and losses under ``torch.autocast`` in ``"bf16"`` or
             ``"fp16"`` (unset: float32).
         grad_scaler: dynamic loss scaling; only with ``mixed_precision = "fp16"``.
         grad_clipping: clip the dense gradients before each dense step.
         global_embedding_constraints: the sharding types and kernels the planner may choose for
-            every table (a feature's ``embedding_constraints`` override the keys they set).
+            every table (a feature's ``embedding_constraints`` override the keys they set; see
+            docs/plan.md, Constraints).
         tune_malloc: on Linux with glibc, keep freed memory in the process instead of handing it
             back to the kernel at every step (``mallopt``: ``M_MMAP_THRESHOLD`` 32 MiB,
-            ``M_TRIM_THRESHOLD`` 1 GiB, ``M_TOP_PAD`` 64 MiB), in every rank; false keeps
-            glibc's defaults. See :mod:`tzrun.runner.allocator`.
+            ``M_TRIM_THRESHOLD`` 1 GiB, ``M_TOP_PAD`` 64 MiB), in every rank; a setting given
+            through glibc's own variables (``MALLOC_MMAP_THRESHOLD_``,
+            ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``) is left alone; false keeps glibc's
+            defaults. See :mod:`tzrun.runner.allocator`.
         cudnn_allow_tf32: set ``torch.backends.cudnn.allow_tf32`` (unset: torch's default).
         cuda_matmul_allow_tf32: set ``torch.backends.cuda.matmul.allow_tf32`` (unset: torch's
             default). Both only affect CUDA devices.
@@ -470,10 +521,12 @@ class EvalConfig:
 
     Attributes:
         num_steps: evaluate on at most this many batches per rank (default: the whole input).
-        save_predictions: write each rank's eval predictions and labels to
+        save_predictions: write what each rank evaluated (every model output,
+            ``label/<column>``, ``weight`` and the ``group_by`` keys as ``group/<column>``) to
             ``model_dir/predictions/step-N/rank-R.parquet``.
         best_metric: the eval result (a metric name, or ``loss/<name>``) that picks the best
-            checkpoint (``tzrec-run evaluate --checkpoint best``; never pruned).
+            checkpoint, recorded in ``model_dir/best.json`` (``tzrec-run evaluate --checkpoint
+            best``; never pruned); needs ``data.eval_input``.
         best_mode: whether larger (``"max"``) or smaller (``"min"``) values of it are better.
     """
 
@@ -488,7 +541,8 @@ class PluginsConfig:
     """``[plugins]``: which installed plugins this run uses.
 
     Attributes:
-        disable: plugin names not to load (as ``tzrec-run plugins`` shows them).
+        disable: plugin names not to load (as ``tzrec-run plugins`` shows them);
+            ``TZRUN_DISABLE_PLUGINS`` (comma-separated) adds to it.
     """
 
     disable: tuple[str, ...] = ()
@@ -500,9 +554,16 @@ class RunConfig:
 
     Attributes:
         model_dir: where checkpoints, results and logs go (``--model-dir`` overrides it).
-        data, features, model, train, eval, plugins: the sections.
-        losses: ``[[losses]]``, summed (times their weights) into the training loss.
-        metrics: ``[[metrics]]``, computed over all ranks at each evaluation.
+        data: ``[data]``, the inputs, batching and labels.
+        features: ``[features]``, the model's inputs.
+        model: ``[model]``, the model component and its options.
+        train: ``[train]``, the training loop, its optimizers, pipeline and stages.
+        eval: ``[eval]``, evaluation passes and the best checkpoint.
+        plugins: ``[plugins]``, which installed plugins this run uses.
+        losses: ``[[losses]]``, summed (times their weights) into the training loss; at least
+            one.
+        metrics: ``[[metrics]]``, computed over all ranks at each evaluation (they need
+            ``data.eval_input``).
         train_metrics: ``[[train_metrics]]``, computed on training batches over windows of
             ``decay_step`` steps and shown decayed in the train log lines.
     """

@@ -34,7 +34,7 @@ from tzrun.config.load import RawConfig
 from tzrun.config.schema import Component, RunConfig
 
 __all__ = [
-    "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml",
+    "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml", "emit_toml",
     "environment", "stack_versions", "check_stack", "write_run_records", "owner_differences",
     "METRICS_FILE", "read_jsonl", "keep_jsonl",
 ]
@@ -162,7 +162,21 @@ def _is_table_array(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
-def _emit(lines: list[str], node: Mapping[str, Any], header: str, path: str, sources: Mapping[str, str]) -> None:
+def emit_toml(lines: list[str], node: Mapping[str, Any], header: str, path: str, sources: Mapping[str, str]) -> None:
+    """Append ``node`` to ``lines`` as TOML: its plain keys, then its tables and arrays of tables.
+
+    Args:
+        lines: the TOML lines written so far; appended to.
+        node: TOML-shaped data (dicts, lists, str, int, float, bool).
+        header: the TOML name of ``node``'s table (``""`` for the top level), prefixed to nested headers.
+        path: the dotted key path of ``node`` (``"train.stages[0]"``), looked up in ``sources``.
+        sources: key path -> ``"file"``, ``"default"`` or ``"--set"``; a key whose source is not
+            ``"file"`` gets it as a comment (``# default``). ``{}`` writes no comments.
+
+    Raises:
+        TypeError: a value that TOML cannot hold (None, say).
+    """
+
     def mark(full: str) -> str:
         source = sources.get(full, "file")
         return "" if source == "file" else f"  # {source}"
@@ -177,11 +191,11 @@ def _emit(lines: list[str], node: Mapping[str, Any], header: str, path: str, sou
         name = f"{header}.{_key(key)}" if header else _key(key)
         if _is_table(value):
             lines.extend(["", f"[{name}]"])
-            _emit(lines, value, name, full, sources)
+            emit_toml(lines, value, name, full, sources)
         elif _is_table_array(value):
             for i, item in enumerate(value):
                 lines.extend(["", f"[[{name}]]"])
-                _emit(lines, item, name, f"{full}[{i}]", sources)
+                emit_toml(lines, item, name, f"{full}[{i}]", sources)
 
 
 def resolved_toml(tree: Mapping[str, Any], sources: Mapping[str, str], source: str) -> str:
@@ -192,7 +206,7 @@ def resolved_toml(tree: Mapping[str, Any], sources: Mapping[str, str], source: s
         "# '# default' marks a default, '# --set' a command-line override. Train the same run with this file.",
         "",
     ]
-    _emit(lines, tree, "", "", sources)
+    emit_toml(lines, tree, "", "", sources)
     return "\n".join(lines) + "\n"
 
 

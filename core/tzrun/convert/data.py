@@ -1,0 +1,97 @@
+"""The training keys of ``data_config``: batch sizes, labels, sample weights and the reader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tzrun.convert.nodes import Finding, Node
+
+__all__ = ["convert_data"]
+
+_CSV_TYPES = {"INT32": "int32", "INT64": "int64", "STRING": "string", "FLOAT": "float32", "DOUBLE": "float64",
+              "INT": "int32", "BIGINT": "int64", "BOOLEAN": "bool"}
+_DATA_NOT_CONVERTED = {
+    "pin_memory": "tzrec-run decides pinning itself (a speed option)",
+    "drop_remainder": "every row is trained on here; a short last batch is not dropped",
+    "min_batch_size": "every row is trained on here; short batches are not dropped",
+    "shuffle": "set data.shuffle_buffer_rows (a number of rows; docs/data.md#shuffling)",
+    "shuffle_buffer_size": "set data.shuffle_buffer_rows (a number of rows; docs/data.md#shuffling)",
+    "fg_threads": "tzrec-run has no feature generator (FG)",
+    "fg_encoded": "tzrec-run has no feature generator (FG)",
+    "fg_encoded_multival_sep": "set separator on each multi-value [[features.sparse]] (docs/data.md)",
+    "is_orderby_partition": "MaxCompute (ODPS) input is not supported",
+    "odps_data_quota_name": "MaxCompute (ODPS) input is not supported",
+    "odps_data_compression": "MaxCompute (ODPS) input is not supported",
+    "sample_mask_prob": "sample masking has no equivalent",
+    "negative_sample_mask_prob": "sample masking has no equivalent",
+    "force_base_data_group": "no equivalent (batches are built from the configured features)",
+    "sample_cost_field": "cost-based batching has no equivalent",
+    "batch_cost_size": "cost-based batching has no equivalent",
+    "in_order": "batches are always in order here (resume is exact)",
+}
+_SAMPLERS = ("negative_sampler", "negative_sampler_v2", "hard_negative_sampler", "hard_negative_sampler_v2", "tdm_sampler")
+
+
+def convert_data(node: Node, data: dict[str, Any]) -> None:
+    """Convert ``data_config`` into the ``[data]`` table ``data``."""
+    for name, key in (("batch_size", "batch_size"), ("eval_batch_size", "eval_batch_size"), ("num_workers", "num_workers")):
+        value = node.value(name, "int")
+        if value is not None:
+            data[key] = value
+    labels = node.values("label_fields", "str")
+    if labels:
+        data["labels"] = labels
+    weights = node.values("sample_weight_fields", "str")
+    if weights:
+        data["sample_weight"] = weights[0]
+        if len(weights) > 1:
+            node.findings.not_converted.append(Finding(node.at("sample_weight_fields"), f"{weights[1:]}: one sample "
+                                                       "weight column per run here (TorchEasyRec's rank models use the first too)"))
+    dataset = node.value("dataset_type", "str", "OdpsDataset")
+    if dataset == "ParquetDataset":
+        data["reader"] = {"type": "parquet"}
+    elif dataset == "CsvDataset":
+        data["reader"] = _csv_reader(node)
+    else:
+        if not node.has("dataset_type"):
+            node.findings.not_converted.append(Finding(node.at("dataset_type"), "unset, so OdpsDataset: MaxCompute "
+                                                       "tables are not readable here; export them to Parquet"))
+        node.skip("dataset_type", f"{dataset}: tzrec-run reads Parquet and CSV files (export the data to Parquet)")
+    fg_mode = node.value("fg_mode", "str", "FG_NONE")
+    if fg_mode != "FG_NONE":
+        node.skip("fg_mode", f"{fg_mode}: tzrec-run has no feature generator (FG); the feature columns must be in "
+                             "the input as they are fed")
+    for name, reason in _DATA_NOT_CONVERTED.items():
+        node.skip(name, reason)
+    for name in _SAMPLERS:
+        node.skip(name, "graph-based negative samplers have no equivalent; two-tower models use in-batch negatives "
+                        "(docs/models.md#dssm)")
+    node.rest()
+
+
+def _csv_reader(node: Node) -> dict[str, Any]:
+    reader: dict[str, Any] = {"type": "csv"}
+    delimiter = node.value("delimiter", "str")
+    if delimiter is not None:
+        reader["delimiter"] = delimiter
+    reader["header"] = node.value("with_header", "bool", False)
+    columns: list[tuple[str, Any]] = []
+    for field_node in node.indexed_children("input_fields"):
+        columns.append((field_node.value("input_name", "str"), field_node.value("input_type", "str")))
+        field_node.rest()
+    text = node.value("input_fields_str", "str")
+    if text:
+        for item in filter(None, (p.strip() for p in text.split(";"))):
+            name, _, kind = item.partition(":")
+            columns.append((name.strip(), kind.strip().upper() or None))
+    if columns:
+        if not reader["header"]:
+            reader["column_names"] = [name for name, _ in columns]
+        types = {name: _CSV_TYPES[kind] for name, kind in columns if kind in _CSV_TYPES}
+        if types:
+            reader["column_types"] = types
+        for name, kind in columns:
+            if kind is not None and kind not in _CSV_TYPES:
+                node.findings.not_converted.append(Finding(node.at("input_fields"), f"'{name}' is {kind}: list and map "
+                                                           "columns are read from Parquet, not CSV"))
+    return reader
