@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import warnings
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from tzrun import __version__
 from tzrun.errors import TzrunError
@@ -362,7 +362,23 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *restarts,
                "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
-    return subprocess.call(command)
+    return subprocess.call(command, env=launch_environment(os.environ, args.nproc_per_node))
+
+
+def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[str, str]:
+    """The environment of the ranks ``--nproc-per-node`` starts: ``environ``, plus
+    ``OMP_NUM_THREADS`` = the available CPUs split across the ranks when it is unset.
+
+    torchrun sets ``OMP_NUM_THREADS=1`` for several ranks when it is unset, which would leave
+    most cores of a large host idle and defeat the per-rank default of
+    :func:`tzrun.runner.distributed.default_num_threads`; setting it first keeps that default.
+    """
+    from tzrun.runner.distributed import available_cpus, default_num_threads
+
+    env = dict(environ)
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(default_num_threads(available_cpus(), nproc_per_node))
+    return env
 
 
 def _overrides_with_model_dir(args: argparse.Namespace) -> list[str]:

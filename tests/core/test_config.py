@@ -66,8 +66,7 @@ def test_minimal_config_structures_every_component(tzrun_pm):
 
 def test_unknown_key_wrong_type_and_steps_with_epochs_are_reported_together(tzrun_pm):
     problems = problems_of(
-        MINIMAL,
-        "train.num_epochs=2",
+        MINIMAL.replace("num_steps = 10", "num_steps = 10\nnum_epochs = 2"),
         "train.bogus=1",
         'train.dense_optimizer.lr="fast"',
         "data.batch_size=3.7",
@@ -146,6 +145,19 @@ def test_overrides_set_nested_and_indexed_keys(tzrun_pm):
     cfg, _ = load_config_text(MINIMAL, tzrun_pm, ["features.sparse[0].num_buckets=7", "train.seed=3", 'data.reader={type="parquet", batch_rows=10}'])
     assert cfg.features.sparse[0].num_buckets == 7 and cfg.train.seed == 3
     assert cfg.data.reader.config.batch_rows == 10
+
+
+def test_setting_num_steps_replaces_the_files_num_epochs_and_back(tzrun_pm):
+    by_epochs = MINIMAL.replace("num_steps = 10", "num_epochs = 2")
+    assert "num_epochs = 2" in by_epochs
+    cfg, _ = load_config_text(by_epochs, tzrun_pm, ["train.num_steps=20"])
+    assert (cfg.train.num_steps, cfg.train.num_epochs) == (20, None)
+    cfg, _ = load_config_text(MINIMAL, tzrun_pm, ["train.num_epochs=3"])
+    assert (cfg.train.num_steps, cfg.train.num_epochs) == (None, 3)
+    # setting both on the command line is still refused, naming both
+    assert problems_of(MINIMAL, "train.num_epochs=3", "train.num_steps=5", pm=tzrun_pm) == [
+        "train.num_steps and train.num_epochs: set exactly one"
+    ]
 
 
 @pytest.mark.parametrize(

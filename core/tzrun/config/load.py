@@ -94,16 +94,23 @@ def read_config(path: str | Path, overrides: Iterable[str] = ()) -> RawConfig:
     return parse_config(text, str(path), overrides)
 
 
+# Keys of which a config sets exactly one: ``--set`` of one replaces the file's other.
+EXCLUSIVE_KEYS: tuple[tuple[str, ...], ...] = (("train.num_steps", "train.num_epochs"),)
+
+
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[ConfigProblem]:
     """Apply ``a.b.c=<TOML literal>`` overrides to ``data`` in place.
 
     A path segment may index an array of tables: ``features.sparse[3].num_buckets=100``.
-    Missing tables along the path are created.
+    Missing tables along the path are created. Of keys that exclude each other
+    (:data:`EXCLUSIVE_KEYS`: ``train.num_steps`` and ``train.num_epochs``), setting one removes
+    the other from the file's values, so ``--set train.num_steps=20`` works on a config that
+    trains by epochs; setting both is left for the check to refuse.
 
     Returns:
         One problem per malformed override (the others are still applied).
     """
-    problems = []
+    problems, done = [], set()
     for override in overrides:
         where = f"--set {override}"
         key, sep, literal = override.partition("=")
@@ -121,6 +128,15 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[Conf
         problem = _set_path(data, key, value)
         if problem:
             problems.append(ConfigProblem(where, problem))
+        else:
+            done.add(key)
+    for group in EXCLUSIVE_KEYS:
+        if any(k in done for k in group):
+            for other in group:
+                table, _, name = other.rpartition(".")
+                section = data.get(table)
+                if other not in done and isinstance(section, dict):
+                    section.pop(name, None)
     return problems
 
 

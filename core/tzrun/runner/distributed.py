@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads"]
+__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads", "available_cpus"]
 
 
 @attrs.frozen
@@ -27,6 +27,15 @@ def default_num_threads(cpu_count: int, local_world_size: int) -> int:
     """Intra-op threads per rank on CPU: the cores split evenly across the host's ranks, so two
     ranks on two cores do not oversubscribe (``OMP_NUM_THREADS`` overrides it)."""
     return max(1, cpu_count // max(1, local_world_size))
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. under ``taskset`` or a
+    container's cpuset), or ``os.cpu_count()`` where the platform has no affinity."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def init_distributed(timeout_s: float = 1800.0) -> DistInfo:
@@ -49,7 +58,7 @@ def init_distributed(timeout_s: float = 1800.0) -> DistInfo:
     else:
         device, backend = torch.device("cpu"), "gloo"
         if "OMP_NUM_THREADS" not in os.environ:
-            torch.set_num_threads(default_num_threads(os.cpu_count() or 1, local_world_size))
+            torch.set_num_threads(default_num_threads(available_cpus(), local_world_size))
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         if "TORCHELASTIC_RESTART_COUNT" in os.environ and "MASTER_ADDR" in os.environ:
