@@ -262,3 +262,24 @@ def test_prefetched_pass_yields_the_same_batches_as_a_plain_one(tmp_path):
         assert len(plain) == len(prefetched) == 12 - start
         for (d1, s1), (d2, s2) in zip(plain, prefetched):
             assert torch.equal(d1, d2) and torch.equal(s1, s2)
+
+
+class _FailingRows(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield torch.zeros(1)
+        raise DataError("part-0.parquet: column 'cat_3' is declared int64 but holds 'x'; fix the data")
+
+
+def test_a_data_error_in_a_worker_process_keeps_its_own_message():
+    """torch re-raises a worker's error as 'Caught DataError in DataLoader worker process 0.' plus
+    a traceback; the run shows the original message, naming the file and column, and the worker."""
+    from tzrun.data.loader import _fork_workers, _worker_errors_as_raised
+
+    loader = torch.utils.data.DataLoader(_FailingRows(), batch_size=None, num_workers=1)
+    batches = _worker_errors_as_raised(_fork_workers(loader))
+    assert next(batches).shape == (1,)
+    with pytest.raises(DataError) as info:
+        next(batches)
+    assert str(info.value) == (
+        "part-0.parquet: column 'cat_3' is declared int64 but holds 'x'; fix the data (in data worker 0)"
+    )

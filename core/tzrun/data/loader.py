@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator, Sequence
 
 from tzrun.data.dataset import BatchStream, Shuffle, consumed_rows, padded, resume_layout, split_rows, worker_runs
 from tzrun.data.features import BatchBuilder
+from tzrun.errors import TzrunError
 from tzrun.interfaces import Reader
 
 __all__ = ["ThreadPrefetcher", "RankInput"]
@@ -38,6 +40,31 @@ def _fork_workers(loader: Any) -> Iterator[Any]:
         return iter(loader)
     finally:
         gc.unfreeze()
+
+
+_WORKER_ERROR = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)\.")
+
+
+def _worker_errors_as_raised(batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches``, with a tzrec-run error from a DataLoader worker raised with its own message.
+
+    torch re-raises a worker's exception in the trainer as the same type, but its message is
+    "Caught DataError in DataLoader worker process 0." followed by the worker's traceback; the
+    user needs the original message (which names the file and column), and which worker it was.
+    """
+    try:
+        yield from batches
+    except TzrunError as exc:
+        text = str(exc)
+        match = _WORKER_ERROR.match(text)
+        if match is None:
+            raise
+        original = text.rsplit(f"{match.group(1)}: ", 1)[-1].strip()
+        try:
+            clean = type(exc)(f"{original} (in data worker {match.group(2)})")
+        except TypeError:  # an error type built from more than a message: keep torch's
+            raise exc from None
+        raise clean from None
 
 
 def _produce(inner: Iterator[Any], items: Any, stop: Any) -> None:
@@ -195,5 +222,5 @@ class RankInput:
                 num_workers=len(order),
                 worker_init_fn=_single_threaded_worker,
             )
-            batches = _fork_workers(loader)
+            batches = _worker_errors_as_raised(_fork_workers(loader))
         return padded(batches, max(0, steps - start), self.builder.padding)
