@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -283,3 +284,32 @@ def test_a_data_error_in_a_worker_process_keeps_its_own_message():
     assert str(info.value) == (
         "part-0.parquet: column 'cat_3' is declared int64 but holds 'x'; fix the data (in data worker 0)"
     )
+
+
+def _own_nice() -> int:
+    import os
+    import threading
+
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+class _NiceRows(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield torch.tensor([_own_nice()])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_reader_nice_lowers_the_prefetch_thread_and_the_workers_but_not_the_trainer():
+    """data.reader_nice: reading yields the cores to the training step's threads."""
+    import functools
+
+    from tzrun.data.loader import ThreadPrefetcher, _single_threaded_worker
+
+    trainer = _own_nice()
+    seen = list(ThreadPrefetcher((_own_nice() for _ in range(2)), depth=1, nice=5))
+    assert seen == [min(19, trainer + 5)] * 2
+    assert _own_nice() == trainer
+    loader = torch.utils.data.DataLoader(_NiceRows(), batch_size=None, num_workers=1,
+                                         worker_init_fn=functools.partial(_single_threaded_worker, nice=3))
+    assert [int(x) for x in loader] == [min(19, trainer + 3)]
+    assert list(ThreadPrefetcher((_own_nice() for _ in range(1)), depth=1, nice=0)) == [trainer]

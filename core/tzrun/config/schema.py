@@ -238,6 +238,13 @@ class DataConfig:
             it). With workers, the DataLoader prefetches instead. On few cores this beats
             worker processes (no copies between processes, no process competing for the
             cores); see docs/data.md, Reading in the training process or in workers.
+        reader_nice: how much lower the prefetch thread and the DataLoader workers run than
+            the training step (their nice value is raised by this much, up to 19; Linux only;
+            0 keeps the trainer's). On few cores the step's threads keep every core busy, and
+            a reading thread that takes a core stalls the step's parallel regions at their
+            barriers, costing about twice its CPU time; at a lower priority reading runs in
+            the step's idle moments instead. See docs/data.md, Reading in the training
+            process or in workers.
     """
 
     train_input: str
@@ -251,6 +258,7 @@ class DataConfig:
     on_bad_row: Literal["error", "skip"] = "error"
     shuffle_buffer_rows: int = attrs.field(default=0, validator=_non_negative)
     prefetch_batches: int = attrs.field(default=2, validator=_non_negative)
+    reader_nice: int = attrs.field(default=10, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(19)))
 
 
 @attrs.frozen

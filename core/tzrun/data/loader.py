@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Iterator, Sequence
 
@@ -13,13 +14,15 @@ from tzrun.interfaces import Reader
 __all__ = ["ThreadPrefetcher", "RankInput"]
 
 
-def _single_threaded_worker(worker_id: int) -> None:
+def _single_threaded_worker(worker_id: int, nice: int = 0) -> None:
     """Data workers build batches with a single intra-op thread: a forked worker inherits the
     trainer's thread count, and two OpenMP pools spinning on the same cores stall training
-    (measured: 63k -> 6k samples/s with one worker on 2 cores)."""
+    (measured: 63k -> 6k samples/s with one worker on 2 cores). They also run ``nice`` lower
+    (``data.reader_nice``, :func:`lower_priority`)."""
     import torch
 
     torch.set_num_threads(1)
+    lower_priority(nice)
 
 
 def _fork_workers(loader: Any) -> Iterator[Any]:
@@ -67,10 +70,34 @@ def _worker_errors_as_raised(batches: Iterator[Any]) -> Iterator[Any]:
         raise clean from None
 
 
-def _produce(inner: Iterator[Any], items: Any, stop: Any) -> None:
+def lower_priority(nice: int) -> None:
+    """Raise the calling thread's nice value by ``nice`` (Linux; elsewhere, or without the right
+    to, nothing happens): the reading thread or worker then yields the CPU to the training
+    step's threads when they compete for the cores.
+
+    On few cores the step's intra-op threads keep every core busy, and when a reading thread
+    takes one of them, the step's parallel regions wait at their barriers for the thread it
+    displaced: reading costs the step about twice its own CPU time. A lower priority lets
+    reading run in the step's idle moments instead (``benchmarks/input_pipeline.py``).
+    """
+    import os
+    import sys
+    import threading
+
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()  # on Linux, a thread's nice value is its own
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError:
+        pass
+
+
+def _produce(inner: Iterator[Any], items: Any, stop: Any, nice: int = 0) -> None:
     """The prefetch thread: put ``("item", x)`` for each item of ``inner``, then ``("done",
     None)`` or ``("error", e)``; give up as soon as ``stop`` is set. It holds no reference to
-    the :class:`ThreadPrefetcher`, so dropping that stops the thread."""
+    the :class:`ThreadPrefetcher`, so dropping that stops the thread. It first lowers its own
+    priority by ``nice`` (:func:`lower_priority`)."""
     import queue
 
     def put(item: tuple[str, Any]) -> bool:
@@ -82,6 +109,7 @@ def _produce(inner: Iterator[Any], items: Any, stop: Any) -> None:
                 continue
         return False
 
+    lower_priority(nice)
     try:
         for item in inner:
             if not put(("item", item)):
@@ -102,13 +130,13 @@ class ThreadPrefetcher:
     0.1 s (a pass cut short, by ``eval.num_steps`` say, leaves no thread behind).
     """
 
-    def __init__(self, inner: Iterator[Any], depth: int) -> None:
+    def __init__(self, inner: Iterator[Any], depth: int, nice: int = 0) -> None:
         import queue
         import threading
 
         self._queue: Any = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=_produce, args=(inner, self._queue, self._stop),
+        self._thread = threading.Thread(target=_produce, args=(inner, self._queue, self._stop, nice),
                                         name="tzrun-prefetch", daemon=True)
         self._thread.start()
 
@@ -149,6 +177,7 @@ class RankInput:
         seed: ``train.seed``, which picks the shuffle's permutations.
         prefetch: with ``num_workers = 0``, how many batches a background thread builds
             ahead (:class:`ThreadPrefetcher`; 0: each batch is built when asked for).
+        nice: how much lower the prefetch thread or the workers run (``data.reader_nice``).
 
     Raises:
         DataError: when the input has no files or rows.
@@ -168,6 +197,7 @@ class RankInput:
         shuffle_buffer_rows: int = 0,
         seed: int = 0,
         prefetch: int = 0,
+        nice: int = 0,
     ) -> None:
         from tzrun.errors import DataError
 
@@ -182,6 +212,7 @@ class RankInput:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.prefetch = prefetch
+        self.nice = nice
 
     @property
     def steps(self) -> int:
@@ -214,13 +245,13 @@ class RankInput:
         if self.num_workers == 0:
             batches: Iterator[Any] = self.stream.iter_run(*remaining[0], origin=runs[0][0], epoch=epoch)
             if self.prefetch > 0:
-                batches = ThreadPrefetcher(batches, self.prefetch)
+                batches = ThreadPrefetcher(batches, self.prefetch, self.nice)
         else:
             loader = DataLoader(
                 self.stream.torch_dataset([remaining[w] for w in order], [runs[w][0] for w in order], epoch),
                 batch_size=None,
                 num_workers=len(order),
-                worker_init_fn=_single_threaded_worker,
+                worker_init_fn=functools.partial(_single_threaded_worker, nice=self.nice),
             )
             batches = _worker_errors_as_raised(_fork_workers(loader))
         return padded(batches, max(0, steps - start), self.builder.padding)

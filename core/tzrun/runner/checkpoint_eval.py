@@ -171,7 +171,8 @@ def evaluate_checkpoint(
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
     eval_input = RankInput(reader, cfg.data.eval_input, cfg.data.eval_batch_size or cfg.data.batch_size,
                            cfg.data.num_workers, columns, builder, info.rank, info.world_size,
-                           prefetch=cfg.data.prefetch_batches)
+                           prefetch=cfg.data.prefetch_batches,
+                           nice=cfg.data.reader_nice)
     built = build_run(cfg, registries, specs, info)
     load_model_state(path, built.model, verify=False)
     update_file = path / "update.pt"

@@ -224,7 +224,8 @@ def train(
 
     def rank_input(path: str, batch_size: int, rows: Any = None, shuffle: int = 0) -> RankInput:
         return RankInput(reader, path, batch_size, cfg.data.num_workers, columns, builder, info.rank, info.world_size, rows,
-                         shuffle_buffer_rows=shuffle, seed=cfg.train.seed, prefetch=cfg.data.prefetch_batches)
+                         shuffle_buffer_rows=shuffle, seed=cfg.train.seed, prefetch=cfg.data.prefetch_batches,
+                         nice=cfg.data.reader_nice)
 
     eval_input = None
     if cfg.data.eval_input is not None:
