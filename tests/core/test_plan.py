@@ -103,8 +103,9 @@ def test_uvm_kernels_are_refused_on_cpu_at_their_toml_path(capsys, tiny):
     assert "train.global_embedding_constraints.compute_kernels: table 'cat_0_emb': fused_uvm_caching exist only on CUDA" in err
 
 
-def test_the_full_criteo_tables_on_8_gpus(capsys):
-    code, out, err = plan(capsys, FULL, "--world-size", 8, "--local-world-size", 4, "--device", "cuda",
+@pytest.mark.parametrize("local_world_size", [8, 4], ids=["1 host", "2 hosts"])
+def test_the_full_criteo_tables_on_8_gpus(capsys, local_world_size):
+    code, out, err = plan(capsys, FULL, "--world-size", 8, "--local-world-size", local_world_size, "--device", "cuda",
                           "--hbm-gb", 80, "--json")
     assert code == 0, err
     report = json.loads(out)
