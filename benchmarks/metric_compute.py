@@ -11,6 +11,10 @@ interleaved, ``--rounds`` times; the summary gives each one's median and range.
 
     python benchmarks/metric_compute.py                      # 10,000,000 rows, 3 rounds
     python benchmarks/metric_compute.py --rows 1000000 --rounds 2
+    python benchmarks/metric_compute.py --malloc default    # glibc's allocator as it comes
+
+The evaluation runs in a training or ``tzrec-run evaluate`` process, which tunes glibc's
+allocator (``train.tune_malloc``, on by default); so does this benchmark unless told otherwise.
 
 One process: ``compute()`` on a rank first gathers every rank's rows (``dist_reduce_fx="cat"``)
 and then sorts them all, so with R ranks of 10M rows each it sorts R * 10M rows; the goal
@@ -68,7 +72,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=8192, help="rows per update (the eval batch)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
+                        help="glibc's allocator as a training run sets it (train.tune_malloc, the default) or as it is")
     args = parser.parse_args()
+    if args.malloc == "tuned":
+        from tzrun.runner.allocator import tune_malloc
+
+        tune_malloc()
     d = _data(args.rows, args.seed)
     cases: dict[str, tuple[Callable[[], Any], Callable[[Any, slice], None]]] = {
         "auc (exact)": (AUC, lambda m, s: m.update(d["probs"][s], d["label"][s], d["ones"][s])),
@@ -91,7 +101,7 @@ def main() -> None:
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     scale = 10_000_000 / args.rows
     print(f"\ncompute() alone after {args.rows:,} rows in batches of {args.batch_size}, {args.rounds} rounds, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, malloc {args.malloc}")
     print(f"{'metric':32s} {'median s':>9s} {'min-max':>13s} {'s per 10M':>10s}  goal < {GOAL_S} s")
     for name, ts in times.items():
         per = statistics.median(ts) * scale

@@ -148,20 +148,28 @@ def segment_sum(values: Tensor, ids: Tensor, num: int) -> Tensor:
     return out.index_add_(0, ids, values.to(torch.float64))
 
 
-def segmented_cumsum(values: Tensor, starts: Tensor, exclusive: bool = False) -> Tensor:
+def segmented_cumsum(values: Tensor, starts: Tensor, exclusive: bool = False, integral: bool = False) -> Tensor:
     """Cumulative sums of float64 ``values`` that restart at every segment start.
 
     The running sum is reset at each start by subtracting the previous segment's own total,
     so the rounding error of a value stays relative to its segment, not to the whole array.
+    With ``integral=True`` the caller promises whole-number values whose total stays below
+    ``2**53`` (counts, with no sample weights): every float64 partial sum is then exact, and one
+    running sum minus its value at each segment's start does it in fewer passes.
     """
     values = values.to(torch.float64)
     ids, num = segment_ids(starts)
     if num <= 1:
         inclusive = torch.cumsum(values, 0)
         return inclusive - values if exclusive else inclusive
+    first = torch.nonzero(starts).reshape(-1)
+    if integral:
+        inclusive = torch.cumsum(values, 0)
+        before = inclusive - values
+        out = before if exclusive else inclusive
+        return out.sub_(before[first][ids])
     totals = segment_sum(values, ids, num)
     adjusted = values.clone()
-    first = torch.nonzero(starts).reshape(-1)
     adjusted[first[1:]] -= totals[:-1]
     # after the reset, the running sum carries only the rounding residue of earlier segments
     inclusive = torch.cumsum(adjusted, 0)

@@ -79,7 +79,8 @@ def _grouped_auc(
     group_of_row, num_groups = segment_ids(group_starts)
     group_of_run = group_of_row[first]
     # negatives of the same group with a lower prediction, run by run (ascending order)
-    lower_neg = segmented_cumsum(run_neg, group_starts[first], exclusive=True)
+    # without sample weights the sums are counts: exact in float64 (below 2**53 rows)
+    lower_neg = segmented_cumsum(run_neg, group_starts[first], exclusive=True, integral=w is None)
     wins = segment_sum(run_pos * (lower_neg + 0.5 * run_neg), group_of_run, num_groups)
     total_pos = segment_sum(run_pos, group_of_run, num_groups)
     total_neg = segment_sum(run_neg, group_of_run, num_groups)
