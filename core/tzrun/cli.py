@@ -180,6 +180,10 @@ def _setup_logging() -> None:
     for name in ("torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
                  "torchrec.distributed.utils", "torchrec.distributed.model_parallel"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # torch warns once per process that is_fx_tracing also answers for torch.export, when
+    # TorchRec's pipeline traces the model: an internal API note no user can act on
+    logging.getLogger("torch.fx._symbolic_trace").addFilter(
+        lambda record: "is_fx_tracing will return true" not in record.getMessage())
 
 
 def _prepare(config: str, overrides: Sequence[str]):  # noqa: ANN202
