@@ -313,3 +313,47 @@ def test_reader_nice_lowers_the_prefetch_thread_and_the_workers_but_not_the_trai
                                          worker_init_fn=functools.partial(_single_threaded_worker, nice=3))
     assert [int(x) for x in loader] == [min(19, trainer + 3)]
     assert list(ThreadPrefetcher((_own_nice() for _ in range(1)), depth=1, nice=0)) == [trainer]
+
+
+@pytest.mark.parametrize("shuffle", [0, 700])
+def test_strings_read_as_dictionaries_give_the_same_batches_as_strings_read_one_by_one(tmp_path, shuffle):
+    """ParquetConfig.dictionary_strings: hashed ids come from each row group's dictionary
+    (hashed once, cached across its batches); every other use of a string column decodes it.
+    Batches straddle row groups and files, whose dictionaries differ; nulls give no id."""
+    from tzrun.config.schema import SparseFeatureConfig
+    from tzrun.data.loader import RankInput
+    from tzrun_plugins.readers.parquet import build_parquet
+
+    rng = np.random.default_rng(5)
+    for part, rows in enumerate((1300, 777)):
+        words = [None if rng.random() < 0.1 else f"w{int(rng.integers(0, 60)):02d}" for _ in range(rows)]
+        pq.write_table(pa.table({
+            "h": pa.array(words),                                                      # hashed: the dictionary path
+            "hb": pa.array([None if w is None else w.encode() for w in words], pa.binary()),
+            "v": pa.array(words),                                                      # vocab: decoded
+            "multi": pa.array([None if w is None else f"{w}|x{w[-1]}" for w in words]),  # separator: decoded
+            "session": pa.array([f"s{i % 37}" for i in range(rows)]),                 # group key: decoded
+            "label": pa.array(rng.integers(0, 2, rows), pa.int8()),
+        }), tmp_path / f"part-{part}.parquet", row_group_size=300)
+    specs = feature_specs(FeaturesConfig(sparse=(
+        SparseFeatureConfig("h", hash_bucket_size=97, embedding_dim=8),
+        SparseFeatureConfig("hb", hash_bucket_size=1 << 40, embedding_dim=8),
+        SparseFeatureConfig("v", vocab=("w01", "w02", "w03"), embedding_dim=8),
+        SparseFeatureConfig("multi", hash_bucket_size=50, separator="|", embedding_dim=8),
+    )))
+    builder = BatchBuilder(specs, ("label",), None, ("session",))
+    columns = specs.columns(("label",), None, ("session",))
+
+    def batches(dictionary: bool):
+        reader = build_parquet(ParquetConfig(dictionary_strings=dictionary))
+        rank_input = RankInput(reader, str(tmp_path), 256, 0, columns, builder, 0, 1, shuffle_buffer_rows=shuffle)
+        return [(b.sparse.values().clone(), b.sparse.lengths().clone(), b.groups["session"].clone(), b.labels["label"])
+                for b in rank_input.one_pass()]
+
+    read_one_by_one, read_as_dictionaries = batches(False), batches(True)
+    assert len(read_one_by_one) == 9
+    for plain, encoded in zip(read_one_by_one, read_as_dictionaries):
+        assert all(torch.equal(a, b) for a, b in zip(plain, encoded))
+    reader = build_parquet(ParquetConfig())
+    first = next(reader.read(reader.row_groups(str(tmp_path))[0], 0, 300, ["h", "label"]))
+    assert pa.types.is_dictionary(first.schema.field("h").type)  # the path under test is taken

@@ -160,6 +160,8 @@ class BatchBuilder:
         self.on_bad_row = on_bad_row
         self._weighted = any(t.weighted for t in specs.tables)
         self._poolings = tuple(f.pooling for f in specs.sparse)
+        # feature name -> (the last dictionary seen, its buckets): see _hashed_dictionary
+        self._dictionary_buckets: dict[str, tuple[pa.Array, np.ndarray]] = {}
 
     def __call__(self, table: pa.Table | pa.RecordBatch, source: str) -> "Batch":
         """Build a batch from ``table``; ``source`` (a file name) is named in errors.
@@ -257,8 +259,30 @@ class BatchBuilder:
             skipped,
         )
 
+    def _hashed_dictionary(self, column: pa.DictionaryArray, feature: SparseFeature) -> JaggedIds:
+        """Ids of a hashed feature read as a dictionary (``dictionary_strings`` of the Parquet
+        reader): the dictionary is hashed once, and cached while the next batches share it
+        (every batch of a row group does), then each row takes its value's bucket; a null row
+        has no id, as when the strings are read one by one."""
+        from tzrun.data.hashing import hash_to_buckets
+
+        dictionary = column.dictionary
+        cached = self._dictionary_buckets.get(feature.name)
+        if cached is not None and _same_array(cached[0], dictionary):
+            buckets = cached[1]
+        else:
+            buckets = hash_to_buckets(dictionary, feature.hash_bucket_size)
+            self._dictionary_buckets[feature.name] = (dictionary, buckets)
+        indices = column.indices
+        lengths = np.ones(len(column), dtype=np.int32)
+        if column.null_count:
+            lengths[column.is_null().to_numpy(zero_copy_only=False)] = 0
+            indices = indices.drop_null()
+        return JaggedIds(buckets[indices.to_numpy(zero_copy_only=False)], lengths)
+
     @staticmethod
-    def _column(table: pa.Table | pa.RecordBatch, name: str, source: str) -> pa.Array:
+    def _column(table: pa.Table | pa.RecordBatch, name: str, source: str, dictionary: bool = False) -> pa.Array:
+        """Column ``name`` as one array; a dictionary-encoded one decoded, unless ``dictionary``."""
         index = table.schema.get_field_index(name)
         if index < 0:
             raise DataError(
@@ -266,7 +290,12 @@ class BatchBuilder:
                 "fix the feature's column or the data"
             )
         column = table.column(index)
-        return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if isinstance(column, pa.ChunkedArray):
+            # chunks of a dictionary column may hold different dictionaries: Arrow unifies them
+            column = column.combine_chunks()
+        if pa.types.is_dictionary(column.type) and not dictionary:
+            column = column.dictionary_decode()
+        return column
 
     def _floats(
         self, table: pa.Table | pa.RecordBatch, name: str, source: str, fill: float | None = None
@@ -350,7 +379,11 @@ class BatchBuilder:
         return fnv1a_64(column).view(np.int64)
 
     def _ids(self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str, bad: _BadRows) -> JaggedIds:
-        column = self._column(table, feature.column, source)
+        column = self._column(table, feature.column, source, dictionary=True)
+        if pa.types.is_dictionary(column.type):
+            if _hashes_dictionary(feature, column):
+                return self._hashed_dictionary(column, feature)
+            column = column.dictionary_decode()
         weights = self._column(table, feature.weight_column, source) if feature.weight_column else None
         jagged = jagged_ids(column, feature, source, weights)
         ids, rows = jagged.ids, len(column)
@@ -367,6 +400,30 @@ class BatchBuilder:
                 f"({n} of {rows} rows of this batch have an id outside it); raise num_buckets or use hash_bucket_size",
             )
         return jagged
+
+
+def _hashes_dictionary(feature: SparseFeature, column: pa.DictionaryArray) -> bool:
+    """Whether a dictionary column's ids come from hashing its dictionary once: a hashed
+    feature of one string (or binary) value per row, without weights, whose dictionary holds
+    no null (a null there would be a row with no id)."""
+    values = column.type.value_type
+    return (
+        feature.hash_bucket_size is not None
+        and feature.separator is None
+        and feature.weight_column is None
+        and (pa.types.is_string(values) or pa.types.is_large_string(values)
+             or pa.types.is_binary(values) or pa.types.is_large_binary(values))
+        and column.dictionary.null_count == 0
+    )
+
+
+def _same_array(a: pa.Array, b: pa.Array) -> bool:
+    """Whether two Arrow arrays view the same memory (so hold the same values). Sound while
+    ``a`` is referenced: its buffers cannot be freed, so no other array can get their address."""
+    if a.type != b.type or len(a) != len(b) or a.offset != b.offset:
+        return False
+    return all((x is None and y is None) or (x is not None and y is not None and x.address == y.address)
+               for x, y in zip(a.buffers(), b.buffers()))
 
 
 def _kjt_weights(jagged: JaggedIds, pooling: str) -> np.ndarray:
