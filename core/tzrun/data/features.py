@@ -261,14 +261,15 @@ class BatchBuilder:
 
     def _hashed_dictionary(self, column: pa.DictionaryArray, feature: SparseFeature) -> JaggedIds:
         """Ids of a hashed feature read as a dictionary (``dictionary_strings`` of the Parquet
-        reader): the dictionary is hashed once, and cached while the next batches share it
-        (every batch of a row group does), then each row takes its value's bucket; a null row
-        has no id, as when the strings are read one by one."""
+        reader): the dictionary is hashed once, and cached while the next batches have an equal
+        one (every batch of a row group shares it), then each row takes its value's bucket; a
+        null row has no id, as when the strings are read one by one."""
         from tzrun.data.hashing import hash_to_buckets
 
         dictionary = column.dictionary
         cached = self._dictionary_buckets.get(feature.name)
-        if cached is not None and _same_array(cached[0], dictionary):
+        # equal values, equal buckets; Arrow answers at once when both share their memory
+        if cached is not None and cached[0].equals(dictionary):
             buckets = cached[1]
         else:
             buckets = hash_to_buckets(dictionary, feature.hash_bucket_size)
@@ -415,15 +416,6 @@ def _hashes_dictionary(feature: SparseFeature, column: pa.DictionaryArray) -> bo
              or pa.types.is_binary(values) or pa.types.is_large_binary(values))
         and column.dictionary.null_count == 0
     )
-
-
-def _same_array(a: pa.Array, b: pa.Array) -> bool:
-    """Whether two Arrow arrays view the same memory (so hold the same values). Sound while
-    ``a`` is referenced: its buffers cannot be freed, so no other array can get their address."""
-    if a.type != b.type or len(a) != len(b) or a.offset != b.offset:
-        return False
-    return all((x is None and y is None) or (x is not None and y is not None and x.address == y.address)
-               for x, y in zip(a.buffers(), b.buffers()))
 
 
 def _kjt_weights(jagged: JaggedIds, pooling: str) -> np.ndarray:
