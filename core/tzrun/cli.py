@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also build the model on the meta device (imports torch) and print which dense "
              "parameters each dense optimizer part gets, and each table's sparse optimizer",
     )
+    check.add_argument(
+        "--device", choices=("cpu", "cuda"), default=None,
+        help="with --params: the device the run will train on, which decides the sparse optimizers "
+             "FBGEMM can fuse (default: cuda if this machine has a GPU, else cpu)",
+    )
 
     plan = sub.add_parser(
         "plan", help="run TorchRec's sharding planner for a cluster on the meta device (no data, no GPU): "
@@ -209,11 +214,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"dense {cfg.train.dense_optimizer.type}; {cfg.train.num_steps or cfg.train.num_epochs} {run})"
     )
     if args.params:
-        _print_parameters(cfg, registries)
+        _print_parameters(cfg, registries, args.device)
     return 0
 
 
-def _print_parameters(cfg: Any, registries: Any) -> None:
+def _print_parameters(cfg: Any, registries: Any, device: str | None = None) -> None:
     """The dense parameters of each dense optimizer key, and each table's sparse optimizer."""
     import torch
 
@@ -232,7 +237,9 @@ def _print_parameters(cfg: Any, registries: Any) -> None:
         print(f"{title}: {len(names)} parameter(s)")
         for name in names:
             print(f"  {name} {list(shapes[name])}")
-    updates = plan_table_updates(cfg, registries, _embedding_modules(model), torch.device("cpu"))
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    updates = plan_table_updates(cfg, registries, _embedding_modules(model), torch.device(device))
     print(f"embedding tables: {len(updates)}")
     for module in _embedding_modules(model):
         for table, weight in _embedding_tables(module):
@@ -556,6 +563,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "convert":
             return _cmd_convert(args)
     except TzrunError as error:
-        print(f"tzrec-run: {error}", file=sys.stderr)
+        print(f"tzrec-run: {_named_after_the_config(error, getattr(args, 'config', None))}", file=sys.stderr)
         return EXIT_CONFIG
     return 1
+
+
+def _named_after_the_config(error: TzrunError, config: str | None) -> TzrunError:
+    """A config problem found while the run is built (a model's options, a sparse optimizer
+    FBGEMM cannot run here) is labelled with a section (``model``); name the config file
+    instead, as the checks before it do. The problems keep their full TOML paths."""
+    from tzrun.errors import ConfigError
+
+    if (isinstance(error, ConfigError) and isinstance(config, str) and error.source != config
+            and not os.path.isfile(error.source)):
+        return ConfigError(config, error.problems)
+    return error

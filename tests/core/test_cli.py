@@ -90,3 +90,28 @@ def test_nproc_per_node_splits_the_cpus_between_the_ranks_unless_omp_num_threads
     assert launch_environment({"PATH": "/bin"}, 4) == {"PATH": "/bin", "OMP_NUM_THREADS": "4"}
     assert launch_environment({}, 32)["OMP_NUM_THREADS"] == "1"
     assert launch_environment({"OMP_NUM_THREADS": "7"}, 4)["OMP_NUM_THREADS"] == "7"
+
+
+def test_check_params_decides_fused_sparse_optimizers_for_the_device_it_is_told(capsys):
+    """On CPU FBGEMM fuses only sgd and the two adagrads: check --params refuses adam there,
+    naming the config file (not a section) and the TOML path; --device cuda accepts it."""
+    from tests.conftest import EXAMPLE
+    from tzrun.cli import main
+
+    adam = 'train.sparse_optimizer={type="adam", lr=0.01}'
+    assert main(["check", str(EXAMPLE), "--params", "--device", "cpu", "--set", adam]) == 2
+    err = capsys.readouterr().err
+    assert f"tzrec-run: {EXAMPLE}: 1 problem\n  train.sparse_optimizer.type: sparse optimizer 'adam' (FBGEMM ADAM) has no FBGEMM CPU kernel" in err
+    assert main(["check", str(EXAMPLE), "--params", "--device", "cuda", "--set", adam]) == 0
+    out = capsys.readouterr().out
+    assert "cat_0_emb [" in out and "ADAM from train.sparse_optimizer" in out
+
+
+def test_a_models_own_config_error_names_the_config_file(capsys):
+    """Errors a model plugin raises while it is built carry its section; the user sees the file."""
+    from tests.conftest import EXAMPLE
+    from tzrun.cli import main
+
+    assert main(["check", str(EXAMPLE), "--params", "--set", "model.wide_embedding_dim=6"]) == 2
+    err = capsys.readouterr().err
+    assert f"tzrec-run: {EXAMPLE}: 1 problem\n  model.wide_embedding_dim: 6 is not a multiple of 4" in err
