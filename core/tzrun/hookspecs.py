@@ -207,6 +207,13 @@ def tzrun_register_readers(register: Register) -> None:
     :class:`tzrun.Reader`: it lists the row groups of an input path with their row counts and
     reads a row range of one of them as ``pyarrow.RecordBatch``es. The core splits rows across
     ranks and DataLoader workers and turns columns into batches.
+
+    ``register(..., check=fn)`` adds a check that ``tzrec-run check`` and every training run make
+    before reading: ``fn(reader_cfg, columns)`` gets the reader's options and the input columns
+    the run reads (features, labels, sample weight, group keys), and returns ``(key, message)``
+    pairs, ``key`` relative to ``[data.reader]`` (``""`` for the table itself). A reader whose
+    options fix the columns (a headerless CSV's ``column_names``) can refuse a run that reads
+    another one before any file is opened.
     """
 
 

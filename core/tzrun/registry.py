@@ -60,7 +60,7 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("train_pipeline", "tzrun_register_train_pipelines", "train pipeline", "train pipelines"),
             Kind("stage", "tzrun_register_stages", "stage", "stages", {"check": None}),
             Kind("model", "tzrun_register_models", "model", "models", {"outputs": None}),
-            Kind("reader", "tzrun_register_readers", "reader", "readers"),
+            Kind("reader", "tzrun_register_readers", "reader", "readers", {"check": None}),
         )
     }
 )

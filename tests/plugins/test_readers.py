@@ -319,3 +319,32 @@ def test_the_documented_criteo_text_config_checks(tzrun_pm):
     assert [f.name for f in cfg.features.sparse] == [f"C{i}" for i in range(1, 27)]
     # the reader the tests use is the documented one
     assert cfg.data.reader.config == load_config_text(block, tzrun_pm, [f"data.reader={CRITEO_READER}"])[0].data.reader.config
+
+
+def test_check_refuses_a_column_a_headerless_file_does_not_have(capsys):
+    """A headerless CSV has only column_names: check names every other column the run reads
+    (features, labels, group keys) at data.reader.column_names, before any file is opened."""
+    from tests.conftest import REPO
+    from tzrun.cli import main
+
+    config = REPO / "examples" / "deepfm_criteo_text.toml"
+    assert main(["check", str(config)]) == 0
+    capsys.readouterr()
+    code = main(["check", str(config), "--set", 'features.sparse[0].column="C27"', "--set", 'data.labels=["click"]'])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{config}: 1 problem\n  data.reader.column_names: the run reads column(s) " in err
+    assert "'C27'" in err and "'click'" in err
+
+
+def test_the_csv_check_lists_the_missing_columns():
+    from tzrun_plugins.readers.delimited import CsvConfig, check_columns
+
+    cfg = CsvConfig(header=False, column_names=("label", "I1", "C1"))
+    assert check_columns(cfg, ["label", "I1", "C1"]) == []
+    assert check_columns(cfg, ["click", "I1", "C27"]) == [(
+        "column_names",
+        "the run reads column(s) 'click', 'C27', which column_names does not name (it has 3: label, I1, C1); "
+        "add them, or fix [features]/[data]",
+    )]
+    assert check_columns(CsvConfig(), ["anything"]) == []  # a header names the columns: checked at read time

@@ -19,7 +19,9 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
       ``register(..., outputs=fn)``, ``fn(model_cfg)`` returning their names);
     * ``eval.best_metric`` names an eval result;
     * each stage's own ``check`` (``register(..., check=fn)``, see
-      :func:`tzrun.hookspecs.tzrun_register_stages`).
+      :func:`tzrun.hookspecs.tzrun_register_stages`);
+    * the reader's own ``check`` of the columns the run reads (see
+      :func:`tzrun.hookspecs.tzrun_register_readers`).
 
     Raises:
         ConfigError: with every problem found, each at its TOML path.
@@ -40,8 +42,21 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
             keys = eval_result_keys(cfg, registries) if cfg.data.eval_input is not None else []
         for key, message in check(component.config, cfg, keys):
             problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
+    problems.extend(_reader_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
+
+
+def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
+    from tzrun.data.features import feature_specs
+    from tzrun.runner.slots import group_columns
+
+    check = registries["reader"].get(cfg.data.reader.type, "data.reader.type").extras.get("check")
+    if check is None:
+        return []
+    columns = feature_specs(cfg.features).columns(cfg.data.labels, cfg.data.sample_weight, group_columns(cfg))
+    return [ConfigProblem(f"data.reader.{key}" if key else "data.reader", message)
+            for key, message in check(cfg.data.reader.config, columns)]
 
 
 def _output_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:

@@ -113,6 +113,19 @@ class CsvConfig:
             raise ValueError(f"column(s) {', '.join(repr(c) for c in unknown)} are not in column_names", fields.column_types)
 
 
+def check_columns(cfg: CsvConfig, columns: Sequence[str]) -> list[tuple[str, str]]:
+    """``tzrec-run check``: a headerless file has only ``column_names``; a run that reads another
+    column would fail at its first read."""
+    if cfg.header:
+        return []
+    missing = [c for c in columns if c not in cfg.column_names]
+    if not missing:
+        return []
+    return [("column_names", f"the run reads column(s) {', '.join(repr(c) for c in missing)}, which column_names "
+                             f"does not name (it has {len(cfg.column_names)}: {', '.join(cfg.column_names[:6])}"
+                             f"{', ...' if len(cfg.column_names) > 6 else ''}); add them, or fix [features]/[data]")]
+
+
 @attrs.frozen
 class _FileIndex:
     """Where the groups of one file start.

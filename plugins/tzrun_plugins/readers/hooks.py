@@ -10,5 +10,5 @@ from tzrun_plugins.readers import delimited, parquet
 def tzrun_register_readers(register: tzrun.Register) -> None:
     register("parquet", config=parquet.ParquetConfig, build=parquet.build_parquet,
              description="Parquet files, directories or globs through pyarrow, split by row group")
-    register("csv", config=delimited.CsvConfig, build=delimited.build_csv,
+    register("csv", config=delimited.CsvConfig, build=delimited.build_csv, check=delimited.check_columns,
              description="delimited text (CSV, TSV, Criteo) through pyarrow, split into groups of rows")
