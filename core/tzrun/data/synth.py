@@ -477,20 +477,36 @@ def _write_split(
     row_group_size: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Write one split's part files; return its true logits and labels."""
-    split_dir.mkdir(parents=True, exist_ok=True)
-    for stale in split_dir.glob("part-*.parquet"):
-        stale.unlink()
+    _clear_split(split_dir)
     schema = _schema()
     logits, labels = [], []
     for index, pieces in enumerate(_iter_pieces(model, seed, split, rows, rows_per_file)):
-        table = _to_table(pieces, schema)
-        final = split_dir / f"part-{index:05d}.parquet"
-        tmp = split_dir / f".{final.name}.tmp"
-        pq.write_table(table, tmp, row_group_size=row_group_size)
-        os.replace(tmp, final)
+        _write_part(_to_table(pieces, schema), split_dir, index, row_group_size)
         logits += [p.logit for p in pieces]
         labels += [p.table_columns[LABEL_COLUMN] for p in pieces]
     return np.concatenate(logits), np.concatenate(labels)
+
+
+def _clear_split(split_dir: Path) -> None:
+    """Create ``split_dir`` and delete the part files of an earlier generation in it."""
+    split_dir.mkdir(parents=True, exist_ok=True)
+    for stale in split_dir.glob("part-*.parquet"):
+        stale.unlink()
+
+
+def _write_part(table: pa.Table, split_dir: Path, index: int, row_group_size: int) -> None:
+    """Write ``split_dir/part-INDEX.parquet``; it appears under that name only once complete."""
+    final = split_dir / f"part-{index:05d}.parquet"
+    tmp = split_dir / f".{final.name}.tmp"
+    pq.write_table(table, tmp, row_group_size=row_group_size)
+    os.replace(tmp, final)
+
+
+def _write_report(out: Path, document: dict[str, Any]) -> None:
+    """Write ``out/synth.json`` last and atomically: it only ever describes complete data."""
+    tmp = out / f".{REPORT_FILE}.tmp"
+    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out / REPORT_FILE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,8 +621,6 @@ def synth_criteo(
     out, rows, eval_rows, seed, rows_per_file, row_group_size = _checked_arguments(
         out_dir, rows, eval_rows, seed, rows_per_file, row_group_size
     )
-    report_path = out / REPORT_FILE
-
     model = _build_model(seed)
     train_logit, train_label = _write_split(
         model, seed, _SPLIT_TRAIN, out / "train", rows, rows_per_file, row_group_size
@@ -635,9 +649,7 @@ def synth_criteo(
         "null_columns": [DENSE_COLUMNS[d] for d in _NULL_DENSE_COLUMNS],
         "bias": model.bias,
     }
-    tmp = out / f".{REPORT_FILE}.tmp"
-    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, report_path)
+    _write_report(out, document)
     return report
 
 

@@ -56,7 +56,6 @@ rows in blocks of 16,384 from ``default_rng(SeedSequence(seed, spawn_key=(split,
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -66,9 +65,17 @@ from typing import Any
 import attrs
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from tzrun.data.synth import REPORT_FILE, _auc, _block_rng, _checked_arguments, _read_document, _sigmoid
+from tzrun.data.synth import (
+    _auc,
+    _block_rng,
+    _checked_arguments,
+    _clear_split,
+    _read_document,
+    _sigmoid,
+    _write_part,
+    _write_report,
+)
 
 __all__ = [
     "NUM_USERS",
@@ -455,16 +462,11 @@ def _write_split(
     model: _Model, seed: int, split: int, split_dir: Path, rows: int, rows_per_file: int, row_group_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Write one split's part files; return the true click and buy probabilities and labels."""
-    split_dir.mkdir(parents=True, exist_ok=True)
-    for stale in split_dir.glob("part-*.parquet"):
-        stale.unlink()
+    _clear_split(split_dir)
     blocks = [_block(model, seed, split, b) for b in range(-(-rows // _BLOCK_ROWS))]
     whole = pa.concat_tables(b[0] for b in blocks).slice(0, rows)
     for index, start in enumerate(range(0, rows, rows_per_file)):
-        final = split_dir / f"part-{index:05d}.parquet"
-        tmp = split_dir / f".{final.name}.tmp"
-        pq.write_table(whole.slice(start, rows_per_file), tmp, row_group_size=row_group_size)
-        os.replace(tmp, final)
+        _write_part(whole.slice(start, rows_per_file), split_dir, index, row_group_size)
     return tuple(np.concatenate([b[k] for b in blocks])[:rows] for k in (1, 2, 3, 4))  # type: ignore[return-value]
 
 
@@ -499,8 +501,6 @@ def synth_taobao(
     out, rows, eval_rows, seed, rows_per_file, row_group_size = _checked_arguments(
         out_dir, rows, eval_rows, seed, rows_per_file, row_group_size
     )
-    report_path = out / REPORT_FILE
-
     model = _build_model(seed)
     train = _write_split(model, seed, _SPLIT_TRAIN, out / "train", rows, rows_per_file, row_group_size)
     evaluation = _write_split(model, seed, _SPLIT_EVAL, out / "eval", eval_rows, rows_per_file, row_group_size)
@@ -530,9 +530,7 @@ def synth_taobao(
         "sequence_column": SEQUENCE_COLUMN,
         "context_columns": {"pid": list(PIDS)},
     }
-    tmp = out / f".{REPORT_FILE}.tmp"
-    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, report_path)
+    _write_report(out, document)
     return report
 
 
