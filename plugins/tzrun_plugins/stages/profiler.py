@@ -16,6 +16,7 @@ from typing import Any, Optional
 import attrs
 
 import tzrun
+from tzrun_plugins.stages._closing import ClosedAtTheEnd
 
 __all__ = ["ProfilerConfig", "ProfilerStage", "build_profiler"]
 
@@ -48,7 +49,7 @@ class ProfilerConfig:
     dir: Optional[str] = None
 
 
-class ProfilerStage:
+class ProfilerStage(ClosedAtTheEnd):
     """Runs ``torch.profiler.profile`` across training steps on the chosen ranks."""
 
     def __init__(self, cfg: ProfilerConfig) -> None:
@@ -85,15 +86,7 @@ class ProfilerStage:
         if self.profiler is not None:
             self.profiler.step()
 
-    @tzrun.hookimpl
-    def tzrun_after_train(self, run: tzrun.RunContext, step: int) -> None:
-        self._stop()
-
-    @tzrun.hookimpl
-    def tzrun_on_train_error(self, run: tzrun.RunContext, error: BaseException) -> None:
-        self._stop()
-
-    def _stop(self) -> None:
+    def close(self) -> None:
         if self.profiler is not None:
             self.profiler.stop()
             self.profiler = None

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 import tzrun
+from tzrun_plugins.stages._closing import ClosedAtTheEnd
 
 __all__ = ["ProgressConfig", "ProgressStage", "build_progress", "format_train_log"]
 
@@ -48,7 +49,7 @@ def format_train_log(record: tzrun.TrainLog, total_steps: int) -> str:
             f"samples/s={record.samples_per_s:.0f}  data_wait={100 * record.data_wait_fraction:.1f}%  eta {eta}")
 
 
-class ProgressStage:
+class ProgressStage(ClosedAtTheEnd):
     """Shows how far training is: a tqdm bar or log lines (see the module doc)."""
 
     def __init__(self, cfg: ProgressConfig) -> None:
@@ -93,15 +94,7 @@ class ProgressStage:
         else:
             _log_line(line)
 
-    @tzrun.hookimpl
-    def tzrun_after_train(self, run: tzrun.RunContext, step: int) -> None:
-        self._close()
-
-    @tzrun.hookimpl
-    def tzrun_on_train_error(self, run: tzrun.RunContext, error: BaseException) -> None:
-        self._close()
-
-    def _close(self) -> None:
+    def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -28,6 +28,7 @@ from typing import Any, Optional
 import attrs
 
 import tzrun
+from tzrun_plugins.stages._closing import ClosedAtTheEnd
 
 __all__ = ["TensorBoardConfig", "TensorBoardStage", "build_tensorboard"]
 
@@ -50,7 +51,7 @@ class TensorBoardConfig:
     flush_secs: int = attrs.field(default=30, validator=attrs.validators.gt(0))
 
 
-class TensorBoardStage:
+class TensorBoardStage(ClosedAtTheEnd):
     """Writes the run's scalars and histograms with TensorBoard's ``SummaryWriter``."""
 
     def __init__(self, cfg: TensorBoardConfig) -> None:
@@ -108,15 +109,7 @@ class TensorBoardStage:
         self.eval.flush()
         self.train.flush()
 
-    @tzrun.hookimpl
-    def tzrun_after_train(self, run: tzrun.RunContext, step: int) -> None:
-        self._close()
-
-    @tzrun.hookimpl
-    def tzrun_on_train_error(self, run: tzrun.RunContext, error: BaseException) -> None:
-        self._close()
-
-    def _close(self) -> None:
+    def close(self) -> None:
         for writer in (self.train, self.eval):
             if writer is not None:
                 writer.close()
