@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tzrun.config.schema import FeaturesConfig
+from tzrun.data.hashing import fnv1a_64, hash_to_buckets, is_hashable
 from tzrun.data.ids import JaggedIds, jagged_ids
 from tzrun.data.vocab import read_vocab_file
 from tzrun.errors import DataError
@@ -264,8 +265,6 @@ class BatchBuilder:
         reader): the dictionary is hashed once, and cached while the next batches have an equal
         one (every batch of a row group shares it), then each row takes its value's bucket; a
         null row has no id, as when the strings are read one by one."""
-        from tzrun.data.hashing import hash_to_buckets
-
         dictionary = column.dictionary
         cached = self._dictionary_buckets.get(feature.name)
         # equal values, equal buckets; Arrow answers at once when both share their memory
@@ -375,8 +374,6 @@ class BatchBuilder:
                 column = column.fill_null(0)
         if is_int:
             return np.array(column.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
-        from tzrun.data.hashing import fnv1a_64
-
         return fnv1a_64(column).view(np.int64)
 
     def _ids(self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str, bad: _BadRows) -> JaggedIds:
@@ -407,13 +404,11 @@ def _hashes_dictionary(feature: SparseFeature, column: pa.DictionaryArray) -> bo
     """Whether a dictionary column's ids come from hashing its dictionary once: a hashed
     feature of one string (or binary) value per row, without weights, whose dictionary holds
     no null (a null there would be a row with no id)."""
-    values = column.type.value_type
     return (
         feature.hash_bucket_size is not None
         and feature.separator is None
         and feature.weight_column is None
-        and (pa.types.is_string(values) or pa.types.is_large_string(values)
-             or pa.types.is_binary(values) or pa.types.is_large_binary(values))
+        and is_hashable(column.type.value_type)
         and column.dictionary.null_count == 0
     )
 

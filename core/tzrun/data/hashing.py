@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["FNV1A_64_OFFSET_BASIS", "FNV1A_64_PRIME", "fnv1a_64", "hash_to_buckets"]
+__all__ = ["FNV1A_64_OFFSET_BASIS", "FNV1A_64_PRIME", "fnv1a_64", "hash_to_buckets", "is_hashable"]
 
 FNV1A_64_OFFSET_BASIS: int = 0xCBF29CE484222325
 """FNV-1a 64-bit offset basis: the hash of the empty byte string."""
@@ -46,8 +46,9 @@ FNV1A_64_PRIME: int = 0x100000001B3
 """FNV 64-bit prime, multiplied in after xor-ing each byte."""
 
 
-def _is_supported_type(typ: pa.DataType) -> bool:
-    """Whether ``typ`` is a variable-size string or binary type with int32/int64 offsets."""
+def is_hashable(typ: pa.DataType) -> bool:
+    """Whether :func:`fnv1a_64` hashes values of ``typ``: a variable-size string or binary type
+    with int32/int64 offsets."""
     return (
         pa.types.is_string(typ)
         or pa.types.is_large_string(typ)
@@ -165,13 +166,13 @@ def fnv1a_64(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         '0x85944171f73967e8'
     """
     if isinstance(values, pa.ChunkedArray):
-        if not _is_supported_type(values.type):
+        if not is_hashable(values.type):
             raise TypeError(f"fnv1a_64 supports string/large_string/binary/large_binary arrays, got {values.type}")
         if values.num_chunks == 0:
             return np.empty(0, dtype=np.uint64)
         return np.concatenate([_fnv1a_64_array(chunk) for chunk in values.chunks])
     if isinstance(values, pa.Array):
-        if not _is_supported_type(values.type):
+        if not is_hashable(values.type):
             raise TypeError(f"fnv1a_64 supports string/large_string/binary/large_binary arrays, got {values.type}")
         return _fnv1a_64_array(values)
     raise TypeError(f"fnv1a_64 expects a pyarrow Array or ChunkedArray, got {type(values).__name__}")

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tzrun.data.hashing import hash_to_buckets, is_hashable
 from tzrun.data.vocab import OOV_ID
 from tzrun.errors import DataError
 from tzrun.interfaces import SparseFeature
@@ -93,13 +94,11 @@ def _parsed(flat: pa.Array, target: pa.DataType, where: str, what: str) -> pa.Ar
 
 def _to_ids(flat: pa.Array, feature: SparseFeature, where: str) -> np.ndarray:
     """The kept flat values as int64 ids (see the module docstring)."""
-    text = _is_text(flat.type) or pa.types.is_binary(flat.type) or pa.types.is_large_binary(flat.type)
+    text = is_hashable(flat.type)
     if feature.hash_bucket_size is not None:
         if pa.types.is_integer(flat.type):
             return np.mod(flat.to_numpy(zero_copy_only=False).astype(np.int64), feature.hash_bucket_size)
         if text:
-            from tzrun.data.hashing import hash_to_buckets
-
             return hash_to_buckets(flat, feature.hash_bucket_size)
         raise DataError(f"{where} has type {flat.type}; hash_bucket_size needs strings or integers")
     if feature.vocab is not None:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tzrun import RowGroup
+from tzrun.data.hashing import is_hashable
 from tzrun.errors import DataError
 
 __all__ = ["ParquetConfig", "ParquetReader", "build_parquet", "list_files"]
@@ -109,7 +110,7 @@ class ParquetReader:
             )
         if self.cfg.dictionary_strings:
             schema = parquet_file.schema_arrow
-            text = [c for c in columns if _is_text(schema.field(c).type)]
+            text = [c for c in columns if is_hashable(schema.field(c).type)]
             if text:
                 try:
                     parquet_file = pq.ParquetFile(group.path, metadata=parquet_file.metadata, read_dictionary=text)
@@ -133,11 +134,6 @@ class ParquetReader:
             at += batch.num_rows
             if lo < hi:
                 yield batch.slice(lo, hi - lo)
-
-
-def _is_text(typ: pa.DataType) -> bool:
-    """A string or binary column (read as a dictionary with ``dictionary_strings``)."""
-    return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
 
 
 def build_parquet(cfg: ParquetConfig) -> ParquetReader:
