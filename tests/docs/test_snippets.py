@@ -23,11 +23,12 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from tzrun.cli import main as cli_main
+from tzrun.config.load import drop_replaced_alternatives
 from tzrun.runner.records import emit_toml
 
 if sys.version_info >= (3, 11):
@@ -78,22 +79,21 @@ def _snippets(page: Path) -> list[Snippet]:
 SNIPPETS = [s for page in PAGES for s in _snippets(page)]
 
 
-# keys of which a config sets exactly one: a fragment setting one replaces the base's other
-_ALTERNATIVES = {("train",): ("num_steps", "num_epochs")}
-
-
-def _merge(base: dict[str, Any], fragment: dict[str, Any], at: tuple[str, ...] = ()) -> dict[str, Any]:
+def _merge(base: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
-    alternatives = _ALTERNATIVES.get(at, ())
-    if any(k in fragment for k in alternatives):
-        for k in alternatives:
-            merged.pop(k, None)
     for key, value in fragment.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value, (*at, key))
+            merged[key] = _merge(merged[key], value)
         else:
             merged[key] = value
     return merged
+
+
+def _paths(node: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in node.items():
+        yield prefix + key
+        if isinstance(value, dict):
+            yield from _paths(value, f"{prefix}{key}.")
 
 
 def _config_text(snippet: Snippet) -> str:
@@ -103,7 +103,10 @@ def _config_text(snippet: Snippet) -> str:
         pytest.fail(f"{snippet.where}: the snippet is not valid TOML: {exc}\n{snippet.body}")
     if not (isinstance(data.get("model"), dict) and "type" in data["model"]):
         base = tomllib.loads((REPO / snippet.base).read_text(encoding="utf-8"))
-        data = _merge(base, data)
+        # as --set does: a fragment setting train.num_steps replaces the example's num_epochs
+        merged = _merge(base, data)
+        drop_replaced_alternatives(merged, _paths(data))
+        data = merged
     lines: list[str] = []
     emit_toml(lines, data, "", "", {})
     return "\n".join(lines) + "\n"

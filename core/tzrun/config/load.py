@@ -130,14 +130,21 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[Conf
             problems.append(ConfigProblem(where, problem))
         else:
             done.add(key)
+    drop_replaced_alternatives(data, done)
+    return problems
+
+
+def drop_replaced_alternatives(data: dict[str, Any], set_keys: Iterable[str]) -> None:
+    """Of keys that exclude each other (:data:`EXCLUSIVE_KEYS`), remove from ``data`` the ones
+    that a key of ``set_keys`` (dotted paths just set) replaces; both set is left for the check."""
+    set_keys = set(set_keys)
     for group in EXCLUSIVE_KEYS:
-        if any(k in done for k in group):
+        if any(k in set_keys for k in group):
             for other in group:
                 table, _, name = other.rpartition(".")
                 section = data.get(table)
-                if other not in done and isinstance(section, dict):
+                if other not in set_keys and isinstance(section, dict):
                     section.pop(name, None)
-    return problems
 
 
 def _set_path(data: dict[str, Any], key: str, value: Any) -> str | None:
