@@ -123,6 +123,22 @@ def run(command: list[str], log: Path, pattern: re.Pattern[str], what: str,
     return match, wall
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, *, steps: int, rounds: int) -> None:
+    """The options every ``tzrec-run train`` benchmark on the synthetic Criteo data takes."""
+    parser.add_argument("--data", type=Path, default=Path("data/criteo_synth"))
+    parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--batch-size", type=int, default=2048)
+    parser.add_argument("--rounds", type=int, default=rounds)
+
+
+def ratio_summary(name: str, ratios: list[float], target: float, digits: int = 3, detail: str = "") -> str:
+    """``NAME: median M (min A, max B) over N rounds[ DETAIL]; target >= T: met|NOT met``."""
+    median = statistics.median(ratios)
+    return (f"{name}: median {median:.{digits}f} (min {min(ratios):.{digits}f}, max {max(ratios):.{digits}f}) "
+            f"over {len(ratios)} rounds{detail}; target >= {target}: {'met' if median >= target else 'NOT met'}")
+
+
 def spread(values: list[float], fmt: str) -> str:
     return f"median {format(statistics.median(values), fmt)}  (min {format(min(values), fmt)}, max {format(max(values), fmt)})"
 

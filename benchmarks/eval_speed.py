@@ -17,13 +17,20 @@ is timed by ``benchmarks/metrics_bench.py``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_deepfm import ensure_data, framework_config, samples_per_s, train_args, tzrec_run  # noqa: E402
+from compare_deepfm import (  # noqa: E402
+    add_run_arguments,
+    ensure_data,
+    framework_config,
+    ratio_summary,
+    samples_per_s,
+    train_args,
+    tzrec_run,
+)
 
 from tzrun.runner.records import read_jsonl  # noqa: E402
 
@@ -42,12 +49,8 @@ def run(config: Path, data: Path, model_dir: Path, batch: int, eval_batch: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("data/criteo_synth"))
-    parser.add_argument("--rows", type=int, default=400_000)
-    parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--batch-size", type=int, default=2048)
+    add_run_arguments(parser, steps=120, rounds=3)
     parser.add_argument("--eval-batch-size", type=int, default=8192)
-    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     ensure_data(args.data, args.rows)
     ratios = []
@@ -58,9 +61,7 @@ def main() -> None:
             ratios.append(evaluate / train)
             print(f"round {r + 1}: train {train:,.0f} samples/s, eval {evaluate:,.0f} rows/s over {rows:,} rows, "
                   f"ratio {ratios[-1]:.2f}", flush=True)
-    median = statistics.median(ratios)
-    print(f"eval/train: median {median:.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}) over {args.rounds} rounds; "
-          f"target >= {TARGET}: {'met' if median >= TARGET else 'NOT met'}")
+    print(ratio_summary("eval/train", ratios, TARGET, digits=2))
 
 
 if __name__ == "__main__":

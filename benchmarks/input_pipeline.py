@@ -30,7 +30,15 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_deepfm import ensure_data, framework_config, samples_per_s, train_args, tzrec_run  # noqa: E402
+from compare_deepfm import (  # noqa: E402
+    add_run_arguments,
+    ensure_data,
+    framework_config,
+    ratio_summary,
+    samples_per_s,
+    train_args,
+    tzrec_run,
+)
 
 TARGET = 0.90
 
@@ -92,11 +100,7 @@ def run(mode: str, config: Path, data: Path, model_dir: Path, batch: int) -> flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("data/criteo_synth"))
-    parser.add_argument("--rows", type=int, default=400_000)
-    parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--batch-size", type=int, default=2048)
-    parser.add_argument("--rounds", type=int, default=4)
+    add_run_arguments(parser, steps=120, rounds=4)
     args = parser.parse_args()
     ensure_data(args.data, args.rows)
     data = string_ids(args.data.resolve(), args.data.resolve().parent / (args.data.name + "_string_ids"))
@@ -111,10 +115,9 @@ def main() -> None:
             ratios.append(rate["reader"] / rate["memory"])
             print(f"round {r + 1}: reader {rate['reader']:,.0f} samples/s, memory {rate['memory']:,.0f} samples/s, "
                   f"ratio {ratios[-1]:.3f}", flush=True)
-    median = statistics.median(ratios)
-    print(f"reader/memory: median {median:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}) over {args.rounds} rounds "
-          f"at batch {args.batch_size}; reader median {statistics.median(readers):,.0f}, memory median "
-          f"{statistics.median(memories):,.0f} samples/s; target >= {TARGET}: {'met' if median >= TARGET else 'NOT met'}")
+    print(ratio_summary("reader/memory", ratios, TARGET, detail=(
+        f" at batch {args.batch_size}; reader median {statistics.median(readers):,.0f}, memory median "
+        f"{statistics.median(memories):,.0f} samples/s")))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -37,21 +39,10 @@ from tzrun_plugins.metrics.grouped_xauc import GroupedXAUC
 from tzrun_plugins.metrics.pointwise import LogLoss
 from tzrun_plugins.metrics.xauc import XAUC
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metrics_bench import _data  # noqa: E402  (the same rows as the update+compute benchmark)
+
 GOAL_S = 2.0
-
-
-def _data(rows: int, seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(rows, generator=g)
-    probs = torch.sigmoid(logits)
-    return {
-        "probs": probs,
-        "label": (torch.rand(rows, generator=g) < probs).float(),
-        "ones": torch.ones(rows),
-        "groups": torch.randint(0, max(1, rows // 10), (rows,), generator=g),
-        "small_groups": torch.randint(0, max(1, rows // 100), (rows,), generator=g),
-        "watch_time": torch.round(torch.exp(logits + torch.randn(rows, generator=g)) * 10) / 10,
-    }
 
 
 def _compute_seconds(make: Callable[[], Any], feed: Callable[[Any, slice], None], rows: int, batch: int) -> float:

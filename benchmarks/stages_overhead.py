@@ -17,13 +17,20 @@ Run it on an otherwise idle machine: timings under CPU contention mean nothing.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_deepfm import ensure_data, framework_config, samples_per_s, train_args, tzrec_run  # noqa: E402
+from compare_deepfm import (  # noqa: E402
+    add_run_arguments,
+    ensure_data,
+    framework_config,
+    ratio_summary,
+    samples_per_s,
+    train_args,
+    tzrec_run,
+)
 
 TARGET = 0.98
 STAGED = 'train.stages=[{type = "progress", mode = "lines"}, {type = "tensorboard"}, {type = "metrics_log"}]'
@@ -39,12 +46,8 @@ def run(config: Path, data: Path, model_dir: Path, stages: str, log_every: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=Path("data/criteo_synth"))
-    parser.add_argument("--rows", type=int, default=400_000)
-    parser.add_argument("--steps", type=int, default=180)
-    parser.add_argument("--batch-size", type=int, default=2048)
+    add_run_arguments(parser, steps=180, rounds=4)
     parser.add_argument("--log-every", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     ensure_data(args.data, args.rows)
     ratios, staged_rates, bare_rates = [], [], []
@@ -62,9 +65,7 @@ def main() -> None:
             bare_rates.append(rates["bare"])
             print(f"round {r + 1}: bare {rates['bare']:,.0f} samples/s, staged {rates['staged']:,.0f} samples/s, "
                   f"ratio {ratios[-1]:.3f}", flush=True)
-    median = statistics.median(ratios)
-    print(f"staged/bare: median {median:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}) over {args.rounds} rounds; "
-          f"target >= {TARGET}: {'met' if median >= TARGET else 'NOT met'}")
+    print(ratio_summary("staged/bare", ratios, TARGET))
 
 
 if __name__ == "__main__":

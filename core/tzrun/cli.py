@@ -541,31 +541,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     _setup_logging()
+    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate}  # these may start torchrun with argv
+    commands = {"ckpt": _cmd_ckpt, "check": _cmd_check, "plan": _cmd_plan, "plugins": _cmd_plugins,
+                "data": _cmd_synth, "plot": _cmd_plot, "env": _cmd_env, "convert": _cmd_convert}
     try:
-        if args.command == "train":
-            return _cmd_train(args, argv)
-        if args.command == "evaluate":
-            return _cmd_evaluate(args, argv)
-        if args.command == "ckpt":
-            return _cmd_ckpt(args)
-        if args.command == "check":
-            return _cmd_check(args)
-        if args.command == "plan":
-            return _cmd_plan(args)
-        if args.command == "plugins":
-            return _cmd_plugins(args)
-        if args.command == "data":
-            return _cmd_synth(args)
-        if args.command == "plot":
-            return _cmd_plot(args)
-        if args.command == "env":
-            return _cmd_env(args)
-        if args.command == "convert":
-            return _cmd_convert(args)
+        if args.command in launches:
+            return launches[args.command](args, argv)
+        return commands[args.command](args)
     except TzrunError as error:
         print(f"tzrec-run: {_named_after_the_config(error, getattr(args, 'config', None))}", file=sys.stderr)
         return EXIT_CONFIG
-    return 1
 
 
 def _named_after_the_config(error: TzrunError, config: str | None) -> TzrunError:

@@ -520,60 +520,58 @@ def _run_segment(
     injected = faults.faults()
     # The schedules are closed-form in the number of steps: stepping one before its optimizer
     # has stepped (a dense optimizer inside an accumulation window) skips nothing.
-    quiet = warnings.catch_warnings()
-    quiet.__enter__()
-    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before `optimizer.step\(\)`")
-    try:
-        while True:
-            try:
-                out = pipeline.progress(batches)
-            except StopIteration:
-                break
-            except NonFiniteLossError as error:
-                where, in_epoch = data.where(step + 1)
-                raise NonFiniteLossError(
-                    f"step {step + 1} (epoch {where.epoch}, batch {in_epoch} of the epoch) on rank {run.rank}: {error}; "
-                    "no checkpoint holds its effects (the last one is intact). Lower the learning rate, "
-                    "check the data of that batch, or set train.on_nonfinite_loss = \"skip\" to drop such steps"
-                ) from None
-            step += 1
-            lrs = {k: groups[0]["lr"] for k, opt in optimizers.items() if (groups := opt.param_groups)}
-            logging_now = step % log_every == 0
-            if logging_now:
-                all_lrs = learning_rates(optimizers)  # before the schedules move them on
-            for scheduler in per_batch:
-                scheduler.step()
-            if step in epoch_ends:
-                for scheduler in per_epoch:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before `optimizer.step\(\)`")
+        try:
+            while True:
+                try:
+                    out = pipeline.progress(batches)
+                except StopIteration:
+                    break
+                except NonFiniteLossError as error:
+                    where, in_epoch = data.where(step + 1)
+                    raise NonFiniteLossError(
+                        f"step {step + 1} (epoch {where.epoch}, batch {in_epoch} of the epoch) on rank {run.rank}: {error}; "
+                        "no checkpoint holds its effects (the last one is intact). Lower the learning rate, "
+                        "check the data of that batch, or set train.on_nonfinite_loss = \"skip\" to drop such steps"
+                    ) from None
+                step += 1
+                lrs = {k: groups[0]["lr"] for k, opt in optimizers.items() if (groups := opt.param_groups)}
+                logging_now = step % log_every == 0
+                if logging_now:
+                    all_lrs = learning_rates(optimizers)  # before the schedules move them on
+                for scheduler in per_batch:
                     scheduler.step()
-            if built.update.nonfinite_steps != nonfinite:
-                nonfinite = built.update.nonfinite_steps
-                log.warning("step %d: the loss is not finite; its update was skipped (%d such step(s) so far; "
-                            "train.on_nonfinite_loss = \"skip\")", step, nonfinite)
-            if train_metrics:
-                train_metrics.update(out)
-            epoch = data.where(step)[0].epoch
-            metrics = dict(train_metrics.values) if train_metrics else {}
-            window.add(out.loss, out.losses, out.num_rows)
-            if step == run.start_step + 1 and run.is_rank0:
-                since = seconds_since_process_start()
-                if since is not None:
-                    log.info("first training step done %.1f s after the process started (imports, set-up, "
-                             "sharding, data start and pipeline fill)", since)
-            call_lifecycle(pm, "tzrun_after_train_step", run=run, step=StepInfo(
-                step, epoch, out.loss, out.losses, out.num_rows, lrs, metrics,
-            ))
-            if logging_now:
-                record = window.close(step, epoch, all_lrs, metrics, built.update.dense_params)
-                call_lifecycle(pm, "tzrun_after_train_log", run=run, log=record)
-            if injected:
-                faults.at_step(step, run.rank)
-            if signals.should_stop():
-                return step, True
-    finally:
-        quiet.__exit__(None, None, None)
-        if hasattr(pipeline, "detach"):
-            pipeline.detach()
+                if step in epoch_ends:
+                    for scheduler in per_epoch:
+                        scheduler.step()
+                if built.update.nonfinite_steps != nonfinite:
+                    nonfinite = built.update.nonfinite_steps
+                    log.warning("step %d: the loss is not finite; its update was skipped (%d such step(s) so far; "
+                                "train.on_nonfinite_loss = \"skip\")", step, nonfinite)
+                if train_metrics:
+                    train_metrics.update(out)
+                epoch = data.where(step)[0].epoch
+                metrics = dict(train_metrics.values) if train_metrics else {}
+                window.add(out.loss, out.losses, out.num_rows)
+                if step == run.start_step + 1 and run.is_rank0:
+                    since = seconds_since_process_start()
+                    if since is not None:
+                        log.info("first training step done %.1f s after the process started (imports, set-up, "
+                                 "sharding, data start and pipeline fill)", since)
+                call_lifecycle(pm, "tzrun_after_train_step", run=run, step=StepInfo(
+                    step, epoch, out.loss, out.losses, out.num_rows, lrs, metrics,
+                ))
+                if logging_now:
+                    record = window.close(step, epoch, all_lrs, metrics, built.update.dense_params)
+                    call_lifecycle(pm, "tzrun_after_train_log", run=run, log=record)
+                if injected:
+                    faults.at_step(step, run.rank)
+                if signals.should_stop():
+                    return step, True
+        finally:
+            if hasattr(pipeline, "detach"):
+                pipeline.detach()
     return step, False
 
 
