@@ -20,13 +20,11 @@ from tzrun.config.schema import (
     Component,
     DenseOptimizerFields,
     EMAConfig,
-    LossFields,
-    MetricFields,
     PartFields,
     RunConfig,
     SparseOptimizerFields,
-    TrainMetricFields,
 )
+from tzrun.config.slots import COMPONENT_SLOTS
 from tzrun.errors import ConfigError, ConfigProblem, UnknownComponentError
 from tzrun.registry import Registries
 
@@ -272,14 +270,14 @@ class _Resolver:
 
     def run(self, data: Mapping[str, Any]) -> None:
         data_section = _table(data.get("data"))
-        self.component(data_section.get("reader", {"type": "parquet"}), "data.reader", "reader")
+        self.slot(data_section.get("reader", {"type": "parquet"}), "data.reader", "data.reader")
         if "model" in data:
-            self.component(data["model"], "model", "model")
+            self.slot(data["model"], "model", "model")
         train = _table(data.get("train"))
         if "sparse_optimizer" in train:
-            self.component(train["sparse_optimizer"], "train.sparse_optimizer", "sparse_optimizer", SparseOptimizerFields)
+            self.slot(train["sparse_optimizer"], "train.sparse_optimizer", "train.sparse_optimizer")
         if "dense_optimizer" in train:
-            self.component(train["dense_optimizer"], "train.dense_optimizer", "dense_optimizer", DenseOptimizerFields)
+            self.slot(train["dense_optimizer"], "train.dense_optimizer", "train.dense_optimizer")
         features = _table(data.get("features"))
         for i, feature in enumerate(_list(features.get("sparse"))):
             if isinstance(feature, dict) and "sparse_optimizer" in feature:
@@ -291,16 +289,21 @@ class _Resolver:
                         "per-table sparse optimizers share train.sparse_optimizer.lr_schedule (applied to their own lr); remove it",
                     ))
                     value = {k: v for k, v in value.items() if k != "lr_schedule"}
-                self.component(value, path, "sparse_optimizer", SparseOptimizerFields)
-        self.component(train.get("pipeline", {"type": "sparse_dist"}), "train.pipeline", "train_pipeline")
+                self.slot(value, path, "features.sparse.sparse_optimizer")
+        self.slot(train.get("pipeline", {"type": "sparse_dist"}), "train.pipeline", "train.pipeline")
         for i, stage in enumerate(_list(train.get("stages", [{"type": "progress"}, {"type": "metrics_log"}]))):
-            self.component(stage, f"train.stages[{i}]", "stage")
+            self.slot(stage, f"train.stages[{i}]", "train.stages")
         for i, loss in enumerate(_list(data.get("losses"))):
-            self.component(loss, f"losses[{i}]", "loss", LossFields)
+            self.slot(loss, f"losses[{i}]", "losses")
         for i, metric in enumerate(_list(data.get("metrics"))):
-            self.component(metric, f"metrics[{i}]", "metric", MetricFields)
+            self.slot(metric, f"metrics[{i}]", "metrics")
         for i, metric in enumerate(_list(data.get("train_metrics"))):
-            self.component(metric, f"train_metrics[{i}]", "metric", TrainMetricFields)
+            self.slot(metric, f"train_metrics[{i}]", "train_metrics")
+
+    def slot(self, value: Any, path: str, slot: str) -> None:
+        """Check the component table ``value`` at ``path``, a place of :data:`COMPONENT_SLOTS`."""
+        where = COMPONENT_SLOTS[slot]
+        self.component(value, path, where.kind, where.fields)
 
     def component(self, value: Any, path: str, kind: str, fields_cls: type | None = None) -> None:
         if not isinstance(value, dict) or not isinstance(value.get("type"), str):
@@ -381,7 +384,7 @@ class _Resolver:
                 if not isinstance(part, dict) or not isinstance(part.get("type"), str):
                     self.problems.append(ConfigProblem(part_path, f'expected a table with "type" and "pattern", got {show(part)}'))
                     continue
-                self.component(part, part_path, "dense_optimizer", PartFields)
+                self.slot(part, part_path, "train.dense_optimizer.parts")
                 if part_path in self.found and self.found[part_path].fields is not None:
                     found.append(self.found[part_path])
             values["parts"] = tuple(found)

@@ -6,20 +6,11 @@ documented through its :data:`COMPONENT_SLOTS` entry, which names its kind.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 import attrs
 
-from tzrun.config.schema import (
-    Component,
-    DenseOptimizerFields,
-    LossFields,
-    MetricFields,
-    PartFields,
-    SparseOptimizerFields,
-    TrainMetricFields,
-)
+from tzrun.config.schema import Component
 from tzrun.reference.docstrings import attribute_docs, code_span, doc_cell, docstring_markdown, inline_markdown, table_cell
 from tzrun.reference.fields import (
     TABLE_HEAD,
@@ -32,48 +23,11 @@ from tzrun.reference.fields import (
     toml_value,
     unwrap_optional,
 )
+from tzrun.config.slots import COMPONENT_SLOTS, Slot
 from tzrun.registry import KINDS
 
 __all__ = ["GENERATED", "Slot", "COMPONENT_SLOTS", "SchemaWalker", "kind_page", "class_intro", "config_markdown"]
 
-
-@attrs.frozen
-class Slot:
-    """A place in the core schema that holds component tables (``{ type = "...", ... }``).
-
-    Attributes:
-        kind: the component kind (a :data:`tzrun.registry.KINDS` key) its ``type`` names.
-        fields: the class of the table's keys that tzrec-run reads itself (None: only ``type``).
-        omit: keys of ``fields`` that this place refuses, with the reason.
-    """
-
-    kind: str
-    fields: Optional[type] = None
-    omit: Mapping[str, str] = attrs.field(factory=dict)
-
-
-#: Every place in :class:`~tzrun.config.schema.RunConfig` that holds a component, by schema path
-#: (array levels without brackets), as :mod:`tzrun.config.load` resolves them. A ``Component``
-#: field missing here makes :func:`config_reference` raise.
-COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
-    "model": Slot("model"),
-    "data.reader": Slot("reader"),
-    "train.sparse_optimizer": Slot("sparse_optimizer", SparseOptimizerFields),
-    "train.sparse_optimizer.lr_schedule": Slot("lr_scheduler"),
-    "train.dense_optimizer": Slot("dense_optimizer", DenseOptimizerFields),
-    "train.dense_optimizer.lr_schedule": Slot("lr_scheduler"),
-    "train.dense_optimizer.parts": Slot("dense_optimizer", PartFields),
-    "train.dense_optimizer.parts.lr_schedule": Slot("lr_scheduler"),
-    "train.pipeline": Slot("train_pipeline"),
-    "train.stages": Slot("stage"),
-    "features.sparse.sparse_optimizer": Slot("sparse_optimizer", SparseOptimizerFields, {
-        "lr_schedule": "per-table sparse optimizers share ``train.sparse_optimizer.lr_schedule``, "
-                       "applied to their own ``lr``",
-    }),
-    "losses": Slot("loss", LossFields),
-    "metrics": Slot("metric", MetricFields),
-    "train_metrics": Slot("metric", TrainMetricFields),
-})
 
 GENERATED = "<!-- Generated from the code by tzrun.reference at docs build time; do not edit. -->\n\n"
 

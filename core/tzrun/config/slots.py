@@ -1,0 +1,60 @@
+"""Where the core schema holds component tables, what kind each is, and which of its keys
+tzrec-run reads itself: the one table the config loader (:mod:`tzrun.config.load`) and the
+generated configuration reference (:mod:`tzrun.reference`) both follow."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+import attrs
+
+from tzrun.config.schema import (
+    DenseOptimizerFields,
+    LossFields,
+    MetricFields,
+    PartFields,
+    SparseOptimizerFields,
+    TrainMetricFields,
+)
+
+__all__ = ["Slot", "COMPONENT_SLOTS"]
+
+
+@attrs.frozen
+class Slot:
+    """A place in the core schema that holds component tables (``{ type = "...", ... }``).
+
+    Attributes:
+        kind: the component kind (a :data:`tzrun.registry.KINDS` key) its ``type`` names.
+        fields: the class of the table's keys that tzrec-run reads itself (None: only ``type``).
+        omit: keys of ``fields`` that this place refuses, with the reason.
+    """
+
+    kind: str
+    fields: Optional[type] = None
+    omit: Mapping[str, str] = attrs.field(factory=dict)
+
+
+#: Every place in :class:`~tzrun.config.schema.RunConfig` that holds a component, by schema path
+#: (array levels without brackets), as the loader resolves them. A ``Component``
+#: field missing here makes :func:`tzrun.reference.config_reference` raise.
+COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
+    "model": Slot("model"),
+    "data.reader": Slot("reader"),
+    "train.sparse_optimizer": Slot("sparse_optimizer", SparseOptimizerFields),
+    "train.sparse_optimizer.lr_schedule": Slot("lr_scheduler"),
+    "train.dense_optimizer": Slot("dense_optimizer", DenseOptimizerFields),
+    "train.dense_optimizer.lr_schedule": Slot("lr_scheduler"),
+    "train.dense_optimizer.parts": Slot("dense_optimizer", PartFields),
+    "train.dense_optimizer.parts.lr_schedule": Slot("lr_scheduler"),
+    "train.pipeline": Slot("train_pipeline"),
+    "train.stages": Slot("stage"),
+    "features.sparse.sparse_optimizer": Slot("sparse_optimizer", SparseOptimizerFields, {
+        "lr_schedule": "per-table sparse optimizers share ``train.sparse_optimizer.lr_schedule``, "
+                       "applied to their own ``lr``",
+    }),
+    "losses": Slot("loss", LossFields),
+    "metrics": Slot("metric", MetricFields),
+    "train_metrics": Slot("metric", TrainMetricFields),
+})
