@@ -7,8 +7,11 @@ callback each registration hook receives (see :mod:`tzrun.hookspecs`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pluggy
 
+from tzrun.files import EVAL_RESULTS, METRICS_FILE, append_jsonl, keep_jsonl, read_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
 from tzrun.interfaces import (
     DenseFeature,
@@ -45,4 +48,23 @@ __all__ = [
     "SparseOptimizerSpec",
     "StepInfo",
     "TrainLog",
+    "METRICS_FILE",
+    "EVAL_RESULTS",
+    "write_atomic",
+    "append_jsonl",
+    "read_jsonl",
+    "keep_jsonl",
+    "is_hashable",
 ]
+
+#: Public names whose modules import numpy or pyarrow: loaded on first use, so that
+#: ``import tzrun`` (every plugin's ``hooks.py``) stays light.
+_LAZY = {"is_hashable": "tzrun.data.hashing"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tzrun' has no attribute {name!r}")

@@ -203,10 +203,10 @@ def _prepare(config: str, overrides: Sequence[str]):  # noqa: ANN202
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    raw, _, registries, cfg = _prepare(args.config, args.overrides)
-    from tzrun.runner.preflight import preflight
+    raw, pm, registries, cfg = _prepare(args.config, args.overrides)
+    from tzrun.runner.session import Session
 
-    preflight(cfg, registries, raw.source)
+    Session(cfg, raw, pm, registries).check()
     run = "steps" if cfg.train.num_steps is not None else "epochs"
     print(
         f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
@@ -405,7 +405,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _launch_torchrun(args, argv)
     raw, pm, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args))
     from tzrun.runner.distributed import shutdown_distributed
-    from tzrun.runner.loop import train
+    from tzrun.runner.trainer import train
 
     try:
         init = None
@@ -418,7 +418,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     finally:
         shutdown_distributed()
     if result.stopped_by is not None:
-        from tzrun.runner.loop import EXIT_STOPPED_BY_SIGNAL
+        from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL
 
         if int(os.environ.get("RANK", 0)) == 0:
             print(f"stopped by {result.stopped_by} at step {result.steps}; checkpoint: {result.checkpoint}")
@@ -437,12 +437,12 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
         return _launch_torchrun(args, argv)
-    raw, _, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args))
+    raw, pm, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args))
     from tzrun.runner.checkpoint_eval import evaluate_checkpoint
     from tzrun.runner.distributed import shutdown_distributed
 
     try:
-        done = evaluate_checkpoint(cfg, raw, registries, args.checkpoint)
+        done = evaluate_checkpoint(cfg, raw, pm, registries, args.checkpoint)
     finally:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:

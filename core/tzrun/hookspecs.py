@@ -181,6 +181,9 @@ def tzrun_register_stages(register: Register) -> None:
     check`` and before training: ``fn(cfg, run_config, eval_keys)`` gets the stage's options,
     the run config and the keys an evaluation reports, and returns ``(key, message)`` pairs
     for problems with keys of the stage's table (an empty list when all is well).
+    ``register(..., outputs=fn)`` declares what the stage writes into the model dir:
+    ``fn(cfg)`` gets the stage's options and returns paths relative to the model dir (``["tensorboard"]``);
+    ``tzrec-run train --overwrite`` removes them with the rest of the earlier run's outputs.
     """
 
 

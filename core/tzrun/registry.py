@@ -58,7 +58,7 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("metric", "tzrun_register_metrics", "metric", "metrics", {"prediction": "probs", "group": "none"},
                  frozenset({"type", "name", "label", "prediction", "group_by"})),
             Kind("train_pipeline", "tzrun_register_train_pipelines", "train pipeline", "train pipelines"),
-            Kind("stage", "tzrun_register_stages", "stage", "stages", {"check": None}),
+            Kind("stage", "tzrun_register_stages", "stage", "stages", {"check": None, "outputs": None}),
             Kind("model", "tzrun_register_models", "model", "models", {"outputs": None}),
             Kind("reader", "tzrun_register_readers", "reader", "readers", {"check": None}),
         )

@@ -270,7 +270,7 @@ def _train_in_process(text: str, model_dir: Path, overrides: list[str], plugins:
     import torch.distributed as dist
 
     from tzrun.runner.distributed import shutdown_distributed
-    from tzrun.runner.loop import train
+    from tzrun.runner.trainer import train
 
     pm = make_plugin_manager(plugins=plugins)
     registries = collect_registries(pm)

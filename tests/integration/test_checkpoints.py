@@ -17,7 +17,7 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.errors import CheckpointError, ConfigError, IncompleteCheckpointError
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
-from tzrun.runner.checkpoint import MARKER, list_checkpoints, load_training_state
+from tzrun.runner.checkpoint import MARKER, list_checkpoints, load_checkpoint, read_saved
 from tzrun.runner.checkpoint_eval import evaluate_checkpoint
 from tzrun.runner.manifest import check_checkpoint
 from tzrun.runner.retention import read_best
@@ -43,7 +43,7 @@ def _config(model_dir: Path, criteo_dir: Path, *overrides: str):
 
 
 def _train(model_dir: Path, criteo_dir: Path, *overrides: str, **options):
-    from tzrun.runner.loop import train
+    from tzrun.runner.trainer import train
 
     raw, registries = _config(model_dir, criteo_dir, *overrides)
     pm = make_plugin_manager()
@@ -52,7 +52,7 @@ def _train(model_dir: Path, criteo_dir: Path, *overrides: str, **options):
 
 def _evaluate(model_dir: Path, criteo_dir: Path, which: str, *overrides: str):
     raw, registries = _config(model_dir, criteo_dir, *EVAL, *overrides)
-    return evaluate_checkpoint(load_config(raw, registries), raw, registries, which)
+    return evaluate_checkpoint(load_config(raw, registries), raw, make_plugin_manager(), registries, which)
 
 
 def _results(model_dir: Path) -> list[dict]:
@@ -86,16 +86,17 @@ def test_every_file_is_in_the_manifest_and_verifies(trained):
     path = model_dir / "checkpoints" / "step-8"
     manifest = json.loads((path / "manifest.json").read_text())
     listed = {f["path"] for f in manifest["files"]}
-    assert listed == {"meta.json", "schedules.pt", "update.pt", "ranks/rank-0.pt", "state/.metadata", "state/__0_0.distcp"}
+    assert listed == {"meta.json", "state/.metadata", "state/__0_0.distcp"}  # one DCP save holds all the state
     assert "manifest sha256 " in (path / MARKER).read_text()
     status = check_checkpoint(path)
-    assert status.state == "ok" and status.hashed and status.files == 6
+    assert status.state == "ok" and status.hashed and status.files == 3
+    assert read_saved(path, "loop")["step"] == 8 and set(read_saved(path, "rank.0")["rng"]) == {"python", "numpy", "torch"}
 
 
 @pytest.mark.parametrize("damage, expected", [
     ("corrupt", r"state/__0_0\.distcp: corrupted \(its SHA-256 differs"),
     ("truncate", r"state/__0_0\.distcp: truncated \([\d,]+ bytes; [\d,]+ were written\)"),
-    ("delete", r"schedules\.pt: missing"),
+    ("delete", r"meta\.json: missing"),
     ("manifest", r"manifest\.json: corrupted"),
 ])
 def test_a_damaged_file_is_named_at_load_with_the_previous_checkpoint(trained, criteo_dir, tmp_path, damage, expected):
@@ -114,7 +115,7 @@ def test_a_damaged_file_is_named_at_load_with_the_previous_checkpoint(trained, c
         with open(path / "state" / "__0_0.distcp", "r+b") as f:
             f.truncate(100)
     elif damage == "delete":
-        (path / "schedules.pt").unlink()
+        (path / "meta.json").unlink()
     else:
         (path / "manifest.json").write_text((path / "manifest.json").read_text().replace('"size": ', '"size":  '))
     with pytest.raises(CheckpointError, match=expected) as caught:
@@ -123,7 +124,7 @@ def test_a_damaged_file_is_named_at_load_with_the_previous_checkpoint(trained, c
     assert f"checkpoint {path} is damaged" in message
     assert f"{previous} is the previous complete one" in message and "--resume" in message
     with pytest.raises(CheckpointError, match=expected):
-        load_training_state(path, model=trained[1].model, optimizer=None, schedulers={})
+        load_checkpoint(path, {"model": trained[1].model})
 
 
 def test_evaluate_latest_reproduces_the_training_eval_and_records_it(trained, criteo_dir, tmp_path):
@@ -188,7 +189,7 @@ def test_ckpt_ls_and_inspect(trained, tmp_path):
     path = model_dir / "checkpoints" / "step-8"
     text = run_cli(["ckpt", "inspect", str(path)])
     assert text.returncode == 0, text.stderr
-    assert "manifest    ok (6 files" in text.stdout and "sizes and SHA-256 checked" in text.stdout
+    assert "manifest    ok (3 files" in text.stdout and "sizes and SHA-256 checked" in text.stdout
     assert "step        8, epoch 0, world size 1" in text.stdout
     assert "data        epoch 0, 8 step(s) into it; 2,048 of 12,000 rows of the epoch consumed" in text.stdout
     assert "lr          sparse 0.1, dense 0.1" in text.stdout
@@ -199,10 +200,10 @@ def test_ckpt_ls_and_inspect(trained, tmp_path):
     assert described["data"]["consumed_rows"] == 8 * 256 and described["manifest"]["state"] == "ok"
     assert {t["table"] for t in described["sharding"]["detail"]} >= {"cat_0_emb", "cat_1_emb", "cat_2_emb"}
 
-    with open(path / "update.pt", "ab") as f:
+    with open(path / "state" / ".metadata", "ab") as f:
         f.write(b"x")
     damaged = run_cli(["ckpt", "inspect", str(path)])
-    assert damaged.returncode == 1 and "manifest    DAMAGED\n  update.pt: longer than written" in damaged.stdout
+    assert damaged.returncode == 1 and "manifest    DAMAGED\n  state/.metadata: longer than written" in damaged.stdout
     incomplete = run_cli(["ckpt", "inspect", str(model_dir / "checkpoints" / "step-9")])
     assert incomplete.returncode == 1 and "incomplete (no COMPLETE marker" in incomplete.stdout
     missing = run_cli(["ckpt", "ls", str(tmp_path / "nowhere")])
@@ -244,7 +245,8 @@ def test_two_ranks_hash_their_share_verify_together_and_evaluate_together(two_ra
     model_dir, config, sets = two_rank_run
     path = model_dir / "checkpoints" / "step-4"
     listed = {f["path"] for f in json.loads((path / "manifest.json").read_text())["files"]}
-    assert {"state/__0_0.distcp", "state/__1_0.distcp", "ranks/rank-0.pt", "ranks/rank-1.pt"} <= listed
+    assert {"state/__0_0.distcp", "state/__1_0.distcp"} <= listed
+    assert read_saved(path, "rank.0")["rng"] and read_saved(path, "rank.1")["rng"]  # each rank's own state
     trained_eval = [r for r in _results(model_dir) if "command" not in r][-1]  # the training run's own
     both = run_cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--nproc-per-node", "2"])
     assert both.returncode == 0, both.stderr[-3000:]

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import EXAMPLE, example_overrides, run_cli
 from tests.integration.test_train import _results, _sets
 from tzrun.runner.checkpoint import list_checkpoints
-from tzrun.runner.loop import EXIT_STOPPED_BY_SIGNAL
+from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 

@@ -14,7 +14,7 @@ from tzrun.errors import TzrunError
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.init_from import InitFrom
-from tzrun.runner.loop import train
+from tzrun.runner.trainer import train
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from tzrun.registry import collect_registries
 from tzrun.runner.build import build_run
 from tzrun.runner.checkpoint import load_model_state
 from tzrun.runner.distributed import init_distributed, shutdown_distributed
-from tzrun.runner.loop import train
+from tzrun.runner.trainer import train
 
 pytestmark = pytest.mark.slow
 

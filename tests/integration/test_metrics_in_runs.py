@@ -14,7 +14,7 @@ from tests.integration.test_update_path import Recorder, CONFIG, _process_group 
 from tzrun.config.load import load_config, parse_config
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
-from tzrun.runner.loop import train
+from tzrun.runner.trainer import train
 
 pytestmark = pytest.mark.slow
 

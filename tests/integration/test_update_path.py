@@ -14,14 +14,15 @@ import torch
 
 import tzrun
 from tzrun.config.load import load_config, parse_config
-from tzrun.data.features import feature_specs
 from tzrun.errors import ConfigError
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
-from tzrun.runner.build import assign_parts, build_run
-from tzrun.runner.checkpoint import checkpoint_dir, load_training_state
+from tzrun.runner.build import assign_parts
+from tzrun.runner.checkpoint import checkpoint_dir, read_saved
 from tzrun.runner.distributed import init_distributed, shutdown_distributed
-from tzrun.runner.loop import _seed_everything, train
+from tzrun.runner.session import seed_everything as _seed_everything
+from tzrun.runner.session import Session
+from tzrun.runner.trainer import Trainer, train
 
 pytestmark = pytest.mark.slow
 
@@ -271,7 +272,7 @@ def test_fp16_with_the_scaler_leaves_embedding_updates_unscaled(tmp_path, criteo
         moved_fp32 = (b[k] - rec.before[k]).norm()
         assert moved_fp32 > 0
         assert moved_fp16 == pytest.approx(float(moved_fp32), rel=0.02), k  # not 1024x
-    update = torch.load(checkpoint_dir(tmp_path / "fp16", 1) / "update.pt", weights_only=False)
+    update = read_saved(checkpoint_dir(tmp_path / "fp16", 1), "update")
     assert update["scaler"]["scale"] == 1024.0
 
 
@@ -323,7 +324,7 @@ def test_ema_averages_the_dense_weights_and_is_saved(tmp_path, criteo_dir):
     for snapshot in rec.after_steps:
         for k, v in snapshot.items():
             expected[k] = v.clone() if k not in expected else 0.5 * expected[k] + 0.5 * v
-    saved = torch.load(checkpoint_dir(tmp_path / "ema", 4) / "update.pt", weights_only=False)["ema"]
+    saved = read_saved(checkpoint_dir(tmp_path / "ema", 4), "update")["ema"]
     assert saved["updates"] == 4
     averages = {k.removeprefix("model."): v for k, v in saved["averages"].items()}
     assert set(averages) == set(expected)
@@ -426,12 +427,11 @@ def test_schedules_continue_after_a_checkpoint_restore(tmp_path, criteo_dir):
     raw = parse_config(CONFIG.format(model_dir=tmp_path / "sched", train=criteo_dir / "train"), "<test>", overrides)
     cfg = load_config(raw, registries)
     _seed_everything(99)
-    fresh = build_run(cfg, registries, feature_specs(cfg.features), init_distributed())
-    meta = load_training_state(
-        checkpoint_dir(tmp_path / "sched", 3), model=fresh.model, optimizer=fresh.optimizer,
-        schedulers=fresh.schedulers, update=fresh.update,
-    )
-    assert meta["step"] == 3
+    trainer = Trainer(Session.start(cfg, raw, pm, registries))
+    trainer.set_up()
+    start = trainer.load(checkpoint_dir(tmp_path / "sched", 3))
+    fresh = trainer.built
+    assert start.step == 3
     # the 4th step of the restored run uses the 4th lr of the uninterrupted one
     assert fresh.optimizers["dense"].param_groups[0]["lr"] == pytest.approx(rec.lrs[3]["dense"])
     assert fresh.optimizers["sparse"].param_groups[0]["lr"] == pytest.approx(rec.lrs[3]["sparse"])

@@ -1,2 +1,3 @@
-"""Building and running a training job: distributed setup, model and optimizers, the loop,
-evaluation and checkpoints. Entered through :func:`tzrun.runner.loop.train`."""
+"""Building and running a training job: a :class:`~tzrun.runner.session.Session` assembles a
+run's parts, a :class:`~tzrun.runner.trainer.Trainer` runs the loop, evaluation and
+checkpoints. Entered through :func:`tzrun.runner.trainer.train`."""

@@ -18,6 +18,7 @@ from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.interfaces import ModelContext, SparseOptimizerSpec
 from tzrun.registry import Registries
 from tzrun.runner.distributed import DistInfo
+from tzrun.runner.update import LossScale, UpdateOptimizer
 from tzrun.runner.slots import LossSlot, MetricSlot, group_columns, loss_slots, metric_slots  # noqa: F401
 
 __all__ = [
@@ -82,9 +83,10 @@ class TrainModel(nn.Module):
     """The module DMP wraps: the user's model plus its losses.
 
     ``forward(batch)`` returns ``(loss_for_backward, StepOutput)``, the ``(loss, output)`` pair
-    TorchRec's train pipelines expect; everything in the :class:`StepOutput` is detached. ``loss_for_backward`` is the
-    total loss times ``loss_factor()`` when one is set in training (``1 / accumulation steps``,
-    times the fp16 loss scale): the only place the loss is ever scaled.
+    TorchRec's train pipelines expect; everything in the :class:`StepOutput` is detached. In
+    training, ``loss_for_backward`` is what the :class:`~tzrun.runner.update.LossScale` makes of
+    the total loss (``1 / accumulation steps``, times the fp16 loss scale): the only place the
+    loss is ever scaled.
 
     With ``mixed_precision``, the model and its losses run under ``torch.autocast``.
     """
@@ -95,14 +97,14 @@ class TrainModel(nn.Module):
         losses: Mapping[str, nn.Module],
         slots: Sequence[LossSlot],
         mixed_precision: str | None = None,
+        loss_scale: LossScale | None = None,
     ) -> None:
         super().__init__()
         self.model = model
         self.losses = nn.ModuleDict(dict(losses))
         self.slots = list(slots)
         self.autocast_dtype = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[mixed_precision]
-        self.loss_factor: Any = None
-        self.last_loss: torch.Tensor | None = None
+        self.loss_scale = loss_scale if loss_scale is not None else LossScale()
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
         if self.autocast_dtype is None:
@@ -112,10 +114,7 @@ class TrainModel(nn.Module):
             with torch.autocast(device_type, dtype=self.autocast_dtype):
                 outputs, total, values = self._forward(batch)
         detached = {k: v.detach().float() for k, v in outputs.items()}
-        backward = total
-        self.last_loss = total.detach()
-        if self.training and self.loss_factor is not None:
-            backward = total * self.loss_factor()
+        backward = self.loss_scale.for_backward(total) if self.training else total
         return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups)
 
     def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
@@ -287,6 +286,7 @@ def prepare_sharding(
     hbm_cap: int | None = None,
     ddr_cap: int | None = None,
     stats: Sequence[Any] | None = None,
+    loss_scale: LossScale | None = None,
 ) -> ShardingSetup:
     """Build the model on the meta device and the planner that shards it.
 
@@ -297,6 +297,7 @@ def prepare_sharding(
         hbm_cap, ddr_cap: bytes of device and host memory per rank (default TorchRec's,
             32 GiB and 128 GiB).
         stats: TorchRec planner ``Stats`` to report to (default TorchRec's log table).
+        loss_scale: how training scales the loss (none for planning).
 
     Raises:
         ConfigError: as :func:`plan_table_updates` and :func:`table_constraints`, or for a
@@ -306,7 +307,7 @@ def prepare_sharding(
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    train_model = build_model(cfg, registries, specs, torch.device("meta"))
+    train_model = build_model(cfg, registries, specs, torch.device("meta"), loss_scale)
     embedding_modules = _embedding_modules(train_model)
     if not embedding_modules:
         raise ConfigError("model", [ConfigProblem("model.type", f"model '{cfg.model.type}' built no EmbeddingBagCollection; tzrec-run shards embeddings with TorchRec")])
@@ -456,7 +457,8 @@ def assign_parts(names: Sequence[str], parts: Sequence[Component], where: str = 
     return groups
 
 
-def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, device: torch.device) -> TrainModel:
+def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, device: torch.device,
+                loss_scale: LossScale | None = None) -> TrainModel:
     """The user's model and its losses, with embedding collections on ``device``."""
     ctx = ModelContext(specs.dense, specs.sparse, specs.tables, device, tuple(cfg.data.labels))
     model_entry = registries["model"].get(cfg.model.type, "model.type")
@@ -466,7 +468,7 @@ def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, dev
         slot.name: registries["loss"].get(c.type, f"losses[{i}].type").build(c.config)
         for i, (slot, c) in enumerate(zip(slots, cfg.losses))
     }
-    return TrainModel(model, losses, slots, cfg.train.mixed_precision)
+    return TrainModel(model, losses, slots, cfg.train.mixed_precision, loss_scale)
 
 
 def apply_tf32(cfg: RunConfig) -> None:
@@ -490,11 +492,11 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
     from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-    from tzrun.runner.update import UpdateOptimizer
-
     apply_tf32(cfg)
+    loss_scale = UpdateOptimizer.make_loss_scale(cfg.train, info.device)
     setup = prepare_sharding(
-        cfg, registries, specs, world_size=info.world_size, local_world_size=info.local_world_size, device=info.device
+        cfg, registries, specs, world_size=info.world_size, local_world_size=info.local_world_size, device=info.device,
+        loss_scale=loss_scale,
     )
     train_model, updates, sharders = setup.model, setup.updates, setup.sharders
     dense_names = dense_parameter_names(train_model.model)
@@ -563,7 +565,7 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
         schedulers[key] = entry.build(schedule.config, optimizers[key])
     update = UpdateOptimizer(
         model=dmp,
-        train_model=train_model,
+        loss_scale=loss_scale,
         per_batch={k: v for k, v in optimizers.items() if k.startswith("sparse")},
         dense={k: v for k, v in optimizers.items() if k.startswith("dense")},
         train=cfg.train,

@@ -2,15 +2,23 @@
 
 Layout of one checkpoint::
 
-    step-N/state/          sharded model and optimizer state (DCP: .metadata, __<rank>_<i>.distcp)
-    step-N/schedules.pt    every LR schedule's state_dict
-    step-N/update.pt       the update path's state (fp16 loss scaler, EMA of dense weights)
-    step-N/ranks/rank-R.pt each rank's own state: random number generators, train-metric windows
-    step-N/meta.json       step, epoch, world size, plan, plugin set, stage states, resolved config
+    step-N/state/          everything the run needs to continue, written by ONE DCP save
+                           (.metadata, __<rank>_<i>.distcp): the sharded model and optimizer
+                           state, and under their own keys the loop position (``loop``), every
+                           LR schedule (``schedules``), the update path (``update``: fp16 loss
+                           scaler, EMA of the dense weights), the train metrics, the stages'
+                           states, and each rank's own ``rank.<R>`` (RNG states, train-metric
+                           windows)
+    step-N/meta.json       a readable record for tools that do not import torch: step, epoch,
+                           world size, data position, plan, plugin set, learning rates, config
     step-N/manifest.json   every file above: relative path, size, SHA-256 (see :mod:`.manifest`)
     step-N/COMPLETE        written last, by rank 0, after every rank finished; records the
                            manifest's SHA-256. Without it the directory is not a checkpoint and
                            is never loaded
+
+The manifest is kept for what DCP does not check: DCP reads each item by offset and length and
+has no checksum, so a flipped byte in a ``.distcp`` file loads silently and a truncated one
+fails with an unrelated error. With the manifest, a damaged file is named before torch reads it.
 
 A directory without ``COMPLETE`` left by an interrupted save is removed before the same step is
 written again. Loading checks every file against the manifest first (sizes always, hashes unless
@@ -24,13 +32,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
+from tzrun.files import write_atomic
 from tzrun.runner.manifest import (
     MANIFEST,
     MARKER,
@@ -54,15 +63,18 @@ __all__ = [
     "checkpoint_step",
     "is_complete",
     "list_checkpoints",
-    "write_atomic",
     "latest_checkpoint",
     "previous_checkpoint",
     "read_meta",
     "sharding_summary",
+    "Blob",
     "save_checkpoint",
+    "mark_complete",
     "verify_checkpoint",
+    "load_checkpoint",
+    "load_planner",
     "load_model_state",
-    "load_training_state",
+    "read_saved",
     "init_lazy_states",
     "remove_incomplete_checkpoints",
 ]
@@ -149,25 +161,54 @@ def sharding_summary(plan: Any) -> list[dict[str, Any]]:
     return out
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one
-    (a temporary file, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+class Blob:
+    """A ``Stateful`` for state that is not tensors to shard (loop position, schedules, stage
+    states, RNG states): DCP stores what ``get()`` returns as one pickled value under the key
+    it is given, and hands it to ``put`` on load.
+
+    Args:
+        get: returns the state to save.
+        put: receives the saved state on load.
+    """
+
+    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None]) -> None:
+        self.get = get
+        self.put = put
+
+    def state_dict(self) -> dict[str, Any]:
+        import io
+
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(self.get(), buffer)
+        return {"pickle": buffer.getvalue()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        import io
+
+        import torch
+
+        self.put(torch.load(io.BytesIO(state["pickle"]), weights_only=False))
 
 
-def _torch_bytes(obj: Any) -> bytes:
-    import io
+def load_planner() -> Any:
+    """DCP's default load planner, without its guess at checkpoints written before torch 2.4.
 
-    import torch
+    Loading part of a checkpoint (evaluation loads the model and the update path, not the
+    optimizers) leaves keys of the checkpoint unloaded; DCP's planner then re-flattens the
+    request the pre-2.4 way, which keeps a :class:`Blob`'s dict whole, and on 2 ranks reported
+    "Missing key in checkpoint state_dict: update" for a key the checkpoint holds. tzrec-run's
+    checkpoints are all written by torch >= 2.13.
+    """
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, create_default_local_load_plan
 
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
+    class CurrentFormatLoadPlanner(DefaultLoadPlanner):
+        def create_local_plan(self) -> Any:
+            assert self.metadata is not None
+            return create_default_local_load_plan(self.state_dict, self.metadata, not self.allow_partial_load)
+
+    return CurrentFormatLoadPlanner()
 
 
 def _group() -> tuple[int, int]:
@@ -203,24 +244,21 @@ def _write_manifest(path: Path, step: int) -> bytes:
     return content
 
 
-def save_checkpoint(
-    model_dir: Path,
-    step: int,
-    *,
-    model: torch.nn.Module,
-    optimizer: Any,
-    schedulers: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    rank: int,
-    update: Mapping[str, Any] | None = None,
-    rank_state: Mapping[str, Any] | None = None,
-) -> Path:
+def mark_complete(path: Path, step: int, manifest: bytes) -> None:
+    """Write the completion marker of the checkpoint at ``path`` (rank 0, last)."""
+    write_atomic(path / MARKER, marker_bytes(step, manifest))
+
+
+def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], meta: Mapping[str, Any], rank: int) -> Path:
     """Write the checkpoint of ``step`` on every rank; returns its directory.
 
-    Collective: every rank must call it. After every rank has written its files, the ranks
-    hash them (each its share) and rank 0 writes the manifest, then the completion marker. A
-    complete checkpoint of the same step is left as it is (the final step may coincide with a
-    periodic save).
+    Collective: every rank must call it, each with its own ``state`` (a dict of ``Stateful``
+    objects and tensors: keys only one rank has are saved from that rank, keys every rank has
+    are sharded or de-duplicated by DCP). Everything is written by **one**
+    ``torch.distributed.checkpoint.save`` into ``state/``; then rank 0 writes ``meta.json``, the
+    ranks hash the files (each its share), rank 0 writes the manifest and, last, the completion
+    marker. A complete checkpoint of the same step is left as it is (the final step may
+    coincide with a periodic save).
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -232,23 +270,13 @@ def save_checkpoint(
         if path.exists():
             shutil.rmtree(path)  # an earlier save of this step that never completed
         path.mkdir(parents=True)
-    dist.barrier()
-    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_id=str(path / "state"))
-    if rank_state is not None:
-        (path / "ranks").mkdir(exist_ok=True)
-        write_atomic(path / "ranks" / f"rank-{rank}.pt", _torch_bytes(dict(rank_state)))
+    dist.barrier()  # nobody writes into a directory rank 0 is still clearing
+    dcp.save(dict(state), checkpoint_id=str(path / "state"))  # returns on every rank once all wrote
     if rank == 0:
-        write_atomic(path / "schedules.pt", _torch_bytes({k: s.state_dict() for k, s in schedulers.items()}))
-        write_atomic(path / "update.pt", _torch_bytes(dict(update or {})))
         write_atomic(path / "meta.json", json.dumps(dict(meta), indent=2, default=str).encode())
-    dist.barrier()
     manifest = _write_manifest(path, step)
-    from tzrun.runner import faults
-
-    faults.during_save(step, rank)  # TZRUN_FAULT=kill-during-save@STEP:RANK (tests only)
     if rank == 0:
-        write_atomic(path / MARKER, marker_bytes(step, manifest))
-    dist.barrier()
+        mark_complete(path, step, manifest)
     return path
 
 
@@ -347,38 +375,50 @@ def init_lazy_states(optimizer: Any) -> None:
             child.zero_grad(set_to_none=True)
 
 
-def load_training_state(
-    path: Path,
-    *,
-    model: torch.nn.Module,
-    optimizer: Any,
-    schedulers: Mapping[str, Any],
-    update: Any | None = None,
-) -> dict[str, Any]:
-    """Load everything a checkpoint holds into a built run (collective): weights, every
-    optimizer's state, each LR schedule's position and the update path's state. Returns the
-    checkpoint's ``meta.json``. The files are checked against the manifest first.
+def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True) -> dict[str, Any]:
+    """Load a complete checkpoint into ``state`` (the same kind of dict :func:`save_checkpoint`
+    took; collective when there is a process group). Optimizers that create their state lazily
+    get it first (:func:`init_lazy_states`). Returns the checkpoint's ``meta.json``.
+
+    Args:
+        path: the checkpoint directory.
+        state: what to load: every key must be in the checkpoint (DCP reshards tensors to
+            this run's layout).
+        verify: check the files against the manifest first (:func:`verify_checkpoint`).
 
     Raises:
         IncompleteCheckpointError: when ``path`` is not a complete checkpoint.
-        CheckpointError: when a file is missing, truncated or corrupted.
-        KeyError: when a schedule of the run has no saved state.
+        CheckpointError: when a file is missing, truncated or corrupted, or a key of ``state``
+            is not in it.
     """
-    import torch
     import torch.distributed.checkpoint as dcp
 
     path = Path(path)
-    verify_checkpoint(path)
-    init_lazy_states(optimizer)
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-    dcp.load(state, checkpoint_id=str(path / "state"))
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    saved = torch.load(path / "schedules.pt", weights_only=False)
-    for key, scheduler in schedulers.items():
-        if key not in saved:
-            raise KeyError(f"{path}: no saved state for the lr schedule of '{key}' (saved: {', '.join(saved)})")
-        scheduler.load_state_dict(saved[key])
-    if update is not None and (path / "update.pt").is_file():
-        update.load_state_dict(torch.load(path / "update.pt", weights_only=False))
+    if verify:
+        verify_checkpoint(path)
+    elif not is_complete(path):
+        raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
+    if "optimizer" in state:
+        init_lazy_states(state["optimizer"])
+    try:
+        dcp.load(dict(state), checkpoint_id=str(path / "state"), planner=load_planner())
+    except Exception as error:  # DCP reports a key it lacks as "Missing key in checkpoint state_dict"
+        if "Missing key" not in str(error):
+            raise
+        raise CheckpointError(f"{path}: does not hold everything this run loads (written by another kind of run "
+                              f"or an older tzrec-run): {str(error).strip().splitlines()[-1]}") from error
     return read_meta(path)
+
+
+def read_saved(path: Path, key: str) -> Any:
+    """What a checkpoint saved under ``key`` through a :class:`Blob` (``loop``, ``schedules``,
+    ``update``, ``train_metrics``, ``stages``, ``rank.<R>``), read in this process alone
+    (no process group, no model): for tools and tests."""
+    import torch.distributed.checkpoint as dcp
+
+    found: list[Any] = []
+    with warnings.catch_warnings():  # "torch.distributed is disabled ...": loading in one process is the intent
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load({key: Blob(lambda: None, found.append)}, checkpoint_id=str(Path(path) / "state"), no_dist=True,
+                 planner=load_planner())
+    return found[0]

@@ -12,10 +12,9 @@ training: the EMA averages when ``train.dense_optimizer.ema.use_for_eval``.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import attrs
 
@@ -24,23 +23,25 @@ from tzrun.config.schema import RunConfig
 from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, IncompleteCheckpointError
 from tzrun.interfaces import EvalResult
 from tzrun.registry import Registries
+from tzrun.plugins import PluginManager
 from tzrun.runner.checkpoint import (
     MARKER,
+    Blob,
     is_complete,
     latest_checkpoint,
+    load_checkpoint,
     previous_checkpoint,
     read_meta,
     verify_checkpoint,
 )
+from tzrun.runner.evaluate import append_eval_result, evaluate
+from tzrun.runner.session import Session
+from tzrun.runner.records import config_differences
 from tzrun.runner.retention import BEST_FILE, read_best
 
-__all__ = ["CheckpointEvaluation", "COMPARED_SECTIONS", "resolve_checkpoint", "config_differences", "evaluate_checkpoint"]
+__all__ = ["CheckpointEvaluation", "resolve_checkpoint", "evaluate_checkpoint"]
 
 log = logging.getLogger("tzrun")
-
-#: The config sections a checkpoint must share with the config that evaluates it.
-COMPARED_SECTIONS = ("model", "features")
-
 
 @attrs.frozen
 class CheckpointEvaluation:
@@ -95,65 +96,23 @@ def resolve_checkpoint(model_dir: Path, which: str) -> Path:
     return path
 
 
-def _normalised(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
-def _diff(saved: Any, now: Any, where: str, out: list[str], saved_as: str) -> None:
-    if isinstance(saved, Mapping) and isinstance(now, Mapping):
-        for key in sorted(set(saved) | set(now)):
-            _diff(saved.get(key), now.get(key), f"{where}.{key}", out, saved_as)
-    elif isinstance(saved, list) and isinstance(now, list) and len(saved) == len(now):
-        for i, (a, b) in enumerate(zip(saved, now)):
-            _diff(a, b, f"{where}[{i}]", out, saved_as)
-    elif saved != now:
-        def show(v: Any) -> str:
-            return "unset" if v is None else json.dumps(v)
-
-        out.append(f"{where}: {show(saved)} {saved_as}, {show(now)} now")
-
-
-def config_differences(saved: Mapping[str, Any], now: Mapping[str, Any], saved_as: str = "in the checkpoint") -> list[str]:
-    """The differences in :data:`COMPARED_SECTIONS` between a saved config (a checkpoint's
-    ``meta.json["config"]``, say) and a config, one line each with its TOML path:
-    ``<path>: <saved> <saved_as>, <now> now``."""
-    out: list[str] = []
-    saved, now = _normalised(dict(saved)), _normalised(dict(now))
-    for section in COMPARED_SECTIONS:
-        _diff(saved.get(section), now.get(section), section, out, saved_as)
-    return out
-
-
 def evaluate_checkpoint(
-    cfg: RunConfig, raw: RawConfig, registries: Registries, which: str
+    cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries, which: str
 ) -> CheckpointEvaluation:
     """Evaluate the checkpoint ``which`` names (collective: every rank of the job calls it);
-    rank 0 appends the result to ``eval_results.jsonl``.
+    rank 0 appends the result to ``eval_results.jsonl``. The run's parts come from a
+    :class:`~tzrun.runner.session.Session`, as in training: every data option (the reader,
+    ``data.on_bad_row``, batch sizes) means what it means there.
 
     Raises:
         ConfigError: without ``data.eval_input``.
         CheckpointError: for a missing, incomplete or damaged checkpoint, or one written with
             another ``[model]`` or ``[[features]]``.
     """
-    import torch
-
-    from tzrun.data.features import BatchBuilder, feature_specs
-    from tzrun.data.loader import RankInput
-    from tzrun.interfaces import RunContext
-    from tzrun.runner.build import build_run, group_columns, metric_slots
-    from tzrun.runner.checkpoint import load_model_state
-    from tzrun.runner.distributed import init_distributed
-    from tzrun.runner.evaluate import append_eval_result, evaluate
-
     if cfg.data.eval_input is None:
         raise ConfigError(raw.source, [ConfigProblem("data.eval_input", "tzrec-run evaluate needs an eval input; set it (or --set data.eval_input=\"...\")")])
-    if cfg.train.tune_malloc:
-        from tzrun.runner.allocator import tune_malloc
-
-        tune_malloc()
-    info = init_distributed()
-    model_dir = Path(cfg.model_dir)
-    path = resolve_checkpoint(model_dir, which)
+    session = Session.start(cfg, raw, pm, registries)
+    path = resolve_checkpoint(session.model_dir, which)
     verify_checkpoint(path)
     meta = read_meta(path)
     differences = config_differences(meta.get("config", {}), raw.data)
@@ -163,20 +122,28 @@ def evaluate_checkpoint(
             + "\n".join(f"  {d}" for d in differences)
             + "\nEvaluate it with the config it was trained with (its config is in meta.json), or pass --set to match."
         )
+    ema = _load_weights(session, path)
+    step, info = int(meta["step"]), session.info
+    if info.rank == 0:
+        log.info("evaluating %s (step %d) on %s over %d rank(s)%s", path, step, cfg.data.eval_input, info.world_size,
+                 " with the EMA weights" if ema else "")
+    built, eval_input = session.built, session.eval_input
+    assert eval_input is not None
+    with built.update.eval_weights():
+        result = evaluate(session.run_context(), eval_input.one_pass(cfg.eval.num_steps), session.metric_slots,
+                          registries, session.pipeline, step)
+    if info.rank == 0:
+        session.model_dir.mkdir(parents=True, exist_ok=True)
+        append_eval_result(session.model_dir, result, checkpoint=str(path), command="evaluate", ema=ema)
+    return CheckpointEvaluation(path, result, ema)
 
-    specs = feature_specs(cfg.features)
-    reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
-    groups = group_columns(cfg)
-    builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups)
-    columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
-    eval_input = RankInput(reader, cfg.data.eval_input, cfg.data.eval_batch_size or cfg.data.batch_size,
-                           cfg.data.num_workers, columns, builder, info.rank, info.world_size,
-                           prefetch=cfg.data.prefetch_batches,
-                           nice=cfg.data.reader_nice)
-    built = build_run(cfg, registries, specs, info)
-    load_model_state(path, built.model, verify=False)
-    update_file = path / "update.pt"
-    saved_update = torch.load(update_file, weights_only=False) if update_file.is_file() else {}
+
+def _load_weights(session: Session, path: Path) -> bool:
+    """Load the checkpoint's model weights and update path (EMA averages) into the session's
+    model; returns whether evaluation uses the EMA averages."""
+    built = session.built
+    saved_update: dict[str, Any] = {}
+    load_checkpoint(path, {"model": built.model, "update": Blob(dict, saved_update.update)}, verify=False)
     ema = bool(built.update.ema_for_eval)
     if ema and not saved_update.get("ema"):
         raise CheckpointError(
@@ -184,25 +151,6 @@ def evaluate_checkpoint(
             "remove train.dense_optimizer.ema (or set use_for_eval = false) to evaluate its weights"
         )
     built.update.load_state_dict(saved_update)
-    if not ema and saved_update.get("ema") and info.rank == 0:
+    if not ema and saved_update.get("ema") and session.info.rank == 0:
         log.info("%s also holds EMA averages of the dense weights; set train.dense_optimizer.ema to evaluate them", path)
-
-    run = RunContext(config=cfg, model_dir=model_dir, rank=info.rank, world_size=info.world_size,
-                     local_rank=info.local_rank, device=info.device, model=built.model, optimizer=built.optimizer,
-                     global_batch_size=cfg.data.batch_size * info.world_size)
-    pipeline_entry = registries["train_pipeline"].get(cfg.train.pipeline.type, "train.pipeline.type")
-
-    def make_pipeline() -> Any:
-        return pipeline_entry.build(cfg.train.pipeline.config, built.model, built.update, info.device)
-
-    step = int(meta["step"])
-    if info.rank == 0:
-        log.info("evaluating %s (step %d) on %s over %d rank(s)%s", path, step, cfg.data.eval_input, info.world_size,
-                 " with the EMA weights" if ema else "")
-    with built.update.eval_weights():
-        result = evaluate(run, eval_input.one_pass(cfg.eval.num_steps), metric_slots(cfg, registries), registries,
-                          make_pipeline, step)
-    if info.rank == 0:
-        model_dir.mkdir(parents=True, exist_ok=True)
-        append_eval_result(model_dir, result, checkpoint=str(path), command="evaluate", ema=ema)
-    return CheckpointEvaluation(path, result, ema)
+    return ema

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
 
+from tzrun.files import EVAL_RESULTS, append_jsonl, keep_jsonl
 from tzrun.interfaces import EvalResult, RunContext
 from tzrun.registry import Registries
 from tzrun.runner.build import MetricSlot
 
-__all__ = ["evaluate", "update_metric", "append_eval_result", "trim_eval_results", "EVAL_RESULTS"]
-
-#: One JSON line per evaluation, in the model dir.
-EVAL_RESULTS = "eval_results.jsonl"
+__all__ = ["evaluate", "update_metric", "append_eval_result", "trim_eval_results"]
 
 
 def evaluate(
@@ -84,17 +81,13 @@ def evaluate(
 def append_eval_result(model_dir: Path, result: EvalResult, **extra: Any) -> None:
     """Append one evaluation to ``model_dir/eval_results.jsonl``: ``step``, ``rows``, every
     metric, then ``extra`` (e.g. ``checkpoint`` and ``command`` for ``tzrec-run evaluate``)."""
-    line = json.dumps({"step": result.step, "rows": result.rows, **result.metrics, **extra})
-    with open(Path(model_dir) / EVAL_RESULTS, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
+    append_jsonl(Path(model_dir) / EVAL_RESULTS, {"step": result.step, "rows": result.rows, **result.metrics, **extra})
 
 
 def trim_eval_results(model_dir: Path, step: int) -> int:
     """Drop the training run's evaluations after ``step`` from ``eval_results.jsonl`` (on
     resume from the checkpoint of ``step``: an evaluation whose checkpoint was never completed
     runs again). ``tzrec-run evaluate`` lines are kept. Returns how many lines were dropped."""
-    from tzrun.runner.records import keep_jsonl
-
     return keep_jsonl(Path(model_dir) / EVAL_RESULTS, lambda r: "command" in r or int(r.get("step", 0)) <= step)
 
 

@@ -132,7 +132,7 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
 
-    from tzrun.runner.checkpoint import is_complete, latest_checkpoint, verify_checkpoint
+    from tzrun.runner.checkpoint import init_lazy_states, is_complete, latest_checkpoint, load_planner, verify_checkpoint
 
     source = Path(init.checkpoint)
     if not is_complete(source):
@@ -185,15 +185,14 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
             + ". Map names with --init-map, or allow them with --init-allow-missing / --init-allow-unexpected "
             "(patterns such as 'final.*')"
         )
-    dcp.load({"model": {"model." + k: v for k, v in targets.items()}}, checkpoint_id=str(source / "state"))
+    dcp.load({"model": {"model." + k: v for k, v in targets.items()}}, checkpoint_id=str(source / "state"),
+             planner=load_planner())
     # the targets are the model's own state tensors (or shards of them): give them back to it
     model.load_state_dict({"model." + k: v for k, v in current.items()})
     if init.load_optimizer:
-        from tzrun.runner.checkpoint import init_lazy_states
-
         init_lazy_states(optimizer)
         optimizer_state = {"optimizer": optimizer.state_dict()}
-        dcp.load(optimizer_state, checkpoint_id=str(source / "state"))
+        dcp.load(optimizer_state, checkpoint_id=str(source / "state"), planner=load_planner())
         optimizer.load_state_dict(optimizer_state["optimizer"])
     report = InitReport(str(source), tuple(loaded), renamed, tuple(missing), tuple(unexpected), init.load_optimizer)
     if rank == 0:

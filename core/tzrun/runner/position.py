@@ -14,13 +14,13 @@ new ranks as a partial epoch: every row is still trained on exactly once per epo
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import attrs
 
 from tzrun.data.dataset import merge_intervals, subtract_intervals
 
-__all__ = ["Layout", "EpochRun", "DataPosition", "plan_epochs", "TrainData"]
+__all__ = ["Layout", "EpochRun", "DataPosition", "ResumePoint", "plan_epochs", "TrainData"]
 
 Interval = tuple[int, int]
 
@@ -104,6 +104,36 @@ class EpochRun:
         return self.first_step + self.steps - self.start
 
 
+@attrs.frozen
+class ResumePoint:
+    """Where a run starts in its data: the global step, the epoch, the layout that epoch is
+    read with and the step of the epoch to start at.
+
+    Attributes:
+        step: training steps already done.
+        epoch: the epoch to continue (0-based).
+        layout: how that epoch is read (a partial epoch's rows after a change of layout).
+        in_epoch: steps of that epoch already done under ``layout``.
+    """
+
+    step: int
+    epoch: int
+    layout: Layout
+    in_epoch: int
+
+    @classmethod
+    def beginning(cls, whole: Layout) -> "ResumePoint":
+        """The start of a fresh run."""
+        return cls(0, 0, whole, 0)
+
+    @classmethod
+    def after(cls, step: int, saved: DataPosition, whole: Layout) -> "ResumePoint":
+        """Where a run resumed at ``step`` continues, given the position its checkpoint saved
+        and the layout this job reads whole epochs with (:func:`resume_layout_for`)."""
+        layout, in_epoch = resume_layout_for(saved, whole)
+        return cls(step, saved.epoch, layout, in_epoch)
+
+
 def resume_layout_for(saved: DataPosition, current: Layout) -> tuple[Layout, int]:
     """The layout and start step of the epoch a resumed run continues: the saved one (exact
     continuation) when nothing about the reading changed, otherwise a partial epoch over the
@@ -164,15 +194,29 @@ class TrainData:
     """The training batches of a run, epoch after epoch, resumable at any step.
 
     Args:
-        plan: the epochs to train.
         make_input: builds a rank's input for a layout (a
             :class:`~tzrun.data.loader.RankInput`).
+        whole: the layout of every whole epoch.
+        num_steps / num_epochs: the run's length (one of them is set).
+        start: where the run starts.
     """
 
-    def __init__(self, plan: Sequence[EpochRun], make_input: Callable[[Layout], Any]) -> None:
-        self.plan = list(plan)
+    def __init__(self, make_input: Callable[[Layout], Any], whole: Layout, *, num_steps: int | None,
+                 num_epochs: int | None, start: ResumePoint) -> None:
         self.make_input = make_input
+        self.whole = whole
+        self.start = start
         self._inputs: dict[Layout, Any] = {}
+        self.plan = plan_epochs(
+            num_steps=num_steps, num_epochs=num_epochs, start_step=start.step, start_epoch=start.epoch,
+            start_layout=start.layout, start_in_epoch=start.in_epoch, whole_layout=whole,
+            steps_of=lambda layout: self.input_for(layout).steps,
+        )
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps of a whole epoch."""
+        return int(self.input_for(self.whole).steps)
 
     def input_for(self, layout: Layout) -> Any:
         """The (cached) rank input of a layout."""

@@ -32,15 +32,14 @@ import attrs
 
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import Component, RunConfig
+from tzrun.files import write_atomic
 
 __all__ = [
     "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml", "emit_toml",
     "environment", "stack_versions", "check_stack", "write_run_records", "owner_differences",
-    "METRICS_FILE", "read_jsonl", "keep_jsonl",
+    "COMPARED_SECTIONS", "config_differences",
 ]
 
-#: The train log and evaluations of a run, one JSON object per line (the ``metrics_log`` stage).
-METRICS_FILE = "metrics.jsonl"
 RESOLVED_TOML = "resolved_config.toml"
 RESOLVED_JSON = "resolved_config.json"
 ENV_FILE = "env.json"
@@ -315,42 +314,45 @@ def write_run_records(model_dir: Path, cfg: RunConfig, raw: RawConfig, *, world_
 
 
 def _write(path: Path, text: str) -> None:
-    from tzrun.runner.checkpoint import write_atomic
-
     write_atomic(path, text.encode("utf-8"))
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file (``metrics.jsonl``, ``eval_results.jsonl``), in order;
-    a line a crash tore is skipped."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+#: The config sections a checkpoint (or a model dir) must share with the config that uses it.
+COMPARED_SECTIONS = ("model", "features")
+
+
+def _normalised(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _diff(saved: Any, now: Any, where: str, out: list[str], saved_as: str) -> None:
+    if isinstance(saved, Mapping) and isinstance(now, Mapping):
+        for key in sorted(set(saved) | set(now)):
+            _diff(saved.get(key), now.get(key), f"{where}.{key}", out, saved_as)
+    elif isinstance(saved, list) and isinstance(now, list) and len(saved) == len(now):
+        for i, (a, b) in enumerate(zip(saved, now)):
+            _diff(a, b, f"{where}[{i}]", out, saved_as)
+    elif saved != now:
+        def show(v: Any) -> str:
+            return "unset" if v is None else json.dumps(v)
+
+        out.append(f"{where}: {show(saved)} {saved_as}, {show(now)} now")
+
+
+def config_differences(saved: Mapping[str, Any], now: Mapping[str, Any], saved_as: str = "in the checkpoint") -> list[str]:
+    """The differences in :data:`COMPARED_SECTIONS` between a saved config (a checkpoint's
+    ``meta.json["config"]``, say) and a config, one line each with its TOML path:
+    ``<path>: <saved> <saved_as>, <now> now``."""
+    out: list[str] = []
+    saved, now = _normalised(dict(saved)), _normalised(dict(now))
+    for section in COMPARED_SECTIONS:
+        _diff(saved.get(section), now.get(section), section, out, saved_as)
     return out
-
-
-def keep_jsonl(path: str | os.PathLike[str], keep: Any) -> int:
-    """Rewrite a JSON-lines file (atomically) with only the records for which ``keep(record)``
-    is true, e.g. on resume the lines up to the checkpoint's step. Returns how many were
-    dropped (0 when the file does not exist)."""
-    path = Path(path)
-    if not path.is_file():
-        return 0
-    records = read_jsonl(path)
-    kept = [r for r in records if keep(r)]
-    if len(kept) != len(records):
-        _write(path, "".join(json.dumps(r) + "\n" for r in kept))
-    return len(records) - len(kept)
 
 
 def owner_differences(model_dir: Path, cfg: RunConfig) -> list[str]:
     """How the run recorded in ``model_dir`` differs from ``cfg`` in ``[model]`` and
     ``[[features]]`` (one line each); empty when it is the same run or nothing is recorded."""
-    from tzrun.runner.checkpoint_eval import config_differences
-
     path = Path(model_dir) / RESOLVED_JSON
     if not path.is_file():
         return []

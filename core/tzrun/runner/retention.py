@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Mapping
 import attrs
 
 from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
-from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints, write_atomic
+from tzrun.files import write_atomic
+from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints
 from tzrun.runner.manifest import MARKER
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ Two kinds of optimizers are stepped differently:
 * **dense** (the dense optimizer and its parts): with ``gradient_accumulation_steps = N`` they
   step once per N batches, on the mean of the N batch gradients.
 
-The loss is scaled once, in :class:`~tzrun.runner.build.TrainModel`, by ``loss_factor() = S / N``
-(S: the fp16 loss scale, 1 without a scaler). Dense gradients therefore accumulate to the mean
+The loss is scaled once, by the :class:`LossScale` that :class:`~tzrun.runner.build.TrainModel`
+and :class:`UpdateOptimizer` share, with ``S / N`` (S: the fp16 loss scale, 1 without a scaler). Dense gradients therefore accumulate to the mean
 over the window (times S, which ``GradScaler.unscale_`` removes before clipping). The gradients
 that reach the embedding kernels are multiplied back by ``N / S`` with a hook on the embedding
 collections' outputs, so the fused sparse optimizers never see a scaled gradient; when fp16
@@ -18,6 +18,11 @@ overflowed, the hook hands them zeros instead of inf/NaN, and the scaler skips t
 
 At a checkpoint boundary a partial window of m < N batches is stepped as the mean of its m
 batches (:meth:`UpdateOptimizer.flush`), so no gradient is ever pending in a checkpoint.
+
+No step forces a device sync: a non-finite loss is noted on the device (:class:`NonFiniteWatch`)
+and read where the loop syncs anyway (its train log and its checkpoint boundaries). Only
+``on_nonfinite_loss = "skip"`` reads the loss at every step, since it must decide whether the
+step's updates happen.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-__all__ = ["UpdateOptimizer", "DenseEMA"]
+__all__ = ["UpdateOptimizer", "DenseEMA", "LossScale", "NonFiniteWatch"]
 
 
 class DenseEMA:
@@ -82,6 +87,72 @@ class DenseEMA:
         self.updates = int(state["updates"])
 
 
+class LossScale:
+    """How the training loss is scaled for backward, and the last loss seen: what
+    :class:`~tzrun.runner.build.TrainModel` (which computes the loss) and
+    :class:`UpdateOptimizer` (which steps on it) share.
+
+    Args:
+        accumulation: ``train.gradient_accumulation_steps`` (N).
+        scaler: the fp16 ``GradScaler`` (S), or None.
+        device: the training device.
+    """
+
+    def __init__(self, accumulation: int = 1, scaler: Any = None, device: Any = None) -> None:
+        self.accumulation = accumulation
+        self.scaler = scaler
+        self.device = device
+        #: what the gradients reaching the embedding kernels are multiplied by (N / S)
+        self.inverse: Any = 1.0
+        #: the (detached, unscaled) total loss of the last forward in training
+        self.last_loss: torch.Tensor | None = None
+
+    @property
+    def scales(self) -> bool:
+        """Whether the loss is scaled at all."""
+        return self.accumulation > 1 or self.scaler is not None
+
+    def for_backward(self, total: torch.Tensor) -> torch.Tensor:
+        """Record a training step's total loss and return what backward runs on."""
+        self.last_loss = total.detach()
+        if not self.scales:
+            return total
+        if self.scaler is None:
+            self.inverse = float(self.accumulation)
+            return total * (1.0 / self.accumulation)
+        scale = self.scaler.scale(torch.ones((), device=self.device))
+        self.inverse = self.accumulation / scale
+        return total * (scale / self.accumulation)
+
+
+class NonFiniteWatch:
+    """Notes, on the device, the first training batch whose loss was NaN or infinite, so that
+    ``on_nonfinite_loss = "error"`` costs no sync per step; :meth:`first` reads it (one sync)."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self._first: torch.Tensor | None = None  # the 1-based batch number, 0 for none yet
+        self._value: torch.Tensor | None = None
+
+    def see(self, loss: torch.Tensor) -> None:
+        """One training batch's loss (device ops only)."""
+        self.batches += 1
+        if self._first is None:
+            self._first = torch.zeros((), dtype=torch.int64, device=loss.device)
+            self._value = torch.zeros((), dtype=torch.float32, device=loss.device)
+        fresh = ~torch.isfinite(loss) & (self._first == 0)
+        self._first = torch.where(fresh, self.batches, self._first)
+        self._value = torch.where(fresh, loss.float(), self._value)
+
+    def first(self) -> tuple[int, float] | None:
+        """``(batch, loss)`` of the first non-finite loss seen (batches counted from 1 since
+        this process started training), or None."""
+        if self._first is None:
+            return None
+        batch = int(self._first)
+        return (batch, float(self._value)) if batch else None  # type: ignore[arg-type]
+
+
 def _embedding_outputs(value: Any) -> list[torch.Tensor]:
     from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedTensor
 
@@ -101,8 +172,8 @@ class UpdateOptimizer:
 
     Args:
         model: the DMP-wrapped model (its sharded embedding modules get the unscaling hook).
-        train_model: the :class:`~tzrun.runner.build.TrainModel` inside it (its
-            ``loss_factor`` is set here).
+        loss_scale: the :class:`LossScale` the model's ``TrainModel`` scales its loss with
+            (its fp16 scaler is this update path's).
         per_batch: optimizers stepped at every batch (sparse).
         dense: optimizers stepped once per accumulation window.
         train: the ``[train]`` config (accumulation, scaler, clipping).
@@ -114,7 +185,7 @@ class UpdateOptimizer:
         self,
         *,
         model: nn.Module,
-        train_model: Any,
+        loss_scale: LossScale,
         per_batch: Mapping[str, Any],
         dense: Mapping[str, Any],
         train: Any,
@@ -125,17 +196,11 @@ class UpdateOptimizer:
         self.dense = dict(dense)
         self.accumulation = train.gradient_accumulation_steps
         self.clipping = train.grad_clipping
-        self.scaler = None
-        if train.grad_scaler is not None:
-            s = train.grad_scaler
-            self.scaler = torch.amp.GradScaler(
-                device.type, init_scale=s.init_scale, growth_factor=s.growth_factor,
-                backoff_factor=s.backoff_factor, growth_interval=s.growth_interval,
-            )
+        self.loss_scale = loss_scale
+        self.scaler = loss_scale.scaler
         self.device = device
         self.micro_step = 0  # batches in the current accumulation window
         self.skipped_steps = 0  # dense steps the scaler skipped (inf/NaN gradients)
-        self.last_grad_norm: float | None = None
         self.dense_params = [p for opt in self.dense.values() for g in opt.param_groups for p in g["params"]]
         #: the dense optimizers' parameters by name
         self.named_dense_params: dict[str, nn.Parameter] = {}
@@ -143,31 +208,31 @@ class UpdateOptimizer:
             self.named_dense_params.update(getattr(opt, "params", {}))
         self.ema = DenseEMA(self.named_dense_params, ema.decay) if ema is not None else None
         self.ema_for_eval = ema is not None and ema.use_for_eval
-        self.train_model = train_model
-        self.on_nonfinite = getattr(train, "on_nonfinite_loss", "error")
+        self.on_nonfinite = train.on_nonfinite_loss
         self.nonfinite_steps = 0  # batches whose loss was NaN or infinite (skipped)
-        self._inverse: Any = 1.0
-        if self.accumulation > 1 or self.scaler is not None:
-            self._loss_factor()
-            train_model.loss_factor = self._loss_factor
-        if self.accumulation > 1 or self.scaler is not None or self.on_nonfinite == "skip":
+        self.nonfinite = NonFiniteWatch()
+        if loss_scale.scales or self.on_nonfinite == "skip":
             self._hook_embeddings(model)
 
-    # -- loss scaling --------------------------------------------------------------------------
+    @staticmethod
+    def make_loss_scale(train: Any, device: torch.device) -> LossScale:
+        """The :class:`LossScale` of the ``[train]`` config: accumulation and the fp16 scaler."""
+        scaler = None
+        if train.grad_scaler is not None:
+            s = train.grad_scaler
+            scaler = torch.amp.GradScaler(
+                device.type, init_scale=s.init_scale, growth_factor=s.growth_factor,
+                backoff_factor=s.backoff_factor, growth_interval=s.growth_interval,
+            )
+        return LossScale(train.gradient_accumulation_steps, scaler, device)
 
-    def _loss_factor(self) -> torch.Tensor | float:
-        if self.scaler is None:
-            self._inverse = float(self.accumulation)
-            return 1.0 / self.accumulation
-        scale = self.scaler.scale(torch.ones((), device=self.device))
-        self._inverse = self.accumulation / scale
-        return scale / self.accumulation
+    # -- loss scaling --------------------------------------------------------------------------
 
     def _hook_embeddings(self, model: nn.Module) -> None:
         from torchrec.distributed.types import Awaitable, ShardedModule
 
         def unscale(grad: torch.Tensor) -> torch.Tensor:
-            inverse = self._inverse
+            inverse = self.loss_scale.inverse
             if not (isinstance(inverse, float) and inverse == 1.0):
                 grad = grad * inverse
             if self.scaler is not None or self.on_nonfinite == "skip":
@@ -210,18 +275,16 @@ class UpdateOptimizer:
     def step(self, closure: Any = None) -> None:
         """Step the sparse optimizers; at the end of a window, the dense ones.
 
-        Raises:
-            NonFiniteLossError: when the batch's loss is NaN or infinite and the policy is
-                ``"error"`` (before any dense update uses it). With ``"skip"``, the batch's
-                updates are dropped instead: the embedding hook already gave FBGEMM zeros, the
-                data-parallel tables do not step, and the accumulation window is discarded.
+        With ``on_nonfinite_loss = "error"`` a NaN or infinite loss is only noted here (on the
+        device, :attr:`nonfinite`); the loop raises at its next train log or checkpoint
+        boundary, before anything is saved. With ``"skip"`` (one sync per step), the batch's
+        updates are dropped instead: the embedding hook already gave FBGEMM zeros, the
+        data-parallel tables do not step, and the accumulation window is discarded.
         """
-        loss = self.train_model.last_loss
-        if loss is not None and not bool(torch.isfinite(loss)):
-            if self.on_nonfinite == "error":
-                from tzrun.errors import NonFiniteLossError
-
-                raise NonFiniteLossError(f"the training loss is {float(loss)}")
+        loss = self.loss_scale.last_loss
+        if loss is not None and self.on_nonfinite == "error":
+            self.nonfinite.see(loss)
+        elif loss is not None and not bool(torch.isfinite(loss)):
             self.nonfinite_steps += 1
             for opt in (*self.per_batch.values(), *self.dense.values()):
                 opt.zero_grad(set_to_none=True)
@@ -254,8 +317,7 @@ class UpdateOptimizer:
         if self.clipping is not None:
             params = [p for p in self.dense_params if p.grad is not None]
             if self.clipping.by == "norm":
-                norm = torch.nn.utils.clip_grad_norm_(params, self.clipping.max_gradient, self.clipping.norm_type)
-                self.last_grad_norm = float(norm)
+                torch.nn.utils.clip_grad_norm_(params, self.clipping.max_gradient, self.clipping.norm_type)
             else:
                 torch.nn.utils.clip_grad_value_(params, self.clipping.max_gradient)
         if self.scaler is None:

@@ -17,8 +17,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tzrun import RowGroup
-from tzrun.data.hashing import is_hashable
+from tzrun import RowGroup, is_hashable
 from tzrun.errors import DataError
 
 __all__ = ["ParquetConfig", "ParquetReader", "build_parquet", "list_files"]

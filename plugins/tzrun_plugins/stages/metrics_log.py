@@ -14,7 +14,6 @@ the run replays those steps), so the file holds each step once; a fresh run star
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any, Optional
 import attrs
 
 import tzrun
-from tzrun.runner.records import METRICS_FILE, keep_jsonl
 
 __all__ = ["MetricsLogConfig", "MetricsLogStage", "build_metrics_log"]
 
@@ -58,20 +56,19 @@ class MetricsLogStage:
 
     def _write(self, record: dict[str, Any]) -> None:
         assert self.path is not None
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(_finite(record)) + "\n")
+        tzrun.append_jsonl(self.path, _finite(record))
 
     @tzrun.hookimpl
     def tzrun_before_train(self, run: tzrun.RunContext) -> None:
         if not run.is_rank0:
             return
-        path = Path(self.cfg.path) if self.cfg.path else Path(METRICS_FILE)
+        path = Path(self.cfg.path) if self.cfg.path else Path(tzrun.METRICS_FILE)
         self.path = path if path.is_absolute() else Path(run.model_dir) / path
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if run.start_step == 0 or not self.path.exists():
             self.path.write_text("", encoding="utf-8")
         else:  # resumed: keep what the checkpoint covers
-            keep_jsonl(self.path, lambda r: int(r.get("step", 0)) <= run.start_step)
+            tzrun.keep_jsonl(self.path, lambda r: int(r.get("step", 0)) <= run.start_step)
 
     @tzrun.hookimpl
     def tzrun_after_train_log(self, run: tzrun.RunContext, log: tzrun.TrainLog) -> None:
@@ -83,6 +80,11 @@ class MetricsLogStage:
         if self.path is not None:
             self._write({"kind": "eval", "step": step, "rows": result.rows, "metrics": dict(result.metrics),
                          "seconds": result.seconds, "time": time.time()})
+
+
+def metrics_log_outputs(cfg: MetricsLogConfig) -> list[str]:
+    """What the stage writes in the model dir (``--overwrite`` removes it)."""
+    return [cfg.path or tzrun.METRICS_FILE]
 
 
 def build_metrics_log(cfg: MetricsLogConfig) -> MetricsLogStage:

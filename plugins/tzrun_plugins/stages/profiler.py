@@ -92,6 +92,11 @@ class ProfilerStage(ClosedAtTheEnd):
             self.profiler = None
 
 
+def profiler_outputs(cfg: ProfilerConfig) -> list[str]:
+    """What the stage writes in the model dir (``--overwrite`` removes it)."""
+    return [cfg.dir or "profiler"]
+
+
 def build_profiler(cfg: ProfilerConfig) -> ProfilerStage:
     """A profiler stage for one run."""
     return ProfilerStage(cfg)

@@ -116,6 +116,11 @@ class TensorBoardStage(ClosedAtTheEnd):
         self.train = self.eval = None
 
 
+def tensorboard_outputs(cfg: TensorBoardConfig) -> list[str]:
+    """What the stage writes in the model dir (``--overwrite`` removes it)."""
+    return [cfg.log_dir or "tensorboard"]
+
+
 def build_tensorboard(cfg: TensorBoardConfig) -> TensorBoardStage:
     """A tensorboard stage for one run."""
     return TensorBoardStage(cfg)

@@ -1,0 +1,61 @@
+"""The files a run writes in its model dir, and the two ways it writes them: atomically, and
+as JSON lines. Torch-free; part of the public API (:mod:`tzrun` re-exports it) so that stages
+write the way the core does."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+__all__ = ["METRICS_FILE", "EVAL_RESULTS", "write_atomic", "append_jsonl", "read_jsonl", "keep_jsonl"]
+
+#: The train log and evaluations of a run, one JSON object per line (the ``metrics_log`` stage).
+METRICS_FILE = "metrics.jsonl"
+#: One JSON line per evaluation, in the model dir.
+EVAL_RESULTS = "eval_results.jsonl"
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one
+    (a temporary file, fsync, rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def append_jsonl(path: str | os.PathLike[str], record: Mapping[str, Any]) -> None:
+    """Append one record to a JSON-lines file (one ``write`` of a whole line)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(dict(record)) + "\n")
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (``metrics.jsonl``, ``eval_results.jsonl``), in order;
+    a line a crash tore is skipped."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def keep_jsonl(path: str | os.PathLike[str], keep: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite a JSON-lines file (atomically) with only the records for which ``keep(record)``
+    is true, e.g. on resume the lines up to the checkpoint's step. Returns how many were
+    dropped (0 when the file does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    records = read_jsonl(path)
+    kept = [r for r in records if keep(r)]
+    if len(kept) != len(records):
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept).encode("utf-8"))
+    return len(records) - len(kept)

@@ -1,0 +1,82 @@
+"""Who owns a model dir: a new run, the run it continues (``--resume``), or a run that replaces
+an earlier one (``--overwrite``), and what an earlier run's outputs are."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tzrun.config.schema import RunConfig
+from tzrun.errors import TzrunError
+from tzrun.files import EVAL_RESULTS
+from tzrun.registry import Registries
+from tzrun.runner.checkpoint import latest_checkpoint, remove_incomplete_checkpoints
+from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences
+from tzrun.runner.retention import BEST_FILE
+
+__all__ = ["CORE_OUTPUTS", "run_outputs", "claim_model_dir"]
+
+#: What the core itself writes into a model dir (stages declare their own: ``register(..., outputs=fn)``).
+CORE_OUTPUTS = ("checkpoints", "predictions", "plots", EVAL_RESULTS, BEST_FILE, RESOLVED_TOML, RESOLVED_JSON, ENV_FILE,
+                "init_report.json")
+
+
+def run_outputs(cfg: RunConfig, registries: Registries) -> list[str]:
+    """The paths (relative to the model dir) an earlier run may have written: the core's, and
+    what each stage declares, both with this config's options and with each stage's defaults
+    (an earlier run may have used a stage this config does not)."""
+    outputs = list(CORE_OUTPUTS)
+    registry = registries["stage"]
+    for entry in registry.entries():
+        declare = entry.extras.get("outputs")
+        if declare is None:
+            continue
+        options: list[Any] = [c.config for c in cfg.train.stages if c.type == entry.name]
+        try:
+            options.append(entry.config())
+        except TypeError:  # a stage whose options have required fields has no defaults
+            pass
+        outputs += [str(p) for cfg_ in options for p in declare(cfg_)]
+    return [p for p in dict.fromkeys(outputs) if not Path(p).is_absolute() and ".." not in Path(p).parts]
+
+
+def _remove(model_dir: Path, relative: list[str]) -> None:
+    for name in relative:
+        path = model_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def claim_model_dir(model_dir: Path, cfg: RunConfig, registries: Registries, *, overwrite: bool, resume: bool,
+                    rank: int) -> Path | None:
+    """Apply the policy for a model dir that already has checkpoints, or records of another run
+    (another ``[model]`` or ``[[features]]``); returns the checkpoint to resume from, if any.
+    Rank 0 removes what an interrupted save left behind, or with ``overwrite`` the earlier
+    run's outputs. Every rank calls it; the caller makes the ranks meet before anyone writes.
+
+    Raises:
+        TzrunError: for another run's model dir, or checkpoints without ``resume``/``overwrite``.
+    """
+    if not overwrite:
+        differences = owner_differences(model_dir, cfg)
+        if differences:
+            raise TzrunError(
+                f"{model_dir} holds another run ({RESOLVED_JSON} differs in [model] or [[features]]):\n"
+                + "\n".join(f"  {d}" for d in differences)
+                + "\npass --overwrite to replace that run, or --model-dir to train elsewhere"
+            )
+    existing = latest_checkpoint(model_dir)
+    if existing is not None and not (overwrite or resume):
+        raise TzrunError(
+            f"{model_dir} already has checkpoints (latest: {existing.name}); pass --resume to continue "
+            "from it, --overwrite to start over in it, or --model-dir to train elsewhere"
+        )
+    if rank == 0:
+        if overwrite:
+            _remove(model_dir, run_outputs(cfg, registries))
+        else:
+            remove_incomplete_checkpoints(model_dir)
+    return existing if resume and not overwrite else None

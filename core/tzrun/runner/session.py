@@ -1,0 +1,200 @@
+"""The one place that turns a checked config and a plugin manager into a run's parts.
+
+Training (:class:`~tzrun.runner.trainer.Trainer`), ``tzrec-run evaluate``, ``plan``, ``check``
+and :mod:`tzrun.testing` all take their parts from a :class:`Session`, so an option means the
+same everywhere: the reader, the batch builder (``data.on_bad_row`` included), the feature
+specs, the sharded model and its optimizers, the metrics, the stages and the train pipeline
+are each made here and nowhere else.
+
+A session made with :meth:`Session.start` joins the process group (every rank calls it); one
+made directly has no process group and can only give what needs none (the feature specs, the
+slots, the config checks): that is what ``check`` and ``plan`` use.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from tzrun.config.load import RawConfig
+from tzrun.config.schema import RunConfig
+from tzrun.data.features import BatchBuilder, FeatureSpecs, feature_specs
+from tzrun.data.loader import RankInput
+from tzrun.interfaces import RunContext
+from tzrun.plugins import PluginManager
+from tzrun.registry import Registries
+from tzrun.runner.allocator import tune_malloc
+from tzrun.runner.build import Built, build_run
+from tzrun.runner.distributed import DistInfo, init_distributed
+from tzrun.runner.position import Layout, ResumePoint, TrainData
+from tzrun.runner.preflight import preflight
+from tzrun.runner.slots import MetricSlot, group_columns, metric_slots
+from tzrun.runner.stages import RunStages
+from tzrun.runner.train_metrics import TrainMetrics
+
+__all__ = ["Session", "seed_everything"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, numpy and torch (every rank the same)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Session:
+    """A run's parts, each built once on first use.
+
+    Args:
+        cfg: the checked config.
+        raw: the config as read (its source names the file in messages; saved with checkpoints).
+        pm: the run's plugin manager (the configured stages join it for the run).
+        registries: the components collected from ``pm``.
+        info: this process in the job (from :meth:`start`); None for a session that only
+            checks or plans.
+    """
+
+    def __init__(self, cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries,
+                 info: DistInfo | None = None) -> None:
+        self.cfg = cfg
+        self.raw = raw
+        self.pm = pm
+        self.registries = registries
+        self._info = info
+        #: what ``train.tune_malloc`` set (logged by the trainer)
+        self.malloc_tuning: dict[str, int] = {}
+
+    @classmethod
+    def start(cls, cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries) -> "Session":
+        """Check the config as a whole, tune the allocator, join the process group and seed
+        the RNGs: the start of every command that trains or evaluates (collective)."""
+        preflight(cfg, registries, raw.source)
+        tuned = tune_malloc() if cfg.train.tune_malloc else {}
+        session = cls(cfg, raw, pm, registries, init_distributed())
+        session.malloc_tuning = tuned
+        seed_everything(cfg.train.seed)
+        return session
+
+    # -- what needs no process group -------------------------------------------------------------
+
+    def check(self) -> None:
+        """The checks that need the whole config (``tzrec-run check``; :meth:`start` runs them).
+
+        Raises:
+            ConfigError: with every problem at its TOML path.
+        """
+        preflight(self.cfg, self.registries, self.raw.source)
+
+    @functools.cached_property
+    def specs(self) -> FeatureSpecs:
+        """The features: dense and sparse specs, embedding tables (vocabulary files read)."""
+        return feature_specs(self.cfg.features)
+
+    @functools.cached_property
+    def metric_slots(self) -> list[MetricSlot]:
+        """The resolved ``[[metrics]]`` of evaluation."""
+        return metric_slots(self.cfg, self.registries)
+
+    @property
+    def info(self) -> DistInfo:
+        """This process in the job.
+
+        Raises:
+            RuntimeError: for a session not made by :meth:`start`.
+        """
+        if self._info is None:
+            raise RuntimeError("this Session has no process group: make it with Session.start()")
+        return self._info
+
+    @property
+    def model_dir(self) -> Path:
+        """Where the run writes."""
+        return Path(self.cfg.model_dir)
+
+    # -- data ------------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def reader(self) -> Any:
+        """The configured reader (``data.reader``)."""
+        r = self.cfg.data.reader
+        return self.registries["reader"].get(r.type, "data.reader.type").build(r.config)
+
+    @functools.cached_property
+    def builder(self) -> BatchBuilder:
+        """Turns the reader's record batches into :class:`~tzrun.data.batch.Batch` es, with the
+        run's labels, weights, group keys and ``data.on_bad_row``."""
+        d = self.cfg.data
+        return BatchBuilder(self.specs, d.labels, d.sample_weight, group_columns(self.cfg), on_bad_row=d.on_bad_row)
+
+    @functools.cached_property
+    def columns(self) -> list[str]:
+        """Every input column a batch reads."""
+        d = self.cfg.data
+        return self.specs.columns(d.labels, d.sample_weight, group_columns(self.cfg))
+
+    def rank_input(self, path: str, batch_size: int, rows: Sequence[tuple[int, int]] | None = None,
+                   shuffle_buffer_rows: int = 0) -> RankInput:
+        """This rank's share of the input at ``path``, read in batches of ``batch_size``."""
+        d, info = self.cfg.data, self.info
+        return RankInput(self.reader, path, batch_size, d.num_workers, self.columns, self.builder, info.rank,
+                         info.world_size, rows, shuffle_buffer_rows=shuffle_buffer_rows, seed=self.cfg.train.seed,
+                         prefetch=d.prefetch_batches, nice=d.reader_nice)
+
+    @functools.cached_property
+    def eval_input(self) -> RankInput | None:
+        """This rank's share of ``data.eval_input`` (None without one)."""
+        d = self.cfg.data
+        if d.eval_input is None:
+            return None
+        return self.rank_input(d.eval_input, d.eval_batch_size or d.batch_size)
+
+    @property
+    def whole_layout(self) -> Layout:
+        """How a whole epoch of training data is read by this job."""
+        return Layout(self.info.world_size, self.cfg.data.num_workers, self.cfg.data.batch_size)
+
+    def train_data(self, start: ResumePoint | None = None) -> TrainData:
+        """The training batches of the run from ``start`` (the beginning by default), planned
+        epoch by epoch."""
+        d, t = self.cfg.data, self.cfg.train
+
+        def make_input(layout: Layout) -> RankInput:
+            return self.rank_input(d.train_input, layout.batch_size, layout.rows, d.shuffle_buffer_rows)
+
+        return TrainData(make_input, self.whole_layout, num_steps=t.num_steps, num_epochs=t.num_epochs,
+                         start=start or ResumePoint.beginning(self.whole_layout))
+
+    # -- the model and its training ------------------------------------------------------------
+
+    @functools.cached_property
+    def built(self) -> Built:
+        """The sharded model, optimizers, schedules and update path (collective on first use)."""
+        return build_run(self.cfg, self.registries, self.specs, self.info)
+
+    def pipeline(self) -> Any:
+        """A fresh TorchRec train pipeline over the model (one per segment or evaluation)."""
+        p = self.cfg.train.pipeline
+        entry = self.registries["train_pipeline"].get(p.type, "train.pipeline.type")
+        return entry.build(p.config, self.built.model, self.built.update, self.info.device)
+
+    def train_metrics(self) -> TrainMetrics:
+        """The ``[[train_metrics]]`` of the run on this rank."""
+        slots = metric_slots(self.cfg, self.registries, "train_metrics")
+        return TrainMetrics(slots, self.registries, self.info.device)
+
+    def stages(self) -> RunStages:
+        """The configured ``[[train.stages]]``, built and registered on the run's manager."""
+        return RunStages(self.cfg, self.registries, self.pm)
+
+    def run_context(self) -> RunContext:
+        """What lifecycle hooks receive as ``run``."""
+        info, built = self.info, self.built
+        return RunContext(config=self.cfg, model_dir=self.model_dir, rank=info.rank, world_size=info.world_size,
+                          local_rank=info.local_rank, device=info.device, model=built.model, optimizer=built.optimizer,
+                          global_batch_size=self.cfg.data.batch_size * info.world_size,
+                          dense_parameters=built.update.named_dense_params)

@@ -1,0 +1,543 @@
+"""The training loop (see :mod:`tzrun.hookspecs` for it as pseudocode, with every hook).
+
+A :class:`Trainer` takes a run's parts from its :class:`~tzrun.runner.session.Session` and owns
+the step, the segments, evaluation and checkpoints. Training runs in segments that end where a
+checkpoint and an evaluation are due (every ``train.save_checkpoints_steps``, every
+``train.save_checkpoints_epochs`` epochs, and the last step). Each segment is driven by a fresh
+TorchRec train pipeline that drains at the boundary, so no batch is in flight while the model is
+evaluated or saved. At a boundary the model is evaluated first and then saved, so that the
+checkpoint holds what the stages concluded from that evaluation (early stopping's patience, say);
+on resume, evaluations after the checkpoint's step are dropped from ``eval_results.jsonl`` and
+run again.
+
+The trainer's state is one dict of ``Stateful`` objects (:meth:`Trainer.state`), saved by one
+``torch.distributed.checkpoint`` call and loaded by one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+import attrs
+import numpy as np
+import torch
+
+from tzrun.config.load import RawConfig
+from tzrun.config.schema import RunConfig
+from tzrun.data.batch import SkippedRows, tally_skipped
+from tzrun.errors import NonFiniteLossError
+from tzrun.interfaces import EvalResult, StepInfo
+from tzrun.plugins import PluginManager, call_lifecycle, plugin_infos
+from tzrun.registry import Registries
+from tzrun.runner.checkpoint import (
+    Blob, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint, sharding_summary, verify_checkpoint,
+)
+from tzrun.runner.evaluate import append_eval_result, evaluate, trim_eval_results
+from tzrun.runner.init_from import InitFrom, init_from_checkpoint
+from tzrun.runner.model_dir import claim_model_dir
+from tzrun.runner.position import DataPosition, ResumePoint
+from tzrun.runner.records import write_run_records
+from tzrun.runner.retention import prune_checkpoints, record_best
+from tzrun.runner.session import Session
+from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
+from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates, seconds_since_process_start
+
+__all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL", "rng_state", "set_rng_state"]
+
+log = logging.getLogger("tzrun")
+
+
+@attrs.frozen
+class TrainResult:
+    """What a finished run reports.
+
+    Attributes:
+        steps: training steps run.
+        checkpoint: the last checkpoint written.
+        eval: the last evaluation (None without an eval input).
+        seconds: wall time of the loop, set-up excluded.
+        samples_per_second: training rows per second over all ranks, evaluation excluded.
+        model: the trained DistributedModelParallel model (for programmatic use).
+        stopped_by: the signal that stopped the run early (its checkpoint is written), or None.
+        stop_reason: why a stage ended the run early (early stopping, say), or None.
+    """
+
+    steps: int
+    checkpoint: Path
+    eval: EvalResult | None
+    seconds: float
+    samples_per_second: float
+    model: Any = attrs.field(default=None, repr=False)
+    stopped_by: str | None = None
+    stop_reason: str | None = None
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random number generator states (saved per rank in checkpoints)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def train(cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries, *, overwrite: bool = False,
+          resume: bool = False, init_from: InitFrom | None = None) -> TrainResult:
+    """Train, evaluate and checkpoint as ``cfg`` says, on every rank of the job.
+
+    Args:
+        cfg: the checked config.
+        raw: the config as read (saved with checkpoints).
+        pm: the run's plugin manager; the configured stages are registered on it.
+        registries: the components collected from ``pm``.
+        overwrite: remove the checkpoints and results of an earlier run in ``model_dir`` first.
+        resume: continue from the latest complete checkpoint in ``model_dir`` (start afresh
+            when there is none). Without either, a ``model_dir`` with checkpoints is refused.
+        init_from: start from another run's weights (fine-tuning); ignored when resuming.
+
+    Returns:
+        The result (the same on every rank, except timing). ``stopped_by`` names the signal
+        when SIGTERM/SIGUSR1 stopped the run (after its checkpoint was written).
+
+    Raises:
+        TzrunError: when ``model_dir`` already has checkpoints and neither option is given.
+    """
+    session = Session.start(cfg, raw, pm, registries)
+    return Trainer(session, overwrite=overwrite, resume=resume, init_from=init_from).fit()
+
+
+def _boundaries(start: int, total: int, every: int, epoch_ends: list[int], by_epoch: int | None) -> list[int]:
+    """The steps after ``start`` where a checkpoint (and an evaluation) is due."""
+    points = set(range(every, total, every)) if every else set()
+    if by_epoch:
+        points.update(end for i, end in enumerate(epoch_ends, 1) if i % by_epoch == 0)
+    points.add(total)
+    return sorted(p for p in points if start < p <= total)
+
+
+class Trainer:
+    """Trains one run on this rank: the loop of :mod:`tzrun.hookspecs`, method by method.
+
+    Args:
+        session: the run's parts (made by :meth:`Session.start`).
+        overwrite, resume, init_from: as :func:`train`.
+    """
+
+    def __init__(self, session: Session, *, overwrite: bool = False, resume: bool = False,
+                 init_from: InitFrom | None = None) -> None:
+        self.session = session
+        self.cfg = session.cfg
+        self.pm = session.pm
+        self.info = session.info
+        self.overwrite, self.resume, self.init_from = overwrite, resume, init_from
+        self.step = 0
+        self.last_eval: EvalResult | None = None
+        self.last_checkpoint: Path | None = None
+        self.stopped_by: str | None = None
+        self.train_seconds = 0.0
+        self._stage_state: dict[str, Any] = {}
+        self._loaded_loop: dict[str, Any] = {}
+        self._position: DataPosition | None = None
+        self._nonfinite_seen = 0
+        self._epoch_end_steps: set[int] = set()
+
+    # -- the run, top-down -----------------------------------------------------------------------
+
+    def fit(self) -> TrainResult:
+        """Set the run up, train it to the end (or a stop), and report."""
+        resume_from = self.claim_model_dir()
+        self.set_up()
+        started = time.perf_counter()
+        try:
+            self.start_from(resume_from)
+            call_lifecycle(self.pm, "tzrun_before_train", run=self.run)
+            for boundary in self.boundaries:
+                if not self.train_until(boundary):
+                    break
+            if self.last_checkpoint is None:  # resumed at the very end: nothing left to train
+                self.last_checkpoint = latest_checkpoint(self.session.model_dir)
+            call_lifecycle(self.pm, "tzrun_after_train", run=self.run, step=self.step)
+        except BaseException as error:
+            self.on_error(error)
+            raise
+        finally:
+            self.signals.restore()
+            self.stages.unregister()
+        return self.result(time.perf_counter() - started)
+
+    def claim_model_dir(self) -> Path | None:
+        """Apply the model-dir policy (:func:`~tzrun.runner.model_dir.claim_model_dir`); the
+        ranks meet before anyone writes. Returns the checkpoint to resume from, if any."""
+        s = self.session
+        resume_from = claim_model_dir(s.model_dir, self.cfg, s.registries, overwrite=self.overwrite,
+                                      resume=self.resume, rank=self.info.rank)
+        torch.distributed.barrier()
+        return resume_from
+
+    def set_up(self) -> None:
+        """Build what the loop uses: the model and its update path, the stages, the metrics."""
+        s = self.session
+        self.built = s.built
+        self.run = s.run_context()
+        self.plugins = [p.to_json() for p in plugin_infos(self.pm, s.registries)]  # before the stages join
+        self.stages = s.stages()
+        self.train_metrics = s.train_metrics()
+        self.signals = StopSignals(self.info.world_size)
+        self.skipped = SkippedRows()
+
+    def start_from(self, resume_from: Path | None) -> None:
+        """Load the checkpoint to resume (or the weights to fine-tune from), plan the data from
+        there, and record the run."""
+        start = ResumePoint.beginning(self.session.whole_layout)
+        if resume_from is not None:
+            start = self.load(resume_from)
+        elif self.init_from is not None:
+            report = init_from_checkpoint(self.init_from, model=self.built.model, optimizer=self.built.optimizer,
+                                          model_dir=self.session.model_dir, rank=self.info.rank)
+            self._log0("%s", report.summary())
+        self.data = self.session.train_data(start)
+        self.step = start.step
+        self.total = max(self.data.total, start.step)
+        self.run.total_steps, self.run.start_step = self.total, start.step
+        self.run.steps_per_epoch = self.data.steps_per_epoch
+        epoch_ends = self.data.epoch_ends()
+        if any(getattr(s, "by_epoch", False) for s in self.built.schedulers.values()):
+            self._epoch_end_steps = set(epoch_ends)
+        if not self.cfg.train.save_checkpoints_epochs:
+            epoch_ends = []
+        self.boundaries = _boundaries(start.step, self.total, self.cfg.train.save_checkpoints_steps, epoch_ends,
+                                      self.cfg.train.save_checkpoints_epochs)
+        self.stream = TimedIterator(tally_skipped(self.data.batches(start.step), self.skipped))
+        self.window = LogWindow(self.stream, self.info.world_size)
+        if resume_from is not None:
+            call_lifecycle(self.pm, "tzrun_after_checkpoint_load", run=self.run, step=start.step,
+                           state=self._stage_state)
+        self.record_start()
+
+    def train_until(self, boundary: int) -> bool:
+        """Train to ``boundary``, then stop (a signal), or evaluate and checkpoint. Returns
+        whether training goes on."""
+        self.train_segment(boundary)
+        if self.stopped_by is not None:
+            self.save()
+            self._log0_warning("stopped by %s at step %d after writing %s; rerun with --resume to continue "
+                               "(exit code %d)", self.stopped_by, self.step, self.last_checkpoint, EXIT_STOPPED_BY_SIGNAL)
+            return False
+        result = self.evaluate()  # first, so that the checkpoint holds the stages' state after it
+        self.save()
+        if result is not None and self.cfg.eval.best_metric is not None:
+            self.record_best(result)
+        return not self.any_rank_asks_to_stop()
+
+    def train_segment(self, boundary: int) -> None:
+        """Train the steps up to ``boundary`` with a fresh pipeline; notes a signal stop."""
+        started = time.perf_counter()
+        self.window.resume_clock()
+        pipeline = self.session.pipeline()
+        batches = itertools.islice(self.stream, boundary - self.step)
+        with warnings.catch_warnings():
+            # The schedules are closed-form in the number of steps: stepping one before its
+            # optimizer has stepped (a dense step inside an accumulation window) skips nothing.
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before `optimizer.step\(\)`")
+            try:
+                stopped = self.run_steps(pipeline, batches)
+            finally:
+                if hasattr(pipeline, "detach"):
+                    pipeline.detach()
+        self.built.update.flush()  # no gradient stays pending across a checkpoint
+        self.raise_if_nonfinite()
+        self.train_seconds += time.perf_counter() - started
+        if stopped or self.signals.agree_now():
+            self.stopped_by = self.signals.received or "a signal on another rank"
+        if self.cfg.data.on_bad_row == "skip":
+            self.log_skipped()
+
+    def run_steps(self, pipeline: Any, batches: Iterator[Any]) -> bool:
+        """One step after another until the batches end; returns whether every rank agreed to
+        stop early (a signal)."""
+        while True:
+            try:
+                out = pipeline.progress(batches)
+            except StopIteration:
+                return False
+            self.step += 1
+            self.after_step(out)
+            if self.signals.should_stop():
+                return True
+
+    def after_step(self, out: Any) -> None:
+        """What follows each step: schedules, train metrics, the log window, the stages'
+        per-step hook, and every ``log_every_n_steps`` the train log. Never a device sync
+        between two train logs."""
+        step, update = self.step, self.built.update
+        lrs = {k: groups[0]["lr"] for k, opt in self.built.optimizers.items() if (groups := opt.param_groups)}
+        logging_now = step % self.cfg.train.log_every_n_steps == 0
+        all_lrs = learning_rates(self.built.optimizers) if logging_now else {}  # before the schedules move them
+        self.step_schedules(step)
+        if update.nonfinite_steps != self._nonfinite_seen:
+            self._nonfinite_seen = update.nonfinite_steps
+            log.warning("step %d: the loss is not finite; its update was skipped (%d such step(s) so far; "
+                        "train.on_nonfinite_loss = \"skip\")", step, update.nonfinite_steps)
+        if self.train_metrics:
+            self.train_metrics.update(out)
+        epoch = self.data.where(step)[0].epoch
+        metrics = dict(self.train_metrics.values) if self.train_metrics else {}
+        self.window.add(out.loss, out.losses, out.num_rows)
+        if step == self.run.start_step + 1:
+            self.log_time_to_first_step()
+        call_lifecycle(self.pm, "tzrun_after_train_step", run=self.run,
+                       step=StepInfo(step, epoch, out.loss, out.losses, out.num_rows, lrs, metrics))
+        if logging_now:
+            self.raise_if_nonfinite()
+            record = self.window.close(step, epoch, all_lrs, metrics, update.dense_params)
+            call_lifecycle(self.pm, "tzrun_after_train_log", run=self.run, log=record)
+
+    def step_schedules(self, step: int) -> None:
+        """Step the per-batch schedules, and at an epoch's end the per-epoch ones."""
+        schedulers = self.built.schedulers.values()
+        for scheduler in schedulers:
+            if not getattr(scheduler, "by_epoch", False):
+                scheduler.step()
+        if step in self._epoch_end_steps:
+            for scheduler in schedulers:
+                if getattr(scheduler, "by_epoch", False):
+                    scheduler.step()
+
+    def raise_if_nonfinite(self) -> None:
+        """Raise for the first non-finite training loss seen so far (``on_nonfinite_loss =
+        "error"``): at a train log or a boundary, before anything is saved (one sync).
+
+        Raises:
+            NonFiniteLossError: naming the step, its epoch and batch, and the rank.
+        """
+        first = self.built.update.nonfinite.first()
+        if first is None:
+            return
+        batch, value = first
+        step = self.run.start_step + batch
+        where, in_epoch = self.data.where(step)
+        raise NonFiniteLossError(
+            f"step {step} (epoch {where.epoch}, batch {in_epoch} of the epoch) on rank {self.info.rank}: the training "
+            f"loss is {value}; no checkpoint holds its effects (the last one is intact). Lower the learning rate, "
+            "check the data of that batch, or set train.on_nonfinite_loss = \"skip\" to drop such steps"
+        )
+
+    # -- evaluation and checkpoints --------------------------------------------------------------
+
+    def evaluate(self) -> EvalResult | None:
+        """Evaluate at the current step (collective), with the weights evaluation uses (the
+        EMA averages when configured); rank 0 records the result. None without an eval input."""
+        eval_input = self.session.eval_input
+        if eval_input is None:
+            return None
+        call_lifecycle(self.pm, "tzrun_before_eval", run=self.run, step=self.step)
+        with self.built.update.eval_weights():
+            result = evaluate(self.run, eval_input.one_pass(self.cfg.eval.num_steps), self.session.metric_slots,
+                              self.session.registries, self.session.pipeline, self.step)
+        if self.run.is_rank0:
+            append_eval_result(self.session.model_dir, result)
+        call_lifecycle(self.pm, "tzrun_after_eval", run=self.run, step=self.step, result=result)
+        self.last_eval = result
+        return result
+
+    def state(self, *, loading: bool = False) -> dict[str, Any]:
+        """Everything a checkpoint holds, as ``Stateful`` objects: the sharded model and
+        optimizers, and (from rank 0, read by every rank) the loop position, schedules, update
+        path, train metrics and stage states; and this rank's own RNG and metric windows."""
+        built, rank = self.built, self.info.rank
+        state: dict[str, Any] = {"model": built.model, "optimizer": built.optimizer}
+        if loading or rank == 0:
+            state.update(
+                loop=Blob(self._loop_state, self._loaded_loop.update),
+                schedules=Blob(lambda: {k: s.state_dict() for k, s in built.schedulers.items()}, self._load_schedules),
+                update=Blob(built.update.state_dict, built.update.load_state_dict),
+                train_metrics=Blob(self.train_metrics.state_dict, self.train_metrics.load_state_dict),
+                stages=Blob(lambda: self._stage_state, self._load_stages),
+            )
+        state[f"rank.{rank}"] = Blob(
+            lambda: {"rng": rng_state(), "train_metric_windows": self.train_metrics.window_state()}, self._load_rank)
+        return state
+
+    def save(self) -> None:
+        """Checkpoint the current step (collective), then prune old checkpoints (rank 0)."""
+        self._stage_state = self.stages.state_dict()
+        call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
+        self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
+        self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
+                                               meta=self._meta(), rank=self.info.rank)
+        if self.info.rank == 0:
+            prune_checkpoints(self.session.model_dir, self.cfg.train.keep_checkpoint_max)
+
+    def load(self, path: Path) -> ResumePoint:
+        """Resume from the checkpoint at ``path`` (collective); returns where the data continues."""
+        verify_checkpoint(path)
+        meta = load_checkpoint(path, self._state_to_load(path), verify=False)
+        step = int(self._loaded_loop.get("step", meta["step"]))
+        position = DataPosition.from_json(self._loaded_loop.get("data", meta["data"]))
+        start = ResumePoint.after(step, position, self.session.whole_layout)
+        self.stages.load_state_dict(self._stage_state)
+        if self.info.rank == 0:
+            trim_eval_results(self.session.model_dir, step)
+        self._warn_if_plugins_changed(meta)
+        how = "exactly where it stopped" if start.layout == position.layout else (
+            f"on a new layout: the {sum(b - a for a, b in start.layout.rows or ())} rows of epoch "
+            f"{start.epoch} not consumed yet are shared out across {self.info.world_size} rank(s)")
+        self._log0("resuming from %s (step %d, epoch %d), %s", path, step, start.epoch, how)
+        if self.init_from is not None:
+            self._log0("resuming: --init-from %s is not applied (the checkpoint being resumed already holds the run)",
+                       self.init_from.checkpoint)
+        return start
+
+    def _state_to_load(self, path: Path) -> dict[str, Any]:
+        """:meth:`state`, without this rank's own part when the checkpoint was written by
+        another number of ranks (the RNG streams and metric windows do not carry over)."""
+        state = self.state(loading=True)
+        if read_meta(path).get("world_size") != self.info.world_size:
+            del state[f"rank.{self.info.rank}"]
+        return state
+
+    def record_best(self, result: EvalResult) -> None:
+        """Record the best checkpoint by ``eval.best_metric`` (rank 0 writes; then prunes)."""
+        model_dir = self.session.model_dir
+        record_best(model_dir, self.step, result.metrics, self.cfg.eval.best_metric, self.cfg.eval.best_mode,
+                    write=self.info.rank == 0)
+        if self.info.rank == 0:
+            prune_checkpoints(model_dir, self.cfg.train.keep_checkpoint_max)
+
+    def any_rank_asks_to_stop(self) -> bool:
+        """Whether a stage on any rank set ``stop_requested`` (one collective per boundary)."""
+        run = self.run
+        flag = torch.tensor([int(run.stop_requested)])
+        if run.world_size > 1:
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if bool(flag.item()) and not run.stop_requested:
+            run.stop_reason = run.stop_reason or "a stage on another rank asked to stop"
+        run.stop_requested = bool(flag.item())
+        if run.stop_requested:
+            self._log0("stopping at step %d of %d: %s", self.step, self.total, run.stop_reason or "a stage asked to stop")
+        return run.stop_requested
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def on_error(self, error: BaseException) -> None:
+        """Tell every plugin about the error (each isolated: one that raises is logged and the
+        others still run); the original error is the one that propagates."""
+        try:
+            call_lifecycle(self.pm, "tzrun_on_train_error", run=self.run, error=error)
+        except Exception:
+            log.exception("a plugin raised in tzrun_on_train_error")
+
+    def result(self, seconds: float) -> TrainResult:
+        """What the run reports."""
+        run = self.run
+        rows = (self.step - run.start_step) * run.global_batch_size
+        assert self.last_checkpoint is not None
+        stop_reason = (run.stop_reason or "a stage asked to stop") if run.stop_requested else None
+        return TrainResult(self.step, self.last_checkpoint, self.last_eval, seconds,
+                           rows / max(self.train_seconds, 1e-9), self.built.model, self.stopped_by, stop_reason)
+
+    # -- records and logs ------------------------------------------------------------------------
+
+    def record_start(self) -> None:
+        """Rank 0 logs what the run will do and writes the run's records into the model dir."""
+        if self.info.rank != 0:
+            return
+        s = self.session
+        s.model_dir.mkdir(parents=True, exist_ok=True)
+        if s.malloc_tuning:
+            log.info("glibc malloc keeps freed memory (train.tune_malloc): %s",
+                     ", ".join(f"{k}={v >> 20} MiB" for k, v in s.malloc_tuning.items()))
+        log.info("training %d steps (%d per epoch) on %d rank(s), %d rows per step; model_dir %s",
+                 self.total - self.run.start_step, self.run.steps_per_epoch, self.info.world_size,
+                 self.run.global_batch_size, s.model_dir)
+        env = write_run_records(s.model_dir, self.cfg, s.raw, world_size=self.info.world_size, plugins=self.plugins)
+        for problem in env["stack_problems"]:
+            log.warning("%s (tzrec-run env checks this)", problem)
+
+    def log_time_to_first_step(self) -> None:
+        """Rank 0 logs how long the process took to its first training step."""
+        since = seconds_since_process_start()
+        if since is not None:
+            self._log0("first training step done %.1f s after the process started (imports, set-up, "
+                       "sharding, data start and pipeline fill)", since)
+
+    def log_skipped(self) -> None:
+        """Log the rows ``data.on_bad_row = "skip"`` left out so far, over all ranks (a
+        collective at each boundary; counts include batches the pipeline had prefetched)."""
+        total = SkippedRows()
+        if self.info.world_size > 1:
+            parts: list[Any] = [None] * self.info.world_size
+            torch.distributed.all_gather_object(parts, self.skipped.to_json())
+            for part in parts:
+                total.add(SkippedRows.from_json(part))
+        else:
+            total.add(self.skipped)
+        if total:
+            self._log0_warning("bad rows left out of training so far (data.on_bad_row = \"skip\"), at step %d: %s",
+                               self.step, total)
+
+    def _warn_if_plugins_changed(self, meta: dict[str, Any]) -> None:
+        def keys(infos: list[dict[str, Any]]) -> set[tuple[Any, Any, Any]]:
+            return {(p.get("name"), p.get("distribution"), p.get("version")) for p in infos}
+
+        saved, now = keys(meta.get("plugins", [])), keys(self.plugins)
+        if saved and saved != now:
+            gone = sorted(f"{n} ({d} {v})" for n, d, v in saved - now)
+            new = sorted(f"{n} ({d} {v})" for n, d, v in now - saved)
+            self._log0_warning("the plugin set changed since the checkpoint: removed or changed %s; added %s",
+                               ", ".join(gone) or "none", ", ".join(new) or "none")
+
+    def _log0(self, message: str, *args: Any) -> None:
+        if self.info.rank == 0:
+            log.info(message, *args)
+
+    def _log0_warning(self, message: str, *args: Any) -> None:
+        if self.info.rank == 0:
+            log.warning(message, *args)
+
+    # -- state pieces ----------------------------------------------------------------------------
+
+    def _gather(self, intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        if self.info.world_size == 1:
+            return intervals
+        everyone: list[Any] = [None] * self.info.world_size
+        torch.distributed.all_gather_object(everyone, intervals)
+        return [tuple(i) for part in everyone for i in part]
+
+    def _loop_state(self) -> dict[str, Any]:
+        position = self._position
+        return {"step": self.step, "epoch": position.epoch if position is not None else 0,
+                "data": position.to_json() if position is not None else None}
+
+    def _meta(self) -> dict[str, Any]:
+        """The checkpoint's readable record (``meta.json``)."""
+        built, s, loop = self.built, self.session, self._loop_state()
+        return {
+            "world_size": self.info.world_size, "plugins": self.plugins, "config": dict(s.raw.data),
+            "config_source": s.raw.source, "steps_per_epoch": self.run.steps_per_epoch, **loop,
+            "stages": self._stage_state,
+            "learning_rates": {k: g[0]["lr"] for k, o in built.optimizers.items() if (g := o.param_groups)},
+            "plan": str(built.plan), "sharding": sharding_summary(built.plan),
+        }
+
+    def _load_schedules(self, saved: dict[str, Any]) -> None:
+        for key, scheduler in self.built.schedulers.items():
+            if key not in saved:
+                raise KeyError(f"no saved state for the lr schedule of '{key}' (saved: {', '.join(saved)})")
+            scheduler.load_state_dict(saved[key])
+
+    def _load_stages(self, saved: dict[str, Any]) -> None:
+        self._stage_state = dict(saved)
+
+    def _load_rank(self, saved: dict[str, Any]) -> None:
+        set_rng_state(saved["rng"])
+        self.train_metrics.load_window_state(saved.get("train_metric_windows", {}))
