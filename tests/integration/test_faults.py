@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.conftest import EXAMPLE, example_overrides, run_cli
+from tests.integration import fault_plugin
 from tests.integration.test_train import _results, _sets
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL
@@ -44,7 +45,8 @@ def uninterrupted(criteo_dir, tmp_path_factory):
 
 def test_sigterm_to_one_rank_stops_both_and_torchrun_resumes_the_same_run(criteo_dir, tmp_path, uninterrupted):
     model_dir = tmp_path / "run"
-    proc = _train(criteo_dir, model_dir, "--max-restarts", "1", "--resume", env={"TZRUN_FAULT": "signal@4:1:SIGTERM"})
+    env = {**fault_plugin.install(tmp_path / "site"), fault_plugin.ENV: "signal@4:1:SIGTERM"}
+    proc = _train(criteo_dir, model_dir, "--max-restarts", "1", "--resume", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "stopped by" in proc.stderr and f"exit code {EXIT_STOPPED_BY_SIGNAL}" in proc.stderr
     assert "resuming from" in proc.stderr
@@ -60,7 +62,8 @@ def test_sigterm_to_one_rank_stops_both_and_torchrun_resumes_the_same_run(criteo
 
 def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_and_the_job_recovers(criteo_dir, tmp_path, uninterrupted):
     model_dir = tmp_path / "run"
-    proc = _train(criteo_dir, model_dir, "--max-restarts", "1", "--resume", env={"TZRUN_FAULT": "kill-during-save@6:0"})
+    env = {**fault_plugin.install(tmp_path / "site"), fault_plugin.ENV: "kill-during-save@6:0"}
+    proc = _train(criteo_dir, model_dir, "--max-restarts", "1", "--resume", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming from" in proc.stderr and "step-3" in proc.stderr.split("resuming from", 1)[1].splitlines()[0]
     assert [s for s, _ in list_checkpoints(model_dir)] == [3, 6, 9, 10]
