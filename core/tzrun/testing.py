@@ -65,7 +65,8 @@ def registered(pm: PluginManager, plugin: object, name: str | None = None) -> It
     try:
         yield plugin_name
     finally:
-        pm.unregister(plugin)
+        if pm.is_registered(plugin):  # a broken plugin is already disabled
+            pm.unregister(plugin)
 
 
 def load_config_text(
