@@ -51,7 +51,7 @@ class InverseSqrtLR(LRScheduler):
         """Every param group's lr at the current position."""
         return [inverse_sqrt_lr(self.cfg, float(base), self.last_epoch) for base in self.base_lrs]
 
-    def _get_closed_form_lr(self) -> list[float]:
+    def _get_closed_form_lr(self) -> list[float | torch.Tensor]:
         return self.get_lr()
 
     def state_dict(self) -> dict[str, Any]:
