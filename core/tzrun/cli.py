@@ -144,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
              "a loaded plugin, e.g. to reproduce a run's plugin set with pip install -r",
     )
 
+    new_plugin = sub.add_parser("new-plugin", help="write a plugin distribution (components, entry point, tests "
+                                                   "with tzrun.testing's checks) to start from")
+    new_plugin.add_argument("name", metavar="NAME", help="the plugin's name, e.g. acme (distribution tzrun-acme)")
+    new_plugin.add_argument("--kind", default="dense_optimizer,metric", metavar="KIND[,KIND...]",
+                            help="example components to write: dense_optimizer, lr_scheduler, loss, metric, stage "
+                                 "(default dense_optimizer,metric)")
+    new_plugin.add_argument("--out", default=".", metavar="DIR", help="where to create tzrun-NAME/ (default .)")
+
     plot = sub.add_parser("plot", help="draw a run's metrics.jsonl (loss, learning rates, eval metrics) as PNG files")
     plot.add_argument("model_dir", metavar="MODEL_DIR")
     plot.add_argument("--out", metavar="DIR", help="where the PNG files go (default MODEL_DIR/plots)")
@@ -305,6 +313,14 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     registries = collect_registries(pm)
     report = plugins_report(pm, registries)
     print(json.dumps(report, indent=2) if args.json else format_plugins_report(report, registries))
+    return 0
+
+
+def _cmd_new_plugin(args: argparse.Namespace) -> int:
+    from tzrun.scaffold import new_plugin
+
+    for path in new_plugin(args.name, [k.strip() for k in args.kind.split(",") if k.strip()], args.out):
+        print(path)
     return 0
 
 
@@ -543,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging()
     launches = {"train": _cmd_train, "evaluate": _cmd_evaluate}  # these may start torchrun with argv
     commands = {"ckpt": _cmd_ckpt, "check": _cmd_check, "plan": _cmd_plan, "plugins": _cmd_plugins,
-                "data": _cmd_synth, "plot": _cmd_plot, "env": _cmd_env, "convert": _cmd_convert}
+                "data": _cmd_synth, "plot": _cmd_plot, "new-plugin": _cmd_new_plugin, "env": _cmd_env, "convert": _cmd_convert}
     try:
         if args.command in launches:
             return launches[args.command](args, argv)
