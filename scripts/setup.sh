@@ -29,9 +29,12 @@ echo "setup: installing the $stack stack (torch, fbgemm, torchrec)"
 "${pip[@]}" --no-deps -r requirements/torchrec-nodeps.txt
 echo "setup: installing tzrec-run (editable) and its test tools"
 "${pip[@]}" -c requirements/constraints.txt -e ".[test]"
+# the editable install imports tzrun through a finder hook that type checkers cannot follow; a
+# path entry lets mypy see tzrun (and its py.typed) from plugins under development
+"$venv/bin/python" -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "tzrec_run_typing.pth").write_text("\n".join(str(pathlib.Path(p).resolve()) for p in ("core", "plugins")) + "\n")'
 for contrib in contrib_*/; do
   if [ -f "$contrib/pyproject.toml" ]; then
-    "${pip[@]}" -c requirements/constraints.txt -e "$contrib[test]"
+    "${pip[@]}" -c requirements/constraints.txt --config-settings editable_mode=compat -e "$contrib[test]"
   fi
 done
 "$venv/bin/python" -c "import torch, torchrec, fbgemm_gpu, tzrun; print('setup: torch', torch.__version__, '| torchrec', torchrec.__version__ if hasattr(torchrec, '__version__') else '?', '| tzrec-run', tzrun.__version__)"

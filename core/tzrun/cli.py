@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
             help="override a config key with a TOML literal, e.g. train.num_steps=100 or "
                  'data.train_input="x/*.parquet" (repeatable)',
         )
+        p.add_argument("--strict", action="store_true",
+                       help="a broken plugin is an error with its traceback, not a warning that disables it "
+                            "(as [plugins] strict = true or TZRUN_STRICT_PLUGINS=1)")
 
     train = sub.add_parser("train", help="train, evaluate and checkpoint as the config says")
     config_args(train)
@@ -127,7 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--batch-size", type=int, metavar="B", help="rows per step per rank (default data.batch_size)")
     plan.add_argument("--json", action="store_true", help="print JSON")
 
-    plugins = sub.add_parser("plugins", help="list the installed plugins and what each registers")
+    plugins = sub.add_parser("plugins", help="list the installed plugins, their components with options, "
+                                             "clashing names, and disabled and failed plugins")
+    plugins.add_argument("config", nargs="?", help="a config whose [plugins] section (disable, strict) applies")
+    plugins.add_argument("--disable", action="append", default=[], metavar="PLUGIN",
+                         help="do not load this plugin (repeatable; like [plugins] disable)")
+    plugins.add_argument("--strict", action="store_true", help="a broken plugin is an error with its traceback")
     plugins_output = plugins.add_mutually_exclusive_group()
     plugins_output.add_argument("--json", action="store_true", help="print JSON")
     plugins_output.add_argument(
@@ -135,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a pinned requirement line (name==version) for each distribution that provides "
              "a loaded plugin, e.g. to reproduce a run's plugin set with pip install -r",
     )
+
+    new_plugin = sub.add_parser("new-plugin", help="write a plugin distribution (components, entry point, tests "
+                                                   "with tzrun.testing's checks) to start from")
+    new_plugin.add_argument("name", metavar="NAME", help="the plugin's name, e.g. acme (distribution tzrun-acme)")
+    new_plugin.add_argument("--kind", default="dense_optimizer,metric", metavar="KIND[,KIND...]",
+                            help="example components to write: dense_optimizer, lr_scheduler, loss, metric, stage "
+                                 "(default dense_optimizer,metric)")
+    new_plugin.add_argument("--out", default=".", metavar="DIR", help="where to create tzrun-NAME/ (default .)")
 
     plot = sub.add_parser("plot", help="draw a run's metrics.jsonl (loss, learning rates, eval metrics) as PNG files")
     plot.add_argument("model_dir", metavar="MODEL_DIR")
@@ -191,19 +207,19 @@ def _setup_logging() -> None:
         lambda record: "is_fx_tracing will return true" not in record.getMessage())
 
 
-def _prepare(config: str, overrides: Sequence[str]):  # noqa: ANN202
-    from tzrun.config.load import disabled_plugins, load_config, read_config
+def _prepare(config: str, overrides: Sequence[str], strict: bool = False):  # noqa: ANN202
+    from tzrun.config.load import disabled_plugins, load_config, read_config, strict_plugins
     from tzrun.plugins import make_plugin_manager
     from tzrun.registry import collect_registries
 
     raw = read_config(config, overrides)
-    pm = make_plugin_manager(disable=disabled_plugins(raw))
+    pm = make_plugin_manager(disable=disabled_plugins(raw), strict=True if strict or strict_plugins(raw) else None)
     registries = collect_registries(pm)
     return raw, pm, registries, load_config(raw, registries)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    raw, pm, registries, cfg = _prepare(args.config, args.overrides)
+    raw, pm, registries, cfg = _prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.session import Session
 
     Session(cfg, raw, pm, registries).check()
@@ -258,7 +274,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if wrong:
         print(f"tzrec-run plan: {'; '.join(wrong)}", file=sys.stderr)
         return EXIT_CONFIG
-    raw, _, registries, cfg = _prepare(args.config, args.overrides)
+    raw, _, registries, cfg = _prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_run
     from tzrun.runner.preflight import preflight
 
@@ -279,10 +295,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from tzrun.plugins import make_plugin_manager, pinned_requirements, plugin_infos
+    from tzrun.config.load import disabled_plugins, read_config, strict_plugins
+    from tzrun.plugin_report import format_plugins_report, plugins_report
+    from tzrun.plugins import make_plugin_manager, pinned_requirements
     from tzrun.registry import collect_registries
 
-    pm = make_plugin_manager()
+    raw = read_config(args.config, []) if args.config else None
+    disable = [*args.disable, *(disabled_plugins(raw) if raw else ())]
+    strict = True if args.strict or (raw is not None and strict_plugins(raw)) else None
+    pm = make_plugin_manager(disable=disable, strict=strict)
     if args.freeze:
         for line in pinned_requirements(pm):
             print(line)
@@ -290,21 +311,16 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
             print(f"# not loaded: {failure}")
         return 0
     registries = collect_registries(pm)
-    infos = plugin_infos(pm, registries)
-    if args.json:
-        print(json.dumps({
-            "plugins": [i.to_json() for i in infos],
-            "failed": [f.to_json() for f in pm.load_failures],
-        }, indent=2))
-        return 0
-    for info in infos:
-        origin = f"{info.distribution} {info.version}" if info.distribution else "registered in code"
-        print(f"{info.name}  ({origin})")
-        print(f"  hooks: {', '.join(info.hooks)}")
-        for kind, names in info.components.items():
-            print(f"  {registries[kind].plural}: {', '.join(names)}")
-    for failure in pm.load_failures:
-        print(f"FAILED {failure}")
+    report = plugins_report(pm, registries)
+    print(json.dumps(report, indent=2) if args.json else format_plugins_report(report, registries))
+    return 0
+
+
+def _cmd_new_plugin(args: argparse.Namespace) -> int:
+    from tzrun.scaffold import new_plugin
+
+    for path in new_plugin(args.name, [k.strip() for k in args.kind.split(",") if k.strip()], args.out):
+        print(path)
     return 0
 
 
@@ -403,7 +419,7 @@ def _overrides_with_model_dir(args: argparse.Namespace) -> list[str]:
 def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
         return _launch_torchrun(args, argv)
-    raw, pm, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args))
+    raw, pm, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args), args.strict)
     from tzrun.runner.distributed import shutdown_distributed
     from tzrun.runner.trainer import train
 
@@ -437,7 +453,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
         return _launch_torchrun(args, argv)
-    raw, pm, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args))
+    raw, pm, registries, cfg = _prepare(args.config, _overrides_with_model_dir(args), args.strict)
     from tzrun.runner.checkpoint_eval import evaluate_checkpoint
     from tzrun.runner.distributed import shutdown_distributed
 
@@ -543,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging()
     launches = {"train": _cmd_train, "evaluate": _cmd_evaluate}  # these may start torchrun with argv
     commands = {"ckpt": _cmd_ckpt, "check": _cmd_check, "plan": _cmd_plan, "plugins": _cmd_plugins,
-                "data": _cmd_synth, "plot": _cmd_plot, "env": _cmd_env, "convert": _cmd_convert}
+                "data": _cmd_synth, "plot": _cmd_plot, "new-plugin": _cmd_new_plugin, "env": _cmd_env, "convert": _cmd_convert}
     try:
         if args.command in launches:
             return launches[args.command](args, argv)

@@ -16,7 +16,10 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "DuplicateRegistrationError",
+    "ComponentLookupError",
     "UnknownComponentError",
+    "AmbiguousComponentError",
+    "ConformanceError",
     "DataError",
     "NonFiniteLossError",
     "CheckpointError",
@@ -109,13 +112,53 @@ class DuplicateRegistrationError(PluginError):
         )
 
 
-class UnknownComponentError(TzrunError):
+class ComponentLookupError(TzrunError):
+    """A component name in the config does not pick exactly one registered component.
+
+    Attributes:
+        path: the TOML path the name was read from.
+    """
+
+    path: str
+
+
+class UnknownComponentError(ComponentLookupError):
     """A component name in the config is not registered by any plugin."""
 
     def __init__(self, kind: str, name: str, path: str, available: Iterable[str]) -> None:
         self.kind, self.name, self.path = kind, name, path
         self.available = sorted(available)
         super().__init__(f"{path}: {unknown_component_message(kind, name, self.available)}")
+
+
+class AmbiguousComponentError(ComponentLookupError):
+    """A component name in the config is registered by several plugins and the config does not
+    say which one it means. The message lists them and the qualified names that pick one.
+
+    Attributes:
+        candidates: ``(plugin, shown)`` per plugin registering the name, ``shown`` being
+            ``'plugin' (distribution version)``.
+    """
+
+    def __init__(self, kind: str, name: str, path: str, candidates: Sequence[tuple[str, str]]) -> None:
+        self.kind, self.name, self.path = kind, name, path
+        self.candidates = list(candidates)
+        by = " and ".join(shown for _, shown in self.candidates)
+        picks = " or ".join(f'type = "{plugin}:{name}"' for plugin, _ in self.candidates)
+        super().__init__(
+            f"{path}: {kind} '{name}' is registered by {len(self.candidates)} plugins: {by}; "
+            f"say which one with {picks}"
+        )
+
+
+class ConformanceError(TzrunError):
+    """A component does not do what its kind requires (``tzrec-run check``'s conformance
+    checks, :func:`tzrun.testing.check_component`); each problem names the plugin, the
+    component and the rule."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 class DataError(TzrunError):

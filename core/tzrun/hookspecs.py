@@ -73,7 +73,10 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from tzrun.interfaces import EvalResult, Register, RunContext, StepInfo, TrainLog
+    from tzrun.interfaces import (
+        EvalResult, Register, RegisterLosses, RegisterMetrics, RegisterModels, RegisterReaders, RegisterStages,
+        RunContext, StepInfo, TrainLog,
+    )
 
 __all__ = ["hookspec", "PROJECT_NAME"]
 
@@ -126,7 +129,7 @@ def tzrun_register_lr_schedulers(register: Register) -> None:
 
 
 @hookspec
-def tzrun_register_losses(register: Register) -> None:
+def tzrun_register_losses(register: RegisterLosses) -> None:
     """Register losses by name.
 
     Called once per run, on every rank, before the config's component sections are checked.
@@ -142,7 +145,7 @@ def tzrun_register_losses(register: Register) -> None:
 
 
 @hookspec
-def tzrun_register_metrics(register: Register) -> None:
+def tzrun_register_metrics(register: RegisterMetrics) -> None:
     """Register evaluation metrics by name.
 
     Called once per run, on every rank, before the config's component sections are checked.
@@ -169,7 +172,7 @@ def tzrun_register_train_pipelines(register: Register) -> None:
 
 
 @hookspec
-def tzrun_register_stages(register: Register) -> None:
+def tzrun_register_stages(register: RegisterStages) -> None:
     """Register loop stages by name (``[[train.stages]] type = ...``).
 
     Called once per run, on every rank, before the config's component sections are checked.
@@ -188,7 +191,7 @@ def tzrun_register_stages(register: Register) -> None:
 
 
 @hookspec
-def tzrun_register_models(register: Register) -> None:
+def tzrun_register_models(register: RegisterModels) -> None:
     """Register model architectures by name (``[model] type = ...``).
 
     Called once per run, on every rank, before the config's component sections are checked.
@@ -202,7 +205,7 @@ def tzrun_register_models(register: Register) -> None:
 
 
 @hookspec
-def tzrun_register_readers(register: Register) -> None:
+def tzrun_register_readers(register: RegisterReaders) -> None:
     """Register data readers by name (``[data.reader] type = ...``).
 
     Called once per run, on every rank, before the config's component sections are checked.

@@ -7,7 +7,7 @@ plugins`` stay fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Mapping, Optional, Protocol, Sequence
 
 import attrs
 
@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Register",
+    "RegisterLosses",
+    "RegisterMetrics",
+    "RegisterStages",
+    "RegisterModels",
+    "RegisterReaders",
     "SparseOptimizerSpec",
     "DenseFeature",
     "SparseFeature",
@@ -33,16 +38,57 @@ __all__ = [
 
 
 class Register(Protocol):
-    """The callback each registration hook receives (see :mod:`tzrun.hookspecs`)."""
+    """The ``register`` callback of the registration hooks whose kinds take no kind-specific
+    option: sparse and dense optimizers, lr schedules, train pipelines (see
+    :mod:`tzrun.hookspecs`). The other kinds have their own: :class:`RegisterLosses`,
+    :class:`RegisterMetrics`, :class:`RegisterStages`, :class:`RegisterModels`,
+    :class:`RegisterReaders`, so that a type checker refuses a misspelled keyword."""
+
+    def __call__(self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "") -> None: ...
+
+
+class RegisterLosses(Protocol):
+    """``register`` of ``tzrun_register_losses``."""
 
     def __call__(
-        self,
-        name: str,
-        *,
-        config: type,
-        build: Callable[..., Any],
-        description: str = "",
-        **kind_specific: Any,
+        self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
+        prediction: str = "logits", group: Literal["none", "optional", "required"] = "none",
+    ) -> None: ...
+
+
+class RegisterMetrics(Protocol):
+    """``register`` of ``tzrun_register_metrics``."""
+
+    def __call__(
+        self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
+        prediction: str = "probs", group: Literal["none", "optional", "required"] = "none",
+    ) -> None: ...
+
+
+class RegisterStages(Protocol):
+    """``register`` of ``tzrun_register_stages``."""
+
+    def __call__(
+        self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
+        check: Optional[Callable[..., Iterable[tuple[str, str]]]] = None,
+    ) -> None: ...
+
+
+class RegisterModels(Protocol):
+    """``register`` of ``tzrun_register_models``."""
+
+    def __call__(
+        self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
+        outputs: Optional[Callable[[Any], Sequence[str]]] = None,
+    ) -> None: ...
+
+
+class RegisterReaders(Protocol):
+    """``register`` of ``tzrun_register_readers``."""
+
+    def __call__(
+        self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
+        check: Optional[Callable[..., Iterable[tuple[str, str]]]] = None,
     ) -> None: ...
 
 

@@ -9,8 +9,14 @@ An entry point is rejected, with a warning that names it and its distribution (a
 
 * its distribution requires a ``tzrec-run`` version this one is not (it is not even imported);
 * it fails to import;
-* it was written for another hook API: a hookimpl whose arguments the hookspec does not have,
-  or a hook tzrec-run does not define.
+* its hooks do not match the hookspecs (:func:`tzrun.hookcheck.hook_problems`): an unknown
+  hook, a wrong argument name, a method named ``tzrun_*`` without the ``@tzrun.hookimpl`` marker.
+
+:func:`tzrun.registry.collect_registries` applies the same rule to a plugin whose registration
+hook raises or registers something malformed: the plugin is disabled (every component it
+registered and its lifecycle hooks) with a warning naming it and the fix, and the others load.
+In strict mode (``--strict``, ``[plugins] strict = true``, ``TZRUN_STRICT_PLUGINS=1``) each such
+warning is an error instead, with the full traceback of its cause.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import traceback
 import warnings
 from typing import Any, Iterable, Literal, Sequence
 
@@ -26,19 +33,22 @@ import attrs
 import pluggy
 
 from tzrun import __version__, hookspecs
-from tzrun.errors import PluginLoadError, did_you_mean
+from tzrun.errors import PluginLoadError
+from tzrun.hookcheck import hook_problems
 
 __all__ = [
     "CORE_DISTRIBUTION",
     "ENTRY_POINT_GROUP",
     "call_lifecycle",
     "canonical_name",
+    "DisabledPlugin",
     "PluginLoadFailure",
     "PluginManager",
     "PluginInfo",
     "make_plugin_manager",
     "pinned_requirements",
     "plugin_infos",
+    "report_failure",
     "strict_plugins_from_env",
 ]
 
@@ -47,7 +57,7 @@ ENTRY_POINT_GROUP = "tzrun"
 CORE_DISTRIBUTION = "tzrec-run"
 log = logging.getLogger(__name__)
 
-FailureReason = Literal["import", "incompatible", "hook_api"]
+FailureReason = Literal["import", "incompatible", "hook_api", "registration"]
 
 
 @attrs.frozen
@@ -59,8 +69,9 @@ class PluginLoadFailure:
         distribution, version: the distribution that declares it.
         error: what went wrong, in words.
         reason: ``"import"`` (importing it raised), ``"incompatible"`` (its distribution
-            requires another tzrec-run version) or ``"hook_api"`` (its hookimpls do not match
-            tzrec-run's hookspecs).
+            requires another tzrec-run version), ``"hook_api"`` (its hookimpls do not match
+            tzrec-run's hookspecs) or ``"registration"`` (a registration hook raised or
+            registered something malformed; the plugin was disabled).
     """
 
     name: str
@@ -71,8 +82,28 @@ class PluginLoadFailure:
 
     def __str__(self) -> str:
         dist = f" (from {self.distribution} {self.version})" if self.distribution else ""
-        verb = "failed to load" if self.reason == "import" else "was rejected"
+        verb = {"import": "failed to load", "registration": "was disabled"}.get(self.reason, "was rejected")
         return f"plugin '{self.name}'{dist} {verb}: {self.error}"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class DisabledPlugin:
+    """An installed entry point that was not loaded because the run disabled it.
+
+    Attributes:
+        name: the entry point's name.
+        distribution, version: the distribution that declares it.
+        by: what disabled it (``"TZRUN_DISABLE_PLUGINS"`` or ``"--disable / [plugins] disable"``).
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    by: str
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable dict."""
@@ -83,7 +114,8 @@ class PluginManager(pluggy.PluginManager):
     """A pluggy manager that also remembers where each plugin came from and what failed.
 
     Attributes:
-        load_failures: entry points that failed to import, in load order.
+        load_failures: plugins that were not loaded or were disabled for an error, in order.
+        disabled: installed entry points the run disabled.
         strict: whether a failing plugin is an error rather than a warning.
     """
 
@@ -92,6 +124,8 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.strict = strict
         self.load_failures: list[PluginLoadFailure] = []
+        self.disabled: list[DisabledPlugin] = []
+        self.disabled_by: dict[str, str] = {}
         self._origins: dict[str, tuple[str | None, str | None]] = {}
 
     def register_with_origin(
@@ -196,8 +230,10 @@ def make_plugin_manager(
             that does not exist.
     """
     pm = PluginManager(strict=strict_plugins_from_env(environ) if strict is None else strict)
-    for name in [*disable, *_disabled_from_env(environ)]:
-        pm.set_blocked(name)
+    for names, by in ((disable, "--disable / [plugins] disable"), (_disabled_from_env(environ), "TZRUN_DISABLE_PLUGINS")):
+        for name in names:
+            pm.set_blocked(name)
+            pm.disabled_by.setdefault(name, by)
     if load_entry_points:
         _load_entry_points(pm, None if distributions is None else {canonical_name(d) for d in distributions})
     for item in plugins:
@@ -215,7 +251,7 @@ def canonical_name(name: str) -> str:
 def _load_entry_points(pm: PluginManager, distributions: set[str] | None) -> None:
     seen: set[str] = set()
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if ep.name in seen or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+        if ep.name in seen or pm.has_plugin(ep.name):
             continue
         seen.add(ep.name)
         dist = getattr(ep, "dist", None)
@@ -223,9 +259,12 @@ def _load_entry_points(pm: PluginManager, distributions: set[str] | None) -> Non
         dist_version = dist.version if dist is not None else None
         if distributions is not None and (dist_name is None or canonical_name(dist_name) not in distributions):
             continue
+        if pm.is_blocked(ep.name):
+            pm.disabled.append(DisabledPlugin(ep.name, dist_name, dist_version, pm.disabled_by.get(ep.name, "pm.set_blocked")))
+            continue
 
         def reject(error: str, reason: FailureReason, cause: BaseException | None = None) -> None:
-            _reject(pm, PluginLoadFailure(ep.name, dist_name, dist_version, error, reason), cause)
+            report_failure(pm, PluginLoadFailure(ep.name, dist_name, dist_version, error, reason), cause)
 
         unsupported = _unsupported_core(dist)
         if unsupported is not None:
@@ -245,31 +284,43 @@ def _load_entry_points(pm: PluginManager, distributions: set[str] | None) -> Non
                 stacklevel=3,
             )
             continue
+        problems = hook_problems(plugin, ep.value)
+        if problems:
+            reject("; ".join(problems), "hook_api")
+            continue
         try:
             pm.register_with_origin(plugin, ep.name, dist_name, dist_version)
         except pluggy.PluginValidationError as exc:
             reject(f"its hooks do not match tzrec-run {__version__}'s hookspecs: {exc}".replace("\n", "; "), "hook_api", exc)
-            continue
-        unknown = _unknown_hooks(pm, plugin)
-        if unknown:
-            pm.forget(plugin)
-            reject(_unknown_hooks_message(unknown), "hook_api")
 
 
-def _reject(pm: PluginManager, failure: PluginLoadFailure, cause: BaseException | None) -> None:
-    """Record ``failure`` and warn, or raise it in strict mode."""
-    who = failure.distribution or failure.name
-    if failure.reason == "import":
-        fix = f"fix or uninstall {who}"
-    else:
-        fix = f"install a version of {who} made for tzrec-run {__version__}, or uninstall it"
-    disable = f"TZRUN_DISABLE_PLUGINS={failure.name}"
+_FIXES = {
+    "import": "fix or uninstall {who}",
+    "incompatible": "install a version of {who} made for tzrec-run {version}, or uninstall it",
+    "hook_api": "fix its hooks as said (or install a version of {who} made for tzrec-run {version})",
+    "registration": "fix its registration as said, or uninstall {who}",
+}
+
+
+def report_failure(pm: PluginManager, failure: PluginLoadFailure, cause: BaseException | None = None) -> None:
+    """The one rule for a broken plugin: record ``failure`` and warn, naming the plugin and
+    the fix, while the other plugins load; in strict mode raise it instead, with the full
+    traceback of ``cause``.
+
+    Raises:
+        PluginLoadError: in strict mode.
+    """
+    fix = _FIXES[failure.reason].format(who=failure.distribution or failure.name, version=__version__)
+    disable = f'[plugins] disable = ["{failure.name}"] (or TZRUN_DISABLE_PLUGINS={failure.name})'
     if pm.strict:
-        raise PluginLoadError(f"{failure} (TZRUN_STRICT_PLUGINS is on; {fix}, or disable it with {disable})") from cause
+        trace = ""
+        if cause is not None:
+            trace = "\n" + "".join(traceback.format_exception(type(cause), cause, cause.__traceback__)).rstrip()
+        raise PluginLoadError(f"{failure} (strict plugin mode is on; {fix}, or disable it with {disable}){trace}") from cause
     pm.load_failures.append(failure)
     warnings.warn(
         f"{failure}; the other plugins are loaded. To silence this, {fix}, or disable it with {disable}; "
-        "TZRUN_STRICT_PLUGINS=1 makes it an error",
+        "--strict (or [plugins] strict = true, or TZRUN_STRICT_PLUGINS=1) makes it an error",
         RuntimeWarning,
         stacklevel=5,  # the caller of make_plugin_manager
     )
@@ -294,27 +345,6 @@ def _unsupported_core(dist: importlib.metadata.Distribution | None) -> str | Non
         if not requirement.specifier.contains(__version__, prereleases=True):
             return f"it supports {CORE_DISTRIBUTION}{requirement.specifier}, and this is tzrec-run {__version__}"
     return None
-
-
-def _unknown_hooks(pm: PluginManager, plugin: object) -> list[str]:
-    """The hooks ``plugin`` implements (not as ``optionalhook``) that have no hookspec."""
-    unknown = []
-    for caller in pm.get_hookcallers(plugin) or ():
-        if caller.spec is None and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls()):
-            unknown.append(caller.name)
-    return sorted(unknown)
-
-
-def _unknown_hooks_message(unknown: Sequence[str]) -> str:
-    known = [name for name in vars(hookspecs) if name.startswith(f"{hookspecs.PROJECT_NAME}_")]
-    parts = []
-    for name in unknown:
-        guess = did_you_mean(name, known)
-        parts.append(f"{name} (did you mean {guess}?)" if guess else name)
-    return (
-        f"it implements hook(s) that tzrec-run {__version__} does not define: {', '.join(parts)}; "
-        "it was written for another version of the hook API"
-    )
 
 
 @attrs.frozen

@@ -8,14 +8,13 @@ immutable; there is no global registry.
 from __future__ import annotations
 
 import re
-import warnings
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import attrs
 
-from tzrun.errors import DuplicateRegistrationError, PluginError, UnknownComponentError
-from tzrun.plugins import PluginManager
+from tzrun.errors import AmbiguousComponentError, PluginError, UnknownComponentError
+from tzrun.plugins import PluginLoadFailure, PluginManager, canonical_name, report_failure
 
 __all__ = ["KINDS", "Kind", "Entry", "Registry", "Registries", "collect_registries"]
 
@@ -91,35 +90,59 @@ class Entry:
     version: str | None
     extras: Mapping[str, Any]
 
+    def shown(self) -> str:
+        """``'plugin' (distribution version)``, how messages name where it comes from."""
+        return f"'{self.plugin}' ({self.distribution} {self.version})" if self.distribution else f"'{self.plugin}'"
+
+    @property
+    def qualified(self) -> str:
+        """``plugin:name``: the name that picks this entry even when others share its name."""
+        return f"{self.plugin}:{self.name}"
+
 
 class Registry:
-    """The components of one kind, by name. Read-only once collected."""
+    """The components of one kind, by name. Read-only once collected.
 
-    def __init__(self, kind: Kind, entries: Mapping[str, Entry]) -> None:
+    A name that several plugins register is a *clash*: it is kept, shown by ``tzrec-run
+    plugins``, and is an error only for a config that names it without saying which plugin's
+    it means. ``"plugin:name"`` (the plugin's entry-point name, e.g.
+    ``"tzrun_contrib_optimizers:lion"``) or ``"distribution:name"``
+    (``"tzrun-contrib-optimizers:lion"``) picks one, clash or not.
+    """
+
+    def __init__(self, kind: Kind, entries: Iterable[Entry]) -> None:
         self.kind = kind.key
         self.label = kind.label
         self.plural = kind.plural
-        self._entries = MappingProxyType(dict(sorted(entries.items())))
+        by_name: dict[str, list[Entry]] = {}
+        for entry in entries:
+            by_name.setdefault(entry.name, []).append(entry)
+        self._all = MappingProxyType({n: tuple(by_name[n]) for n in sorted(by_name)})
 
     def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return list(self._entries)
+        """Registered names, sorted (a clashing name once)."""
+        return list(self._all)
 
     def entries(self) -> list[Entry]:
-        """Registered entries, sorted by name."""
-        return list(self._entries.values())
+        """Registered entries, sorted by name (every plugin's entry of a clashing name)."""
+        return [e for group in self._all.values() for e in group]
+
+    def clashes(self) -> dict[str, tuple[Entry, ...]]:
+        """The names more than one plugin registers, with each plugin's entry."""
+        return {name: group for name, group in self._all.items() if len(group) > 1}
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._all
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self._all)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._all)
 
     def get(self, name: str, path: str) -> Entry:
-        """The entry called ``name``.
+        """The entry ``name`` means: a registered name, or ``"qualifier:name"`` with the plugin
+        or distribution that registered it.
 
         Args:
             name: the component name from the config.
@@ -127,11 +150,23 @@ class Registry:
 
         Raises:
             UnknownComponentError: listing the available names and a did-you-mean.
+            AmbiguousComponentError: when several plugins register ``name``; it lists them
+                and the qualified names that pick one.
         """
-        try:
-            return self._entries[name]
-        except KeyError:
-            raise UnknownComponentError(self.label, name, path, self._entries) from None
+        qualifier, _, bare = name.rpartition(":")
+        group = self._all.get(bare)
+        if group is None:
+            raise UnknownComponentError(self.label, name, path, self._all) from None
+        if qualifier:
+            picked = [e for e in group if qualifier == e.plugin or (
+                e.distribution is not None and canonical_name(qualifier) == canonical_name(e.distribution))]
+            if len(picked) != 1:
+                offered = [f"{e.plugin}:{bare}" for e in group]
+                raise UnknownComponentError(self.label, name, path, offered) from None
+            return picked[0]
+        if len(group) > 1:
+            raise AmbiguousComponentError(self.label, bare, path, [(e.plugin, e.shown()) for e in group])
+        return group[0]
 
 
 @attrs.frozen
@@ -151,6 +186,13 @@ class Registries:
 def collect_registries(pm: PluginManager) -> Registries:
     """Call every registration hookimpl on its own and collect what it registers.
 
+    One rule for a plugin whose registration is broken (its hook raises, or it registers a
+    malformed name, options class or keyword): the plugin is disabled (its components in every
+    kind and its lifecycle hooks) with a warning that names it and the fix, recorded in
+    ``pm.load_failures``, and the other plugins' components are collected; in strict mode it is
+    an error with the full traceback. Two plugins registering one name are not an error here:
+    see :meth:`Registry.get`.
+
     Args:
         pm: the run's plugin manager.
 
@@ -158,32 +200,34 @@ def collect_registries(pm: PluginManager) -> Registries:
         Immutable registries, one per kind.
 
     Raises:
-        DuplicateRegistrationError: when two plugins register one name in one kind.
-        PluginError: when a registration is malformed, or when a hook raises and
-            ``pm.strict`` is on (otherwise the failing plugin is skipped with a warning).
+        PluginLoadError: in strict mode (``pm.strict``), for a broken plugin.
     """
-    registries: dict[str, Registry] = {}
+    collected: dict[str, list[Entry]] = {key: [] for key in KINDS}
+    broken: dict[str, tuple[str, BaseException]] = {}
     for kind in KINDS.values():
-        entries: dict[str, Entry] = {}
-        caller = getattr(pm.hook, kind.hook)
-        for impl in caller.get_hookimpls():  # registration order
+        for impl in getattr(pm.hook, kind.hook).get_hookimpls():  # registration order
             plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+            if plugin_name in broken:
+                continue
             dist, version = pm.origin(plugin_name)
-            register = _Registrar(kind, plugin_name, dist, version, entries, pm)
+            register = _Registrar(kind, plugin_name, dist, version, pm)
             try:
                 impl.function(register=register)
-            except (DuplicateRegistrationError, PluginError):
-                raise
+            except PluginError as exc:
+                broken[plugin_name] = (str(exc), exc)
             except Exception as exc:
-                message = (
-                    f"plugin {pm.describe(plugin_name)} raised in {kind.hook}: "
-                    f"{type(exc).__name__}: {exc}"
-                )
-                if pm.strict:
-                    raise PluginError(message) from exc
-                warnings.warn(f"{message}; its {kind.plural} are skipped", RuntimeWarning, stacklevel=2)
-                register.rollback()
-        registries[kind.key] = Registry(kind, entries)
+                broken[plugin_name] = (f"its {kind.hook} raised {type(exc).__name__}: {exc}", exc)
+            else:
+                collected[kind.key].extend(register.added)
+    for plugin_name, (error, exc) in broken.items():
+        dist, version = pm.origin(plugin_name)
+        plugin = pm.get_plugin(plugin_name)
+        if plugin is not None:
+            pm.forget(plugin)
+        report_failure(pm, PluginLoadFailure(plugin_name, dist, version, error, "registration"), exc)
+    registries = {
+        key: Registry(KINDS[key], [e for e in entries if e.plugin not in broken]) for key, entries in collected.items()
+    }
     return Registries(MappingProxyType(registries))
 
 
@@ -196,13 +240,12 @@ class _Registrar:
         plugin: str,
         distribution: str | None,
         version: str | None,
-        entries: dict[str, Entry],
         pm: PluginManager,
     ) -> None:
         self._kind, self._plugin = kind, plugin
         self._dist, self._version = distribution, version
-        self._entries, self._pm = entries, pm
-        self._added: list[str] = []
+        self._pm = pm
+        self.added: list[Entry] = []
 
     def __call__(
         self,
@@ -241,13 +284,9 @@ class _Registrar:
                 f"plugin {who} registered {kind.label} '{name}' with group={extras['group']!r}; "
                 "use \"none\", \"optional\" or \"required\""
             )
-        if name in self._entries:
-            first = self._entries[name]
-            raise DuplicateRegistrationError(
-                kind.label, name, first.plugin, self._plugin,
-                self._pm.describe(first.plugin), self._pm.describe(self._plugin),
-            )
-        self._entries[name] = Entry(
+        if any(e.name == name for e in self.added):
+            raise PluginError(f"plugin {who} registered {kind.label} '{name}' twice: register each name once")
+        self.added.append(Entry(
             kind=kind.key,
             name=name,
             config=config,
@@ -257,11 +296,4 @@ class _Registrar:
             distribution=self._dist,
             version=self._version,
             extras=MappingProxyType({**kind.extras, **extras}),
-        )
-        self._added.append(name)
-
-    def rollback(self) -> None:
-        """Forget what this hookimpl registered before it raised."""
-        for name in self._added:
-            self._entries.pop(name, None)
-        self._added.clear()
+        ))

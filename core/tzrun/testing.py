@@ -7,6 +7,12 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["tzrun.testing"]``. It p
 * :func:`registered`: a context manager that registers a plugin on a manager for a block;
 * :func:`load_config_text`: checks a TOML string through both passes, as ``tzrec-run check`` does;
 * :func:`entry_points_of`: the ``tzrun`` entry points an installed distribution declares;
+* :func:`check_component`: builds one of your components and runs the conformance checks
+  ``tzrec-run check`` runs (an optimizer step, a metric's update/compute/merge, ...);
+* :func:`assert_metric_rank_invariant`: a metric on N gloo ranks with the rows split equals
+  its one-process value (:func:`metric_on_ranks` gives the N-rank value);
+* warning filters for the deprecation notices raised inside torch, TorchRec and FBGEMM that a
+  plugin author cannot act on (the same tzrec-run's own suite uses);
 * :func:`run_tiny_training`: trains a tiny DeepFM for a few steps on synthetic data, with your
   component named in ``--set`` overrides, and returns the final evaluation: a smoke test of a
   plugin through the real training loop, in a fresh process (the default) or in this one.
@@ -30,8 +36,14 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.config.schema import RunConfig
 from tzrun.plugins import ENTRY_POINT_GROUP, PluginManager, canonical_name, make_plugin_manager
 from tzrun.registry import Registries, collect_registries
+from tzrun.testing_checks import assert_metric_rank_invariant, check_component, metric_on_ranks
 
 __all__ = [
+    "WARNING_FILTERS",
+    "pytest_configure",
+    "check_component",
+    "assert_metric_rank_invariant",
+    "metric_on_ranks",
     "tzrun_pm",
     "tzrun_pm_factory",
     "registered",
@@ -42,6 +54,27 @@ __all__ = [
     "tiny_config_text",
     "run_tiny_training",
 ]
+
+
+#: pytest ``filterwarnings`` lines for notices raised inside torch, TorchRec and FBGEMM that a
+#: plugin author cannot act on; :func:`pytest_configure` adds them to every suite that enables
+#: this plugin, so a plugin's ``pyproject.toml`` needs no copy.
+WARNING_FILTERS = (
+    "ignore::DeprecationWarning:torchrec.*",
+    "ignore::FutureWarning:torchrec.*",
+    "ignore::DeprecationWarning:fbgemm_gpu.*",
+    "ignore::DeprecationWarning:torch.jit.*",
+    "ignore::FutureWarning:torch.distributed.checkpoint.*",
+    "ignore:.*dense_embedding_codegen_lookup_function:UserWarning",
+    "ignore:Please use DTensor instead:FutureWarning",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Add :data:`WARNING_FILTERS` to the ``filterwarnings`` of the suite that enables this
+    plugin (a test's own ``@pytest.mark.filterwarnings`` still takes precedence)."""
+    for line in WARNING_FILTERS:
+        config.addinivalue_line("filterwarnings", line)
 
 
 @pytest.fixture
@@ -65,7 +98,8 @@ def registered(pm: PluginManager, plugin: object, name: str | None = None) -> It
     try:
         yield plugin_name
     finally:
-        pm.unregister(plugin)
+        if pm.is_registered(plugin):  # a broken plugin is already disabled
+            pm.unregister(plugin)
 
 
 def load_config_text(

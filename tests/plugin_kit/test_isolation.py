@@ -62,7 +62,8 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_others_work(site_dir, tm
     strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
     assert strict.returncode == 2
     assert "tzrec-run: plugin 'flaky' (from tzrun-flaky 2.0) failed to load: ImportError: needs libfoo" in strict.stderr
-    assert "TZRUN_STRICT_PLUGINS is on" in strict.stderr
+    assert "strict plugin mode is on" in strict.stderr
+    assert "Traceback (most recent call last)" in strict.stderr and 'flaky_mod.py", line 1' in strict.stderr
 
     disabled = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1", "TZRUN_DISABLE_PLUGINS": "flaky"})
     assert disabled.returncode == 0 and disabled.stderr == "", disabled.stderr
@@ -77,45 +78,17 @@ def test_a_registration_hook_that_raises_is_named_and_the_rest_work(site_dir, tm
     """})
     config = str(config_file(tmp_path))
 
-    proc = tzrun_cli(["check", config, *uses("raiser_sgd")], site_dir)
-    assert proc.returncode == 0, proc.stderr  # its other hook, and every other plugin, still work
-    assert "plugin 'raiser' (tzrun-raiser 1.0) raised in tzrun_register_metrics: RuntimeError: boom; its metrics are skipped" in proc.stderr
-    half = tzrun_cli(["check", config, "--set", 'metrics=[{type="half_done", lr=1.0}]'], site_dir)
-    assert half.returncode == 2 and "unknown metric 'half_done'" in half.stderr  # what it registered before raising is gone
+    proc = tzrun_cli(["check", config], site_dir)
+    assert proc.returncode == 0, proc.stderr  # every other plugin still works
+    assert ("plugin 'raiser' (from tzrun-raiser 1.0) was disabled: its tzrun_register_metrics raised RuntimeError: boom; "
+            "the other plugins are loaded") in proc.stderr
+    for component in ('metrics=[{type="half_done", lr=1.0}]', 'train.dense_optimizer={type="raiser_sgd", lr=0.1}'):
+        half = tzrun_cli(["check", config, "--set", component], site_dir)
+        assert half.returncode == 2 and "unknown " in half.stderr  # the whole plugin is disabled
 
     strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
-    assert strict.returncode == 2 and "raised in tzrun_register_metrics: RuntimeError: boom" in strict.stderr
-
-
-def test_two_distributions_registering_one_name_are_both_named_with_how_to_disable_one(site_dir, tmp_path):
-    for letter in "ab":
-        write_distribution(site_dir, f"tzrun-dup-{letter}", "1.0", entry_points={f"dup_{letter}": f"dup_{letter}_mod"},
-                           modules={f"dup_{letter}_mod": optimizer_module("twin_sgd")})
-    config = str(config_file(tmp_path))
-
-    proc = tzrun_cli(["check", config, *uses("twin_sgd")], site_dir)
-    assert proc.returncode == 2
-    assert (
-        "dense optimizer 'twin_sgd' is registered twice: by plugin 'dup_a' (tzrun-dup-a 1.0) and by plugin "
-        "'dup_b' (tzrun-dup-b 1.0). Disable one of them with [plugins] disable = [\"dup_b\"] in the config "
-        "or TZRUN_DISABLE_PLUGINS=dup_b."
-    ) in proc.stderr
-
-    for how in (["--set", 'plugins.disable=["dup_b"]'], []):
-        env = {} if how else {"TZRUN_DISABLE_PLUGINS": "dup_b"}
-        fixed = tzrun_cli(["check", config, *uses("twin_sgd"), *how], site_dir, env)
-        assert fixed.returncode == 0, fixed.stderr
-
-
-def test_a_plugin_claiming_a_built_in_name_is_named_next_to_the_built_in(site_dir, tmp_path):
-    write_distribution(site_dir, "tzrun-copycat", "0.3", entry_points={"copycat": "copycat_mod"},
-                       modules={"copycat_mod": optimizer_module("adam")})
-    proc = tzrun_cli(["check", str(config_file(tmp_path))], site_dir)
-    assert proc.returncode == 2
-    assert (
-        "dense optimizer 'adam' is registered twice: by plugin 'copycat' (tzrun-copycat 0.3) and by plugin "
-        "'tzrun_plugins.optim' (tzrec-run 0.1.0)"
-    ) in proc.stderr
+    assert strict.returncode == 2 and "its tzrun_register_metrics raised RuntimeError: boom" in strict.stderr
+    assert "Traceback (most recent call last)" in strict.stderr
 
 
 def test_a_distribution_for_another_tzrec_run_version_is_rejected_without_being_imported(site_dir, tmp_path):
@@ -145,9 +118,9 @@ def test_a_distribution_for_another_tzrec_run_version_is_rejected_without_being_
     ("hook", "expected"),
     [
         ("def tzrun_register_optimizers(register):",
-         "it implements hook(s) that tzrec-run 0.1.0 does not define: tzrun_register_optimizers (did you mean "),
+         "old_mod: unknown hook tzrun_register_optimizers (did you mean tzrun_register_"),
         ("def tzrun_register_metrics(register, registry):",
-         "its hooks do not match tzrec-run 0.1.0's hookspecs: Plugin 'old' for hook 'tzrun_register_metrics'"),
+         "old_mod: wrong argument(s) 'registry' in tzrun_register_metrics: its hookspec takes register"),
     ],
     ids=["unknown_hook", "other_arguments"],
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import Tensor
@@ -19,7 +19,7 @@ def _flat(x: Any, metric: str, what: str) -> Tensor:
         x = x.reshape(-1)
     if x.ndim != 1:
         raise ValueError(f"{metric}: {what} must have shape [B] or [B, 1], got {tuple(x.shape)}")
-    return x
+    return cast(Tensor, x)
 
 
 def checked_rows(

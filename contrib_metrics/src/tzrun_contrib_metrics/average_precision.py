@@ -63,6 +63,10 @@ class AveragePrecision(RowStates):
     plot_lower_bound = 0.0
     plot_upper_bound = 1.0
 
+    preds: list[Tensor]
+    positive: list[Tensor]
+    negative: list[Tensor]
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_rows_state("preds", torch.float64)

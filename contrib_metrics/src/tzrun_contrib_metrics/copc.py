@@ -65,6 +65,10 @@ class COPC(RowStates):
 
     higher_is_better = None  # 1.0 is best
 
+    groups: list[Tensor]
+    clicks: list[Tensor]
+    predicted: list[Tensor]
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_rows_state("groups", torch.int64)

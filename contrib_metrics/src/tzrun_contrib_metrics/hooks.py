@@ -27,7 +27,7 @@ def _build_copc(cfg: options.COPCConfig) -> Any:
 
 
 @tzrun.hookimpl
-def tzrun_register_metrics(register: tzrun.Register) -> None:
+def tzrun_register_metrics(register: tzrun.RegisterMetrics) -> None:
     register("ndcg_at_k", config=options.NDCGConfig, build=_build_ndcg, prediction="probs", group="required",
              description="exact NDCG@k per group (group_by), tied predictions averaged, mean over groups")
     register("average_precision", config=options.AveragePrecisionConfig, build=_build_average_precision,

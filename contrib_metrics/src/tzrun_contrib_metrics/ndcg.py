@@ -106,6 +106,10 @@ class NDCGAtK(RowStates):
     plot_lower_bound = 0.0
     plot_upper_bound = 1.0
 
+    preds: list[Tensor]
+    gains: list[Tensor]
+    groups: list[Tensor]
+
     def __init__(self, k: int, gain: str = "linear", empty_groups: str = "skip", **kwargs: Any) -> None:
         """Create the metric.
 
@@ -136,6 +140,7 @@ class NDCGAtK(RowStates):
         relevance = y if self.gain == "linear" else torch.exp2(y) - 1.0
         self.preds.append(p.to(self.device))
         self.gains.append((w * relevance).to(self.device))
+        assert g is not None  # checked_rows returns the keys it was given
         self.groups.append(g.to(self.device))
 
     def compute(self) -> Tensor:

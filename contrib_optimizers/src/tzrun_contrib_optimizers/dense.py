@@ -31,7 +31,7 @@ class _ElementwiseOptimizer(Optimizer):
         raise NotImplementedError
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:  # type: ignore[override]
         """One update of every parameter that has a gradient."""
         loss = None
         if closure is not None:

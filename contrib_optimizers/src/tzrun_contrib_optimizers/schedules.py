@@ -47,11 +47,11 @@ class InverseSqrtLR(LRScheduler):
         self.by_epoch = cfg.by_epoch
         super().__init__(optimizer)
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | torch.Tensor]:
         """Every param group's lr at the current position."""
         return [inverse_sqrt_lr(self.cfg, float(base), self.last_epoch) for base in self.base_lrs]
 
-    def _get_closed_form_lr(self) -> list[float]:
+    def _get_closed_form_lr(self) -> list[float | torch.Tensor]:
         return self.get_lr()
 
     def state_dict(self) -> dict[str, Any]:

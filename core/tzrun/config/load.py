@@ -25,7 +25,7 @@ from tzrun.config.schema import (
     SparseOptimizerFields,
 )
 from tzrun.config.slots import COMPONENT_SLOTS
-from tzrun.errors import ConfigError, ConfigProblem, UnknownComponentError
+from tzrun.errors import ComponentLookupError, ConfigError, ConfigProblem
 from tzrun.registry import Registries
 
 if sys.version_info >= (3, 11):
@@ -40,6 +40,7 @@ __all__ = [
     "apply_overrides",
     "load_config",
     "disabled_plugins",
+    "strict_plugins",
 ]
 
 _SEGMENT = re.compile(r"^([A-Za-z0-9_\-]+)(?:\[(\d+)\])?$")
@@ -180,6 +181,12 @@ def disabled_plugins(raw: RawConfig) -> tuple[str, ...]:
     return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
 
 
+def strict_plugins(raw: RawConfig) -> bool:
+    """``[plugins] strict`` read before any plugin is loaded (checked fully in pass 1)."""
+    section = raw.data.get("plugins", {})
+    return isinstance(section, dict) and section.get("strict") is True
+
+
 def _structure_component(value: Any, _: type) -> Component:
     if not isinstance(value, dict) or "type" not in value:
         raise ValueProblem(f'expected a table with a "type" key, e.g. {{ type = "name" }}; got {show(value)}')
@@ -310,7 +317,7 @@ class _Resolver:
             return  # pass 1 reports the shape problem
         try:
             entry = self.registries[kind].get(value["type"], f"{path}.type")
-        except UnknownComponentError as exc:
+        except ComponentLookupError as exc:
             self.problems.append(ConfigProblem(exc.path, str(exc).split(": ", 1)[1]))
             return
         options = {k: v for k, v in value.items() if k != "type"}

@@ -39,7 +39,8 @@ class Component:
     """A ``{ type = "name", ...options }`` table.
 
     Attributes:
-        type: the registered name of the component.
+        type: the registered name of the component, or ``"plugin:name"`` to pick one plugin's
+            (see :meth:`tzrun.registry.Registry.get`).
         raw: every other key of the table, as TOML gave it.
         config: the plugin's options instance (set by the second pass).
         fields: the core-read keys of the table, structured (set by the second pass):
@@ -51,6 +52,12 @@ class Component:
     raw: Mapping[str, Any] = attrs.field(factory=dict)
     config: Any = None
     fields: Any = None
+
+    @property
+    def name(self) -> str:
+        """The component's name without a plugin qualifier (``lion`` for ``"x:lion"``): what
+        results and stage states are named after."""
+        return self.type.rpartition(":")[2]
 
 
 def _in_unit_open(instance: Any, attribute: Any, value: float) -> None:
@@ -551,9 +558,14 @@ class PluginsConfig:
     Attributes:
         disable: plugin names not to load (as ``tzrec-run plugins`` shows them);
             ``TZRUN_DISABLE_PLUGINS`` (comma-separated) adds to it.
+        strict: make every plugin problem an error with its full traceback (a plugin that
+            fails to import, does not match the hookspecs, or registers something malformed),
+            instead of a warning that disables that plugin; like ``--strict`` and
+            ``TZRUN_STRICT_PLUGINS=1``.
     """
 
     disable: tuple[str, ...] = ()
+    strict: bool = False
 
 
 @attrs.frozen

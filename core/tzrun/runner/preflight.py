@@ -21,11 +21,14 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
     * each stage's own ``check`` (``register(..., check=fn)``, see
       :func:`tzrun.hookspecs.tzrun_register_stages`);
     * the reader's own ``check`` of the columns the run reads (see
-      :func:`tzrun.hookspecs.tzrun_register_readers`).
+      :func:`tzrun.hookspecs.tzrun_register_readers`);
+    * every named component's conformance on a tiny synthetic input
+      (:mod:`tzrun.conformance`).
 
     Raises:
         ConfigError: with every problem found, each at its TOML path.
     """
+    from tzrun.conformance import config_conformance_problems
     from tzrun.runner.retention import check_best_metric, eval_result_keys
 
     problems = _output_problems(cfg, registries)
@@ -43,6 +46,7 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
         for key, message in check(component.config, cfg, keys):
             problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
     problems.extend(_reader_problems(cfg, registries))
+    problems.extend(ConfigProblem(path, message) for path, message in config_conformance_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
 

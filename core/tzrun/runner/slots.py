@@ -36,7 +36,7 @@ class MetricSlot:
 
 
 def _slot_names(components: Sequence[Component], what: str) -> list[str]:
-    names = [c.fields.name or getattr(c.config, "default_name", None) or c.type for c in components]
+    names = [c.fields.name or getattr(c.config, "default_name", None) or c.name for c in components]
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in seen:

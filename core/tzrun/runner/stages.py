@@ -20,8 +20,8 @@ __all__ = ["RunStages", "stage_names", "TimedIterator", "LogWindow", "learning_r
 def stage_names(cfg: RunConfig) -> list[str]:
     """The name each ``[[train.stages]]`` entry's state is saved under: its ``type``, or
     ``type.i`` (its index in the list) when the list names that type more than once."""
-    counts = Counter(c.type for c in cfg.train.stages)
-    return [c.type if counts[c.type] == 1 else f"{c.type}.{i}" for i, c in enumerate(cfg.train.stages)]
+    counts = Counter(c.name for c in cfg.train.stages)
+    return [c.name if counts[c.name] == 1 else f"{c.name}.{i}" for i, c in enumerate(cfg.train.stages)]
 
 
 class RunStages:

@@ -7,7 +7,7 @@ from tzrun_plugins.losses import binary, multiclass, ranking
 
 
 @tzrun.hookimpl
-def tzrun_register_losses(register: tzrun.Register) -> None:
+def tzrun_register_losses(register: tzrun.RegisterLosses) -> None:
     register("binary_cross_entropy", config=binary.BCEConfig, build=binary.build_bce,
              description="sigmoid cross entropy on logits, label smoothing, sample-weighted", prediction="logits")
     register("binary_focal", config=binary.FocalConfig, build=binary.build_focal,

@@ -35,7 +35,7 @@ def _lazy(module: str, builder: str) -> Callable[[Any], Any]:
 
 
 @tzrun.hookimpl
-def tzrun_register_metrics(register: tzrun.Register) -> None:
+def tzrun_register_metrics(register: tzrun.RegisterMetrics) -> None:
     register("auc", config=AUCConfig, build=_lazy("auc", "build_auc"),
              description="exact ROC AUC over all ranks (ties averaged); thresholds=N for the binned variant",
              prediction="probs")

@@ -19,7 +19,7 @@ def _towers(cfg: object) -> tuple[str, ...]:
 
 
 @tzrun.hookimpl
-def tzrun_register_models(register: tzrun.Register) -> None:
+def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("deepfm", config=deepfm.DeepFMConfig, build=deepfm.build_deepfm, outputs=_binary,
              description="DeepFM: wide + FM + deep MLP over id and dense features")
     register("dlrm", config=dlrm.DLRMConfig, build=dlrm.build_dlrm, outputs=_binary,

@@ -7,7 +7,7 @@ from tzrun_plugins.stages import early_stopping, metrics_log, profiler, progress
 
 
 @tzrun.hookimpl
-def tzrun_register_stages(register: tzrun.Register) -> None:
+def tzrun_register_stages(register: tzrun.RegisterStages) -> None:
     register("progress", config=progress.ProgressConfig, build=progress.build_progress,
              description="a progress bar on a terminal, periodic lines elsewhere (rank 0)")
     register("metrics_log", config=metrics_log.MetricsLogConfig, build=metrics_log.build_metrics_log,
