@@ -62,6 +62,7 @@ class FeatureSet:
         self.sparse: list[dict[str, Any]] = []
         self.names: dict[str, list[str]] = {}
         self.placeholders: list[tuple[str, str, str]] = []
+        self.bucketized: list[str] = []  # bucketized by the feature generator: num_buckets written
 
     def keep(self, used: set[str]) -> list[str]:
         """Keep only the features named in ``used``; returns the names of the others."""
@@ -86,8 +87,15 @@ class _Sequence:
         self.prefix, self.delim, self.length = prefix, delim, length
 
 
-def convert_features(root: Node, groups: Groups) -> FeatureSet:
-    """Convert ``feature_configs`` of ``root`` (the pipeline config)."""
+def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
+    """Convert ``feature_configs`` of ``root`` (the pipeline config).
+
+    Args:
+        root: the pipeline config.
+        groups: its feature groups (for the pooling of sequences).
+        encoded: the input holds the feature generator's output (``fg_mode: FG_NONE``, the
+            default): ids already bucketized, values already normalized.
+    """
     out = FeatureSet()
     for item in root.indexed_children("feature_configs"):
         kind = item.which(_KINDS)
@@ -96,16 +104,19 @@ def convert_features(root: Node, groups: Groups) -> FeatureSet:
         if node is None:
             continue
         if kind == "sequence_feature":
-            _sequence_feature(node, groups, out)
+            _sequence_feature(node, groups, out, encoded)
         elif kind in ("id_feature", "raw_feature", "lookup_feature", "sequence_id_feature"):
             seq = None
             if kind == "sequence_id_feature":
                 seq = _Sequence("", node.value("sequence_delim", "str", ";"), node.value("sequence_length", "int"))
                 _not_truncated(node, seq)
-            _feature(kind, node, out, groups, seq)
+            _feature(kind, node, out, groups, seq, encoded)
         else:
             _placeholder(kind, node, out, _NO_FG)
     hashed = [f["name"] for f in out.sparse if "hash_bucket_size" in f]
+    if encoded and out.bucketized:
+        root.note("feature_configs", f"{', '.join(out.bucketized)}: the input holds the feature generator's ids "
+                                     "(fg_mode FG_NONE), so each is num_buckets = its table size")
     if hashed:
         root.note("feature_configs", f"{', '.join(hashed)}: hashed with FNV-1a 64 here, not the feature generator's "
                                      "hash: as many buckets, other ids (docs/data.md#where-this-differs-from-torcheasyrec)")
@@ -126,7 +137,7 @@ def _placeholder(kind: str, node: Node, out: FeatureSet, reason: str, name: Opti
     out.placeholders.append((kind, name, reason))
 
 
-def _sequence_feature(node: Node, groups: Groups, out: FeatureSet) -> None:
+def _sequence_feature(node: Node, groups: Groups, out: FeatureSet, encoded: bool) -> None:
     name = node.value("sequence_name", "str", "")
     seq = _Sequence(f"{name}__", node.value("sequence_delim", "str", ";"), node.value("sequence_length", "int"))
     node.skip("sequence_pk", "tzrec-run has no feature generator (FG): each sub-feature reads its own column")
@@ -139,7 +150,7 @@ def _sequence_feature(node: Node, groups: Groups, out: FeatureSet) -> None:
         if child is None:
             continue
         if kind == "id_feature":
-            members += _feature(kind, child, out, groups, seq)
+            members += _feature(kind, child, out, groups, seq, encoded)
         else:
             _placeholder(f"sequence {kind}", child, out, "only the id features of a sequence are converted: compute "
                          "'{name}' into a list column and declare it in [[features.sparse]] (docs/data.md)",
@@ -148,7 +159,8 @@ def _sequence_feature(node: Node, groups: Groups, out: FeatureSet) -> None:
     out.names[name] = members
 
 
-def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Optional[_Sequence]) -> list[str]:
+def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Optional[_Sequence],
+             encoded: bool) -> list[str]:
     """Convert one id, raw or lookup feature; returns its tzrec-run name (or nothing)."""
     name = (seq.prefix if seq else "") + node.value("feature_name", "str", "")
     for field in ("zch", "dynamicemb"):
@@ -163,11 +175,20 @@ def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Option
         _placeholder(kind, node, out, groups.refused[name], name)
         return []
     table: dict[str, Any] = {"name": name}
-    _column(kind, node, table, name, seq)
+    _column(kind, node, table, name, seq, encoded)
     bucketized = any(node.has(f) for f in ("hash_bucket_size", "num_buckets", "vocab_list", "vocab_dict", "vocab_file"))
-    if kind == "raw_feature" or (kind == "lookup_feature" and not bucketized):
-        if not node.has("boundaries"):
-            return _dense(kind, node, out, table)
+    if (kind == "raw_feature" or (kind == "lookup_feature" and not bucketized)) and not node.has("boundaries"):
+        return _dense(kind, node, out, table)
+    if encoded:
+        size = _encoded_size(node)
+        if size is None:
+            _placeholder(kind, node, out, "the table size is that of its vocab_file: declare the feature by hand with "
+                                          "num_buckets", name)
+            return []
+        table["num_buckets"] = size
+        if not node.has("num_buckets"):
+            out.bucketized.append(name)
+    elif kind == "raw_feature" or (kind == "lookup_feature" and not bucketized):
         table["boundaries"] = node.values("boundaries", "float")
         node.skip("normalizer", "the boundaries apply to the column as it is here, not to a normalized value")
     elif not _ids(node, table):
@@ -182,7 +203,28 @@ def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Option
     return [name]
 
 
-def _column(kind: str, node: Node, table: dict[str, Any], name: str, seq: Optional[_Sequence]) -> None:
+def _encoded_size(node: Node) -> Optional[int]:
+    """The table size of a feature whose input holds the feature generator's ids."""
+    for field in ("hash_bucket_size", "num_buckets"):
+        if node.has(field):
+            return node.value(field, "int")
+    if node.has("boundaries"):
+        return len(node.values("boundaries", "float")) + 1
+    if node.has("vocab_list"):
+        given = node.has("default_bucketize_value")  # then no default and <OOV> entries are added
+        node.used.add("default_bucketize_value")
+        return len(node.values("vocab_list", "str")) + (0 if given else 2)
+    if node.has("vocab_dict"):
+        ids = [entry.value("value", "int", 0) for entry in node.indexed_children("vocab_dict")]
+        return max(ids) + 1 if ids else None
+    return None
+
+
+def _column(kind: str, node: Node, table: dict[str, Any], name: str, seq: Optional[_Sequence], encoded: bool) -> None:
+    if encoded:  # the column is the feature's name, its values the feature generator's output
+        for field in ("expression", "map", "key", "default_value", "normalizer"):
+            node.values(field, "str")
+        return
     if kind == "lookup_feature":
         for field in ("map", "key"):
             node.values(field, "str")
@@ -277,7 +319,8 @@ def _common(node: Node) -> None:
     for field in ("sequence_length", "sequence_delim"):
         node.used.add(field)
     for field, reason in _SKIPPED.items():
-        node.skip(field, reason)
+        if field not in node.used:
+            node.skip(field, reason)
     node.rest()
 
 
@@ -287,15 +330,18 @@ def _dense(kind: str, node: Node, out: FeatureSet, table: dict[str, Any]) -> lis
         _placeholder(kind, node, out, "value_dim > 1: dense features hold one value each here; split it into "
                                       "one column per value", name)
         return []
-    default = node.value("default_value", "str", "0")
+    encoded = "default_value" in node.used  # the feature generator's output: its defaults and normalizer applied
+    field = "fg_encoded_default_value" if encoded else "default_value"
+    default = node.value(field, "str", "0")
     try:
         fill = float(default or 0)
     except ValueError:
-        node.skip_value(node.at("default_value"), default, "a number")
+        node.skip_value(node.at(field), default, "a number")
         fill = 0.0
     if fill:
         table["fill_value"] = fill
-    _normalizer(node, table)
+    if not encoded:
+        _normalizer(node, table)
     for field in ("embedding_dim", "embedding_name", "pooling", "separator", "trainable", "embedding_constraints"):
         node.skip(field, "used only with boundaries (a bucketized feature); this one is dense")
     node.used.add("value_dim")

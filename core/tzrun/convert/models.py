@@ -101,6 +101,10 @@ def _dlrm(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     dense = _mlp(model, "dense_mlp")
     if dense:
         table["dense_hidden_units"] = dense
+    else:
+        model.findings.not_converted.append(Finding(model.at("dense_mlp"), (
+            "unset or empty: tzrec-run's dlrm needs dense features and a bottom MLP (default [64, 16]; its last "
+            "width must be the embedding_dim)")))
     table["top_hidden_units"] = _mlp(model, "final") or []
     table["arch_with_sparse"] = model.value("arch_with_sparse", "bool", True)
     _parts(model, groups, feats, {"bottom MLP": ("dense", "dense"), "interaction": ("sparse", "id")})
@@ -141,6 +145,10 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
         table[f"{side}_features"] = names
         table[f"{side}_hidden_units"] = _mlp(tower, "mlp") or []
         tower.rest()
+        if not names:
+            model.findings.not_converted.append(Finding(tower.at("input"), (
+                f"group '{group}' has no converted feature, so the model is not converted")))
+            return None
     table["output_dim"] = model.value("output_dim", "int", 64)
     similarity = model.value("similarity", "str", "INNER_PRODUCT")
     if similarity not in ("COSINE", "INNER_PRODUCT"):

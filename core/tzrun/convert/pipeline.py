@@ -79,7 +79,8 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
     model_node = root.child("model_config")
     model_name = convert_model(model_node, outputs) if model_node is not None else None
     groups = read_groups(model_node) if model_node is not None else Groups()
-    features = convert_features(root, groups)
+    encoded = str(data_node.fields.get("fg_mode", ["FG_NONE"])[-1]) == "FG_NONE" if data_node is not None else True
+    features = convert_features(root, groups, encoded)
     model = None
     if model_node is not None:
         model = _model(model_node, model_name, groups, features)
