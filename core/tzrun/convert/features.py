@@ -71,6 +71,26 @@ class FeatureSet:
         self.sparse = [f for f in self.sparse if f["name"] in used]
         return dropped
 
+    def agree_on_pooling(self, findings: Any) -> None:
+        """Give the features of a table shared with a pooled sequence the sequence's pooling (tzrec-run's
+        features of one table must agree on it; for one id per row, sum and mean are the same)."""
+        by_table: dict[str, list[dict[str, Any]]] = {}
+        for feature in self.sparse:
+            by_table.setdefault(feature.get("table", f"{feature['name']}_emb"), []).append(feature)
+        for table, features in by_table.items():
+            sequences = {f.get("pooling", "sum") for f in features if "separator" in f}
+            if len(sequences) != 1 or len({f.get("pooling", "sum") for f in features}) == 1:
+                continue
+            pooling = sequences.pop()
+            changed = [f for f in features if f.get("pooling", "sum") != pooling]
+            for feature in changed:
+                feature["pooling"] = pooling
+                if pooling == "sum":
+                    del feature["pooling"]
+            findings.notes.append(Finding("feature_configs", (
+                f"{', '.join(f['name'] for f in changed)}: pooled with {pooling} like the sequences sharing table "
+                f"'{table}' (the features of a table agree on it here; for one id per row it is the same)")))
+
     def tree(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.dense:
@@ -113,6 +133,7 @@ def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
             _feature(kind, node, out, groups, seq, encoded)
         else:
             _placeholder(kind, node, out, _NO_FG)
+    out.agree_on_pooling(root.findings)
     hashed = [f["name"] for f in out.sparse if "hash_bucket_size" in f]
     if encoded and out.bucketized:
         root.note("feature_configs", f"{', '.join(out.bucketized)}: the input holds the feature generator's ids "

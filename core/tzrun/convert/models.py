@@ -68,7 +68,7 @@ def _parts(node: Node, groups: Groups, feats: FeatureSet, parts: dict[str, tuple
         added = [n for n in here if n not in set(_names(groups, feats, group))]
         if added:
             what = {"id": "id feature", "dense": "dense feature", "all": "feature"}[kind]
-            node.findings.notes.append(Finding(node.at("feature_groups"), (
+            node.findings.notes.append(Finding(node.path.rsplit(".", 1)[0] + ".feature_groups", (
                 f"the {part} reads every {what} here, also {', '.join(added)} (not in group '{group}')")))
 
 

@@ -101,6 +101,9 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
             tree[key] = value
     missing = [key for key, name in (("train_input", "train_input_path"), ("eval_input", "eval_input_path"))
                if key not in data and (key == "train_input" or root.has(name))]
+    if model_dir is None:
+        findings.not_converted.append(Finding("model_dir", "unset (TorchEasyRec's --model_dir gives it): set "
+                                                           "model_dir, which tzrec-run requires"))
     toml = _render(tree, findings, source, None if model else model_name, features.placeholders, missing)
     return Conversion(toml, tree, findings.not_converted, findings.notes)
 
@@ -164,7 +167,7 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
     from tzrun.runner.records import emit_toml  # the TOML writer of resolved_config.toml
 
     name = Path(source).name
-    todo = model is not None or bool(placeholders) or bool(missing)
+    todo = model is not None or bool(placeholders) or bool(missing) or "model_dir" not in tree
     lines = [f"# Converted from the TorchEasyRec config {name} by `tzrec-run convert`.",
              "# Fill in the TODO at the end, then run `tzrec-run check` on this file." if todo else
              "# Run `tzrec-run check` on this file; the comments below list what was not converted and why.",
@@ -178,6 +181,8 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
     if not todo:
         return "\n".join(lines) + "\n"
     lines += ["", "# " + "-" * 98, "# TODO: what is not converted; write it (docs/models.md, docs/data.md)."]
+    if "model_dir" not in tree:
+        lines.append('# model_dir = "..."   # where checkpoints and logs go (required)')
     if missing:
         lines.append(f"# In [data], set {' and '.join(missing)}: a Parquet or CSV file, directory or glob.")
     if model is not None:
