@@ -120,6 +120,8 @@ def _mmoe(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     tasks = []
     for i, tower in enumerate(model.indexed_children("task_towers")):
         tower.used.update(_TOWER_OUTPUTS)
+        if tower.value("num_class", "int", 1) != 1:
+            tower.skip("num_class", "tzrec-run's mmoe outputs one logit per task")
         units = _mlp(tower, "mlp")
         tasks.append({"name": tower.value("tower_name", "str") or f"task_{i}", "hidden_units": units or []})
         tower.rest()
