@@ -63,6 +63,7 @@ class FeatureSet:
         self.names: dict[str, list[str]] = {}
         self.placeholders: list[tuple[str, str, str]] = []
         self.bucketized: list[str] = []  # bucketized by the feature generator: num_buckets written
+        self.sequences: set[str] = set()  # the features that are sequences
 
     def keep(self, used: set[str]) -> list[str]:
         """Keep only the features named in ``used``; returns the names of the others."""
@@ -78,7 +79,7 @@ class FeatureSet:
         for feature in self.sparse:
             by_table.setdefault(feature.get("table", f"{feature['name']}_emb"), []).append(feature)
         for table, features in by_table.items():
-            sequences = {f.get("pooling", "sum") for f in features if "separator" in f}
+            sequences = {f.get("pooling", "sum") for f in features if f["name"] in self.sequences}
             if len(sequences) != 1 or len({f.get("pooling", "sum") for f in features}) == 1:
                 continue
             pooling = sequences.pop()
@@ -152,7 +153,7 @@ def _not_truncated(node: Node, seq: _Sequence) -> None:
 
 def _placeholder(kind: str, node: Node, out: FeatureSet, reason: str, name: Optional[str] = None) -> None:
     name = name or str((node.fields.get("feature_name") or node.fields.get("sequence_name") or ["?"])[-1])
-    reason = reason.format(name=name)
+    reason = reason.replace("{name}", name)
     node.used.update(node.fields)
     node.findings.not_converted.append(Finding(node.path, reason))
     out.placeholders.append((kind, name, reason))
@@ -221,6 +222,8 @@ def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Option
         return []
     out.sparse.append(table)
     out.names[name] = [name]
+    if seq is not None:
+        out.sequences.add(name)
     return [name]
 
 
