@@ -174,8 +174,10 @@ def test_sequence_features_take_the_pooling_of_their_encoder_and_share_named_tab
                                                                     "sharing table 'cate_id_emb'") for f in both.notes)
     checked(both, tzrun_pm)
     din = DSSM_TAOBAO.replace('pooling_encoder { input: "click_50_seq" pooling_type: "mean" }',
-                              'din_encoder { input: "click_50_seq" attn_mlp { hidden_units: [8] } }')
+                              'din_encoder { attn_mlp { hidden_units: [8] } }')  # input: the group's only sequence
+    din = din.replace('group_name: "click_50_seq"', 'group_name: "click_50_seq" feature_names: "adgroup_id"')  # a query
     refused = convert_pipeline_config(din, "din.config")
+    assert "adgroup_id" in {f["name"] for f in refused.tree["features"]["sparse"]}
     assert "din_encoder over sequence group 'click_50_seq' has no equivalent" in \
         reported(refused)["feature_configs[6].sequence_feature.features[0].id_feature"]
     assert not any(n.startswith("click_50_seq") for n in refused.tree["model"]["user_features"])

@@ -193,7 +193,7 @@ def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Option
     if node.value("stub_type", "bool"):
         _placeholder(kind, node, out, "a stub feature only feeds the feature generator, which tzrec-run has not", name)
         return []
-    if name in groups.refused:
+    if seq is not None and name in groups.refused:  # a group's query features are plain id features
         _placeholder(kind, node, out, groups.refused[name], name)
         return []
     table: dict[str, Any] = {"name": name}
@@ -217,7 +217,7 @@ def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Option
         _placeholder(kind, node, out, "set none of hash_bucket_size, num_buckets, vocab_list, vocab_dict, "
                                       "vocab_file: declare its ids by hand", name)
         return []
-    if not _embedding(node, table, groups.pooling.get(name), seq):
+    if not _embedding(node, table, groups.pooling.get(name) if seq is not None else None, seq):
         _placeholder(kind, node, out, "no embedding_dim: declare it by hand", name)
         return []
     out.sparse.append(table)

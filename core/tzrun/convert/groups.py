@@ -80,6 +80,8 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups) -> None:
         return
     encoder = encoder or Node({}, node.at(kind), node.findings)
     source = encoder.value("input", "str", "")
+    if not source and len(sequences) == 1:  # TorchEasyRec takes the group's only sequence
+        source = next(iter(sequences))
     members = sequences.get(source, [])
     if kind != "pooling_encoder":
         encoder.used.update(encoder.fields)

@@ -67,7 +67,7 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
     train: dict[str, Any] = {}
     evaluation: dict[str, Any] = {}
     outputs = Outputs()
-    model_dir = root.value("model_dir", "str")
+    model_dir = root.value("model_dir", "str") or None
     _input_path(root, "train_input_path", data, "train_input")
     _input_path(root, "eval_input_path", data, "eval_input")
     data_node = root.child("data_config")
