@@ -145,12 +145,12 @@ def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet
     node.skip("kd", "knowledge distillation has no equivalent")
     node.skip("variational_dropout", "variational dropout (feature selection) has no equivalent")
     converted = convert_architecture(node, name, groups, features)
-    if converted is not None or groups.groups:
+    if groups.groups:
         used = converted.features if converted is not None else {n for f in groups.features()
                                                                   for n in features.names.get(f, ())}
         dropped = features.keep(used)
         if dropped:
-            where = "the towers' feature groups" if name == "dssm" else "any feature group"
+            where = "the towers' feature groups" if name == "dssm" and converted is not None else "the feature groups"
             node.findings.not_converted.append(Finding("feature_configs", (
                 f"{', '.join(dropped)}: in none of {where}, so TorchEasyRec's model does not read them "
                 "(tzrec-run's model would); left out")))
