@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", metavar="DIR", help="where the PNG files go (default MODEL_DIR/plots)")
 
     convert = sub.add_parser(
-        "convert", help="turn the training parts of a TorchEasyRec pipeline config (protobuf text) into TOML; "
+        "convert", help="turn a TorchEasyRec pipeline config (protobuf text) into TOML, features and model included; "
                         "what cannot be converted is listed at the top of the output and on standard error")
     convert.add_argument("pipeline_config", metavar="PIPELINE_CONFIG", help="a TorchEasyRec pipeline config")
     convert.add_argument("--out", metavar="FILE", help="write the TOML to FILE (default: standard output)")

@@ -1,6 +1,7 @@
 """``tzrec-run convert``: the schema-less protobuf text parser, the mapping of every TorchEasyRec
 optimizer, schedule, metric, loss and train_config field, what is reported as not converted, and
-that converted configs (merged onto an example, as docs/migration.md says) pass ``tzrec-run check``."""
+that TorchEasyRec's examples (small copies written by tests/core/torcheasyrec_examples.py) convert
+into files that pass ``tzrec-run check`` unedited. Features and models: test_convert_features.py."""
 
 from __future__ import annotations
 
@@ -15,15 +16,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
+from tests.core.torcheasyrec_examples import DEEPFM_CRITEO, EXAMPLES
 from tzrun.cli import main
 from tzrun.convert import Identifier, ProtoTextError, convert_pipeline_config, parse_text_proto
-from tzrun.errors import ConfigError
 from tzrun.runner.records import emit_toml
 from tzrun.testing import load_config_text
-
-DATA = Path(__file__).parent / "data"
-DEEPFM_CONFIG = DATA / "torcheasyrec_deepfm_criteo.config"
-MMOE_CONFIG = DATA / "torcheasyrec_mmoe_taobao.config"
 
 
 def pipeline(train: str = "", model: str = "", data: str = "", extra: str = "") -> str:
@@ -159,7 +156,7 @@ def test_each_sparse_optimizer(proto, expected, tzrun_pm):
     text = pipeline().replace("sparse_optimizer { sgd_optimizer { lr: 0.1 } }", f"sparse_optimizer {{ {proto} }}")
     conversion = convert(text)
     assert conversion.tree["train"]["sparse_optimizer"] == expected
-    assert not conversion.not_converted or set(not_converted(conversion)) == {"model_config"}
+    assert not_converted(conversion) == {}
     load_config_text(toml_text(merged_onto(conversion.tree, "deepfm_criteo.toml")), tzrun_pm)
 
 
@@ -358,8 +355,9 @@ def test_csv_and_odps_inputs(tzrun_pm):
     for conversion in (csv, header):
         load_config_text(toml_text(merged_onto(conversion.tree, "deepfm_criteo.toml")), tzrun_pm)
     odps = convert(pipeline(extra='train_input_path: "odps://p/tables/t"').replace("dataset_type: ParquetDataset", ""))
-    assert "train_input" not in odps.tree["data"] and "reader" not in odps.tree["data"]
-    assert "export the data to Parquet" in not_converted(odps)["train_input_path"]
+    assert odps.tree["data"]["train_input"] == "odps://p/tables/t" and "reader" not in odps.tree["data"]
+    assert "kept as data.train_input, which check does not read): export the data to Parquet" in \
+        not_converted(odps)["train_input_path"]
     assert "OdpsDataset" in not_converted(odps)["data_config.dataset_type"]
 
 
@@ -385,7 +383,7 @@ def test_csv_and_odps_inputs(tzrun_pm):
 def test_each_metric(proto, expected, tzrun_pm):
     conversion = convert(pipeline(model=f"metrics {{ {proto} }}"))
     assert conversion.tree["metrics"] == [expected]
-    assert set(not_converted(conversion)) == {"model_config"}
+    assert not_converted(conversion) == {}
     load_config_text(toml_text(merged_onto(conversion.tree, "deepfm_criteo.toml")), tzrun_pm)
 
 
@@ -427,7 +425,7 @@ def test_train_metrics_keep_their_decay(tzrun_pm):
 def test_each_loss(proto, expected, tzrun_pm):
     conversion = convert(pipeline(model=f"num_class: 3 losses {{ {proto} }}"))
     assert conversion.tree["losses"] == [expected]
-    assert set(not_converted(conversion)) == {"model_config"}
+    assert set(not_converted(conversion)) == {"model_config.num_class"}  # deepfm has one logit
     load_config_text(toml_text(merged_onto(conversion.tree, "deepfm_criteo.toml")), tzrun_pm)
 
 
@@ -436,7 +434,7 @@ def test_semantic_id_losses_and_model_level_options_are_reported():
     reported = not_converted(conversion)
     assert "RQ-VAE" in reported["model_config.losses[0].recon_loss"]
     assert "Pareto" in reported["model_config.use_pareto_loss_weight"]
-    assert reported["model_config"].startswith("deepfm: the model is not converted")
+    assert "model_config" not in reported and conversion.tree["model"]["type"] == "deepfm"
 
 
 def test_task_towers_name_read_and_weigh_per_task():
@@ -488,10 +486,12 @@ def test_an_unknown_best_exporter_metric_and_unknown_fields_are_reported_with_th
 
 
 def test_deepfm_criteo_example_converts_exactly():
-    conversion = convert(DEEPFM_CONFIG.read_text())
+    conversion = convert(DEEPFM_CRITEO)
     assert conversion.tree == {
         "model_dir": "experiments/deepfm_criteo",
-        "data": {"batch_size": 8192, "num_workers": 8, "labels": ["label"]},
+        "data": {"train_input": "odps://{PROJECT}/tables/criteo_train", "eval_input": "odps://{PROJECT}/tables/criteo_eval",
+                 "batch_size": 8192, "num_workers": 8, "labels": ["label"]},
+        "model": {"type": "deepfm", "deep_hidden_units": [512, 256, 128], "final_hidden_units": [64]},
         "train": {"num_epochs": 1, "save_checkpoints_steps": 1000,
                   "sparse_optimizer": {"type": "adagrad", "lr": 0.001},
                   "dense_optimizer": {"type": "adam", "lr": 0.001},
@@ -499,14 +499,16 @@ def test_deepfm_criteo_example_converts_exactly():
         "eval": {"num_steps": 100},
         "losses": [{"type": "binary_cross_entropy"}],
         "metrics": [{"type": "auc"}],
+        "features": {"dense": [{"name": "int_0"}, {"name": "int_1"}],
+                     "sparse": [{"name": "cat_0", "num_buckets": 40000000, "embedding_dim": 16},
+                                {"name": "cat_1", "num_buckets": 39060, "embedding_dim": 16},
+                                {"name": "cat_2", "num_buckets": 17295, "embedding_dim": 16}]},
     }
-    assert list(not_converted(conversion)) == [
-        "train_input_path", "eval_input_path", "data_config.dataset_type", "model_config", "feature_configs"]
+    assert list(not_converted(conversion)) == ["train_input_path", "eval_input_path", "data_config.dataset_type"]
     assert tomllib.loads(conversion.toml) == conversion.tree
     header = conversion.toml.split("\nmodel_dir")[0]
     assert all(line.startswith("#") for line in header.splitlines())
-    assert "#   model_config: feature_groups, deepfm: the model is not converted" in header
-    assert '# type = "deepfm"' in conversion.toml and "# feature_configs: 3 id_feature: cat_0, cat_1, cat_2" in conversion.toml
+    assert "TODO" not in conversion.toml
 
 
 def _convert_with_cli(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
@@ -516,23 +518,35 @@ def _convert_with_cli(config: Path, out: Path) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, cwd=REPO)
 
 
-@pytest.mark.parametrize(("config", "example"), [(DEEPFM_CONFIG, "deepfm_criteo.toml"),
-                                                  (MMOE_CONFIG, "mmoe_taobao.toml")])
-def test_converted_example_merged_onto_ours_passes_check(config, example, tmp_path):
-    out = tmp_path / "converted.toml"
+def _check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tzrun", "check", str(path)], capture_output=True, text=True, cwd=REPO)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_torcheasyrec_example_converts_into_a_file_that_passes_check_unedited(name, tmp_path):
+    config = tmp_path / f"{name}.config"
+    config.write_text(EXAMPLES[name])
+    out = tmp_path / f"{name}.toml"
     proc = _convert_with_cli(config, out)
     assert proc.returncode == 0, proc.stderr
     assert f"wrote {out}" in proc.stderr and "field(s) not converted:\n  train_input_path: " in proc.stderr
-    merged = tmp_path / "merged.toml"
-    merged.write_text(toml_text(merged_onto(tomllib.loads(out.read_text()), example)))
-    check = subprocess.run([sys.executable, "-m", "tzrun", "check", str(merged)], capture_output=True, text=True, cwd=REPO)
+    check = _check(out)
     assert check.returncode == 0, check.stderr
-    assert ": ok (model" in check.stdout
+    model = name.split("_")[0]
+    assert f"{out}: ok (model {model};" in check.stdout
 
 
-def test_converted_alone_is_refused_for_the_missing_model_and_features(tzrun_pm):
-    with pytest.raises(ConfigError, match="model"):
-        load_config_text(convert(DEEPFM_CONFIG.read_text()).toml, tzrun_pm)
+def test_a_model_that_is_not_converted_leaves_a_placeholder_and_check_asks_for_it(tmp_path):
+    text = DEEPFM_CRITEO.replace("deepfm {", "multi_tower { towers { input: 'deep' } }  unused {")
+    conversion = convert(text)
+    assert "model" not in conversion.tree and len(conversion.tree["features"]["sparse"]) == 3
+    assert not_converted(conversion)["model_config"] == (
+        "multi_tower, unused: the model is not converted; write [model] (docs/models.md)")
+    assert "# TODO: what is not converted" in conversion.toml and "# type = \"...\"" in conversion.toml
+    out = tmp_path / "converted.toml"
+    out.write_text(conversion.toml)
+    check = _check(out)
+    assert check.returncode != 0 and "model" in check.stderr
 
 
 def test_cli_exits_2_on_a_parse_error_or_a_missing_file(tmp_path, capsys):
@@ -542,15 +556,22 @@ def test_cli_exits_2_on_a_parse_error_or_a_missing_file(tmp_path, capsys):
     assert f"{bad}:3:1: expected '}}' to close the message opened at line 1, column 14" in capsys.readouterr().err
     assert main(["convert", str(tmp_path / "missing.config")]) == 2
     assert "missing.config: cannot read the file: No such file or directory" in capsys.readouterr().err
-    assert main(["convert", str(DEEPFM_CONFIG)]) == 0
+    good = tmp_path / "deepfm_criteo.config"
+    good.write_text(DEEPFM_CRITEO)
+    assert main(["convert", str(good)]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith("# Converted from the TorchEasyRec config torcheasyrec_deepfm_criteo.config")
-    assert "5 field(s) not converted:" in captured.err
+    assert captured.out.startswith("# Converted from the TorchEasyRec config deepfm_criteo.config")
+    assert "3 field(s) not converted:" in captured.err
 
 
-def test_the_worked_example_of_the_migration_page_is_what_convert_writes():
+def test_the_worked_example_of_the_migration_page_is_what_convert_writes(tmp_path):
     page = (REPO / "docs" / "migration.md").read_text()
     example = page.split("## A worked example", 1)[1]
     proto = example.split("```protobuf\n", 1)[1].split("```", 1)[0]
     shown = example.split("```toml\n", 1)[1].split("```", 1)[0]
     assert convert_pipeline_config(proto, "mmoe.config").toml == shown
+    out = tmp_path / "mmoe.toml"
+    out.write_text(shown)
+    check = _check(out)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout == f"{out}: ok (model mmoe; 1 dense and 4 id features; sparse rowwise_adagrad, dense sgd; 2 epochs)\n"

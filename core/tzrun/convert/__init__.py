@@ -1,4 +1,4 @@
-"""``tzrec-run convert``: the training parts of a TorchEasyRec pipeline config as tzrec-run TOML.
+"""``tzrec-run convert``: a TorchEasyRec pipeline config as tzrec-run TOML.
 
 TorchEasyRec configs are protobuf text format, and its ``.proto`` files are not installed here,
 so :func:`parse_text_proto` reads the text without a schema: every message becomes a dict from
@@ -7,18 +7,22 @@ Scalars are ``int``, ``float``, ``str`` (quoted strings) and :class:`Identifier`
 enum values, ``true``/``false``).
 
 :func:`convert_pipeline_config` maps ``train_config``, ``eval_config``, the training keys of
-``data_config`` and ``export_config``, and every ``metrics``, ``losses`` and ``train_metrics``
-of ``model_config`` (task towers included) to tzrec-run keys. Every field it reads is marked;
-a field it cannot translate, or does not know, is reported with its protobuf path, never
-dropped. TorchEasyRec defaults that change results and differ from tzrec-run's (the dense SGD
-momentum of 0.9, the lr of 0.002, checkpoints every 1000 steps, ...) are written out. The model
-architecture and the features are left for the user: the output ends with a commented
-placeholder for them. See docs/migration.md.
+``data_config`` and ``export_config``, every ``metrics``, ``losses`` and ``train_metrics`` of
+``model_config`` (task towers included), ``feature_configs`` (id, raw, lookup and sequence id
+features) and the model (``deepfm``, ``wide_and_deep``, ``dlrm``, ``mmoe``, ``dssm``) to tzrec-run
+keys. Every field it reads is marked; a field it cannot translate, or does not know, is reported
+with its protobuf path, never dropped, and a feature or model that does not map leaves a
+commented placeholder with the reason. TorchEasyRec defaults that change results and differ from
+tzrec-run's (the dense SGD momentum of 0.9, checkpoints every 1000 steps, DLRM's
+``arch_with_sparse``, DSSM's similarity and temperature, ...) are written out. See
+docs/migration.md.
 
 Modules: :mod:`~tzrun.convert.prototext` (the parser), :mod:`~tzrun.convert.nodes` (a message
 being converted, and the findings), :mod:`~tzrun.convert.optimizers`, :mod:`~tzrun.convert.train`,
 :mod:`~tzrun.convert.evaluation` (losses, metrics, ``eval_config``, ``export_config``),
-:mod:`~tzrun.convert.data` and :mod:`~tzrun.convert.pipeline` (the whole config and its TOML).
+:mod:`~tzrun.convert.data`, :mod:`~tzrun.convert.groups` (feature groups and sequence pooling),
+:mod:`~tzrun.convert.features`, :mod:`~tzrun.convert.models` and :mod:`~tzrun.convert.pipeline`
+(the whole config and its TOML).
 """
 
 from __future__ import annotations

@@ -59,8 +59,9 @@ def convert_data(node: Node, data: dict[str, Any]) -> None:
         node.skip("dataset_type", f"{dataset}: tzrec-run reads Parquet and CSV files (export the data to Parquet)")
     fg_mode = node.value("fg_mode", "str", "FG_NONE")
     if fg_mode != "FG_NONE":
-        node.skip("fg_mode", f"{fg_mode}: tzrec-run has no feature generator (FG); the feature columns must be in "
-                             "the input as they are fed")
+        node.skip("fg_mode", f"{fg_mode}: tzrec-run has no feature generator (FG): each feature reads its input "
+                             "column as it is (ids are hashed, looked up and bucketized here; other FG expressions are "
+                             "not computed)")
     for name, reason in _DATA_NOT_CONVERTED.items():
         node.skip(name, reason)
     for name in _SAMPLERS:

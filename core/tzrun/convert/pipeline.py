@@ -7,6 +7,9 @@ from typing import Any, Mapping, NamedTuple, Optional
 
 from tzrun.convert.data import convert_data
 from tzrun.convert.evaluation import Outputs, convert_eval, convert_export, convert_model
+from tzrun.convert.features import FeatureSet, convert_features
+from tzrun.convert.groups import Groups, read_groups
+from tzrun.convert.models import convert_architecture
 from tzrun.convert.nodes import Finding, Findings, Node
 from tzrun.convert.prototext import parse_text_proto
 from tzrun.convert.train import convert_train
@@ -20,7 +23,7 @@ class Conversion(NamedTuple):
 
     Attributes:
         toml: the TOML text: the findings as comments on top, the converted keys, and a commented
-            placeholder for the model and the features.
+            placeholder for the model and each feature that is not converted.
         tree: the converted keys as TOML-shaped data.
         not_converted: fields that have no tzrec-run equivalent here (or are not known).
         notes: fields converted to something that behaves differently, or defaults written out.
@@ -36,31 +39,13 @@ def _input_path(root: Node, name: str, data: dict[str, Any], key: str) -> None:
     path = root.value(name, "str")
     if not path:
         return
+    data[key] = path
     if "://" in path:
-        root.skip(name, f"'{path}' is not a local file, directory or glob: export the data to Parquet and set "
-                        f"data.{key}")
+        root.skip(name, f"'{path}' is not a local file, directory or glob (kept as data.{key}, which check does "
+                        f"not read): export the data to Parquet and set data.{key}")
     elif "," in path:
-        root.skip(name, f"'{path}' lists several paths: set data.{key} to one directory or glob")
-    else:
-        data[key] = path
-
-
-def _feature_summary(features: list[Any]) -> list[tuple[str, list[str], list[tuple[str, str]]]]:
-    """For the placeholder: each feature kind, its feature names, and an example's TOML keys."""
-    by_kind: dict[str, tuple[list[str], list[tuple[str, str]]]] = {}
-    for item in features:
-        for kind, values in item.items() if isinstance(item, dict) else ():
-            inner = values[-1] if values and isinstance(values[-1], dict) else {}
-            name = str((inner.get("feature_name") or inner.get("sequence_name") or ["?"])[-1])
-            names, example = by_kind.setdefault(kind, ([], []))
-            if not names:
-                example.append(("name", f'"{name}"'))
-                for key in ("num_buckets", "hash_bucket_size", "embedding_dim"):
-                    value = inner.get(key, [None])[-1]
-                    if isinstance(value, int) and kind == "id_feature":
-                        example.append((key, str(value)))
-            names.append(name)
-    return [(kind, names, example) for kind, (names, example) in by_kind.items()]
+        root.skip(name, f"'{path}' lists several paths (kept as data.{key}, which check does not read): set "
+                        f"data.{key} to one directory or glob")
 
 
 def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
@@ -82,7 +67,7 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
     train: dict[str, Any] = {}
     evaluation: dict[str, Any] = {}
     outputs = Outputs()
-    model_dir = root.value("model_dir", "str")
+    model_dir = root.value("model_dir", "str") or None
     _input_path(root, "train_input_path", data, "train_input")
     _input_path(root, "eval_input_path", data, "eval_input")
     data_node = root.child("data_config")
@@ -93,36 +78,33 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
         convert_train(train_node, train)
     model_node = root.child("model_config")
     model_name = convert_model(model_node, outputs) if model_node is not None else None
+    groups = read_groups(model_node) if model_node is not None else Groups()
+    encoded = str(data_node.fields.get("fg_mode", ["FG_NONE"])[-1]) == "FG_NONE" if data_node is not None else True
+    features = convert_features(root, groups, encoded)
+    model = None
     if model_node is not None:
-        model_node.skip("use_pareto_loss_weight", "Pareto-efficient loss weighting has no equivalent (losses are "
-                                                  "summed with their fixed weight)")
-        model_node.skip("kd", "knowledge distillation has no equivalent")
-        model_node.skip("variational_dropout", "variational dropout (feature selection) has no equivalent")
-        architecture = [n for n in model_node.fields if n not in model_node.used]
-        model_node.used.update(architecture)
-        if architecture:
-            findings.not_converted.append(Finding(
-                "model_config", f"{', '.join(architecture)}: the model is not converted; write [model] (docs/models.md)"))
+        model = _model(model_node, model_name, groups, features)
     for node_name, convert in (("eval_config", lambda n: convert_eval(n, evaluation, train.get("dense_optimizer"))),
                                ("export_config", lambda n: convert_export(n, evaluation, outputs.names))):
         node = root.child(node_name)
         if node is not None:
             convert(node)
-    features = root.fields.get("feature_configs", [])
-    root.skip("feature_configs", f"{len(features)} feature(s) not converted; write [[features.dense]] and "
-                                 "[[features.sparse]] (docs/data.md)")
     root.rest()
 
     tree: dict[str, Any] = {}
     if model_dir is not None:
         tree["model_dir"] = model_dir
-    for key, value in (("data", data), ("train", train), ("eval", evaluation), ("losses", outputs.losses),
-                       ("metrics", outputs.metrics), ("train_metrics", outputs.train_metrics)):
+    for key, value in (("data", data), ("model", model), ("train", train), ("eval", evaluation),
+                       ("losses", outputs.losses), ("metrics", outputs.metrics),
+                       ("train_metrics", outputs.train_metrics), ("features", features.tree())):
         if value:
             tree[key] = value
     missing = [key for key, name in (("train_input", "train_input_path"), ("eval_input", "eval_input_path"))
                if key not in data and (key == "train_input" or root.has(name))]
-    toml = _render(tree, findings, source, model_name, _feature_summary(features), missing)
+    if model_dir is None:
+        findings.not_converted.append(Finding("model_dir", "unset (TorchEasyRec's --model_dir gives it): set "
+                                                           "model_dir, which tzrec-run requires"))
+    toml = _render(tree, findings, source, None if model else model_name, features.placeholders, missing)
     return Conversion(toml, tree, findings.not_converted, findings.notes)
 
 
@@ -156,13 +138,39 @@ def summary_lines(conversion: Conversion) -> list[str]:
 _SAME_MODELS = {"deepfm", "dlrm", "dssm", "mmoe", "wide_and_deep"}
 
 
+def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet) -> Optional[dict[str, Any]]:
+    """The ``[model]`` table (``None`` when not converted); keeps the features the model reads."""
+    node.skip("use_pareto_loss_weight", "Pareto-efficient loss weighting has no equivalent (losses are summed "
+                                        "with their fixed weight)")
+    node.skip("kd", "knowledge distillation has no equivalent")
+    node.skip("variational_dropout", "variational dropout (feature selection) has no equivalent")
+    converted = convert_architecture(node, name, groups, features)
+    if groups.groups:
+        used = converted.features if converted is not None else {n for f in groups.features()
+                                                                  for n in features.names.get(f, ())}
+        dropped = features.keep(used)
+        if dropped:
+            where = "the towers' feature groups" if name == "dssm" and converted is not None else "the feature groups"
+            node.findings.not_converted.append(Finding("feature_configs", (
+                f"{', '.join(dropped)}: in none of {where}, so TorchEasyRec's model does not read them "
+                "(tzrec-run's model would); left out")))
+    architecture = [n for n in node.fields if n not in node.used]
+    node.used.update(architecture)
+    if architecture:
+        node.findings.not_converted.append(Finding(
+            "model_config", f"{', '.join(architecture)}: the model is not converted; write [model] (docs/models.md)"))
+    return converted.table if converted is not None else None
+
+
 def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Optional[str],
-            features: list[tuple[str, list[str], list[tuple[str, str]]]], missing: list[str]) -> str:
+            placeholders: list[tuple[str, str, str]], missing: list[str]) -> str:
     from tzrun.runner.records import emit_toml  # the TOML writer of resolved_config.toml
 
     name = Path(source).name
-    lines = [f"# Converted from the TorchEasyRec config {name} by `tzrec-run convert`: the training parts only.",
-             "# Fill in the TODO at the end (the model and its features), then run `tzrec-run check` on this file.",
+    todo = model is not None or bool(placeholders) or bool(missing) or "model_dir" not in tree
+    lines = [f"# Converted from the TorchEasyRec config {name} by `tzrec-run convert`.",
+             "# Fill in the TODO at the end, then run `tzrec-run check` on this file." if todo else
+             "# Run `tzrec-run check` on this file; the comments below list what was not converted and why.",
              "# See docs/migration.md for what each field became and why."]
     for title, items in (("Not converted (no equivalent here; protobuf field: why)", findings.not_converted),
                          ("Converted with another meaning, or a TorchEasyRec default written out", findings.notes)):
@@ -170,7 +178,11 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
             lines += ["#", f"# {title}:"] + [f"#   {item}" for item in items]
     lines.append("")
     emit_toml(lines, tree, "", "", {})
-    lines += ["", "# " + "-" * 98, "# TODO: the model and the features are not converted; write them (docs/models.md, docs/data.md)."]
+    if not todo:
+        return "\n".join(lines) + "\n"
+    lines += ["", "# " + "-" * 98, "# TODO: what is not converted; write it (docs/models.md, docs/data.md)."]
+    if "model_dir" not in tree:
+        lines.append('# model_dir = "..."   # where checkpoints and logs go (required)')
     if missing:
         lines.append(f"# In [data], set {' and '.join(missing)}: a Parquet or CSV file, directory or glob.")
     if model is not None:
@@ -178,10 +190,7 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
         lines += ["#", f"# {'[model]':<24}  # TorchEasyRec's model_config.{model}", f"# type = {hint}"]
         if any("/" in str(x.get("prediction", "")) for x in tree.get("losses", ())):
             lines.append("# (name the tasks after TorchEasyRec's tower_name: losses and metrics read logits/<task>, probs/<task>)")
-    for kind, names, example in features:
-        lines += ["#", f"# feature_configs: {len(names)} {kind}: {', '.join(names)}"]
-        if kind in ("raw_feature", "id_feature"):
-            table = "dense" if kind == "raw_feature" else "sparse"
-            lines.append(f"# {f'[[features.{table}]]':<24}  # one per {kind}, e.g.")
-            lines += [f"# {key} = {value}" for key, value in example]
+    for kind, feature, reason in placeholders:
+        lines += ["#", f"# {kind} '{feature}': {reason}", "# [[features.sparse]] or [[features.dense]]",
+                  f'# name = "{feature}"']
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from tzrun.convert.nodes import Finding, Node
 from tzrun.convert.optimizers import dense_optimizer, sparse_optimizer
 
-__all__ = ["convert_train"]
+__all__ = ["convert_train", "constraints"]
 
 _F = "float"
 
@@ -16,7 +16,8 @@ _SHARDING = ("table_wise", "row_wise", "table_row_wise", "column_wise", "table_c
 _KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")
 
 
-def _constraints(node: Node) -> Optional[dict[str, Any]]:
+def constraints(node: Node) -> Optional[dict[str, Any]]:
+    """The ``ParameterConstraints`` message ``node`` as an ``embedding_constraints`` table (``None``: empty)."""
     out: dict[str, Any] = {}
     for name, allowed in (("sharding_types", _SHARDING), ("compute_kernels", _KERNELS)):
         given = node.values(name, "str")
@@ -103,9 +104,9 @@ def convert_train(node: Node, train: dict[str, Any]) -> None:
         elif by != "none":
             clipping.skip_value(clipping.at("clipping_type"), by, "'norm', 'value' or 'none'")
         clipping.rest()
-    constraints = node.child("global_embedding_constraints")
-    if constraints is not None:
-        converted = _constraints(constraints)
+    limits = node.child("global_embedding_constraints")
+    if limits is not None:
+        converted = constraints(limits)
         if converted:
             train["global_embedding_constraints"] = converted
     _stages(node, train)

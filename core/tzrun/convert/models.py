@@ -1,0 +1,197 @@
+"""The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``mmoe``
+and ``dssm``, and which of the converted features it reads.
+
+TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
+layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
+their feature groups; tzrec-run's read every feature (DSSM: the features each tower names), so a
+group that leaves a feature out of a part is noted, and a feature in no group is not converted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+from tzrun.convert.features import FeatureSet
+from tzrun.convert.groups import Groups
+from tzrun.convert.nodes import Finding, Node
+
+__all__ = ["ConvertedModel", "convert_architecture"]
+
+_F = "float"
+#: Fields of a task tower that :mod:`tzrun.convert.evaluation` converts (or reports).
+_TOWER_OUTPUTS = ("tower_name", "label_name", "weight", "num_class", "metrics", "losses", "train_metrics",
+                  "sample_weight_name", "task_space_indicator_label", "in_task_space_weight",
+                  "out_task_space_weight", "pareto_min_loss_weight")
+
+
+class ConvertedModel(NamedTuple):
+    """The ``[model]`` table and the tzrec-run features it reads."""
+
+    table: dict[str, Any]
+    features: set[str]
+
+
+def _mlp(node: Node, name: str) -> Optional[list[int]]:
+    """The layer widths of the MLP message ``name`` of ``node`` (``None`` when it is unset)."""
+    mlp = node.child(name)
+    if mlp is None:
+        return None
+    units = mlp.values("hidden_units", "int")
+    if any(mlp.values("dropout_ratio", _F)):
+        mlp.skip("dropout_ratio", "dropout has no equivalent in tzrec-run's MLPs")
+    if mlp.value("activation", "str", "nn.ReLU") != "nn.ReLU":
+        mlp.skip("activation", "tzrec-run's MLPs use ReLU")
+    for flag, reason in (("use_bn", "batch normalization"), ("use_ln", "layer normalization")):
+        if mlp.value(flag, "bool", False):
+            mlp.skip(flag, f"{reason} has no equivalent in tzrec-run's MLPs")
+    if mlp.value("bias", "bool", True) is False:
+        mlp.skip("bias", "tzrec-run's MLP layers always have a bias")
+    mlp.rest()
+    return units
+
+
+def _names(groups: Groups, feats: FeatureSet, group: Optional[str] = None) -> list[str]:
+    """The tzrec-run features of ``group`` (of every group when ``None``), in order."""
+    return list(dict.fromkeys(n for f in groups.features(group) for n in feats.names.get(f, ())))
+
+
+def _parts(node: Node, groups: Groups, feats: FeatureSet, parts: dict[str, tuple[str, str]]) -> None:
+    """Note each part whose TorchEasyRec group reads fewer features than tzrec-run's part does.
+
+    ``parts``: part -> (TorchEasyRec group name, ``"id"`` or ``"dense"`` or ``"all"`` features here).
+    """
+    used = set(_names(groups, feats))
+    sparse = [f["name"] for f in feats.sparse if f["name"] in used]
+    dense = [f["name"] for f in feats.dense if f["name"] in used]
+    for part, (group, kind) in parts.items():
+        here = {"id": sparse, "dense": dense, "all": dense + sparse}[kind]
+        added = [n for n in here if n not in set(_names(groups, feats, group))]
+        if added:
+            what = {"id": "id feature", "dense": "dense feature", "all": "feature"}[kind]
+            node.findings.notes.append(Finding(node.path.rsplit(".", 1)[0] + ".feature_groups", (
+                f"the {part} reads every {what} here, also {', '.join(added)} (not in group '{group}')")))
+
+
+def _deepfm(model: Node, groups: Groups, feats: FeatureSet, wide: bool) -> dict[str, Any]:
+    table: dict[str, Any] = {"type": "deepfm" if not wide else "wide_and_deep",
+                             "deep_hidden_units": _mlp(model, "deep") or []}
+    final = _mlp(model, "final")
+    if not wide:
+        table["final_hidden_units"] = final or []
+    elif final is not None:
+        model.skip("final", "wide_and_deep has no final MLP here: the wide logit is added to the deep one")
+    dim = model.value("wide_embedding_dim", "int")
+    if dim is not None:
+        table["wide_embedding_dim"] = dim
+    model.skip("wide_init_fn", "embeddings are initialized by TorchRec's default here")
+    fm = "fm" if "fm" in groups.groups else "deep"
+    parts = {"wide part": ("wide", "id"), "deep part": ("deep", "all")}
+    if not wide:
+        parts["FM part"] = (fm, "id")
+    _parts(model, groups, feats, parts)
+    return table
+
+
+def _wide_and_deep(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
+    return _deepfm(model, groups, feats, wide=True)
+
+
+def _dlrm(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
+    table: dict[str, Any] = {"type": "dlrm"}
+    dense = _mlp(model, "dense_mlp")
+    if dense:
+        table["dense_hidden_units"] = dense
+    else:
+        model.findings.not_converted.append(Finding(model.at("dense_mlp"), (
+            "unset or empty: tzrec-run's dlrm needs dense features and a bottom MLP (default [64, 16]; its last "
+            "width must be the embedding_dim)")))
+    table["top_hidden_units"] = _mlp(model, "final") or []
+    table["arch_with_sparse"] = model.value("arch_with_sparse", "bool", True)
+    _parts(model, groups, feats, {"bottom MLP": ("dense", "dense"), "interaction": ("sparse", "id")})
+    return table
+
+
+def _mmoe(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
+    table: dict[str, Any] = {"type": "mmoe", "num_experts": model.value("num_expert", "int", 3),
+                             "expert_hidden_units": _mlp(model, "expert_mlp") or []}
+    gate = _mlp(model, "gate_mlp")
+    if gate:
+        table["gate_hidden_units"] = gate
+    tasks = []
+    for i, tower in enumerate(model.indexed_children("task_towers")):
+        tower.used.update(_TOWER_OUTPUTS)
+        if tower.value("num_class", "int", 1) != 1:
+            tower.skip("num_class", "tzrec-run's mmoe outputs one logit per task")
+        units = _mlp(tower, "mlp")
+        tasks.append({"name": tower.value("tower_name", "str") or f"task_{i}", "hidden_units": units or []})
+        tower.rest()
+    table["tasks"] = tasks
+    first = next(iter(groups.groups), "")
+    _parts(model, groups, feats, {"experts": (first, "all")})
+    return table
+
+
+def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    table: dict[str, Any] = {"type": "dssm"}
+    for side in ("user", "item"):
+        tower = model.child(f"{side}_tower") or Node({}, model.at(f"{side}_tower"), model.findings)
+        group = tower.value("input", "str", "")
+        names = _names(groups, feats, group)
+        if side == "item":
+            both = [n for n in names if n in table["user_features"]]
+            if both:
+                tower.skip("input", f"{', '.join(both)} also in the user tower: a feature belongs to one tower "
+                                    "here (kept in the user tower); declare a copy under another name for the item tower")
+                tower.used.discard("input")
+                names = [n for n in names if n not in both]
+        table[f"{side}_features"] = names
+        table[f"{side}_hidden_units"] = _mlp(tower, "mlp") or []
+        tower.rest()
+        if not names:
+            model.findings.not_converted.append(Finding(tower.at("input"), (
+                f"group '{group}' has no converted feature, so the model is not converted")))
+            return None
+    table["output_dim"] = model.value("output_dim", "int", 64)
+    similarity = model.value("similarity", "str", "INNER_PRODUCT")
+    if similarity not in ("COSINE", "INNER_PRODUCT"):
+        model.skip("similarity", f"{similarity}: tzrec-run's dssm offers cosine and inner_product; the model is "
+                                 "not converted")
+        return None
+    table["similarity"] = similarity.lower()
+    table["temperature"] = model.value("temperature", _F, 1.0)
+    if not model.value("in_batch_negative", "bool", False):
+        model.note("in_batch_negative", "false: TorchEasyRec scores each user against its negative sampler's "
+                                        "items; here against the other items of the batch (in-batch negatives)")
+    return table
+
+
+_MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
+    "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
+    "mmoe": _mmoe, "dssm": _dssm,
+}
+
+
+def convert_architecture(node: Node, name: Optional[str], groups: Groups,
+                         feats: FeatureSet) -> Optional[ConvertedModel]:
+    """Convert the model message ``name`` of ``node`` (``model_config``).
+
+    Returns:
+        The ``[model]`` table and the features it reads, or ``None`` when the model is none of
+        the five converted here (the caller reports it).
+    """
+    if name not in _MODELS:
+        return None
+    model = Node(node.fields[name][-1], node.at(name), node.findings)
+    table = _MODELS[name](model, groups, feats)
+    if table is None:
+        return None
+    model.rest()
+    node.used.add(name)
+    num_class = node.value("num_class", "int", 1)
+    if num_class != 1:
+        node.skip("num_class", f"{num_class}: tzrec-run's {name} outputs one logit per task")
+    if name == "dssm":
+        features = set(table["user_features"]) | set(table["item_features"])
+    else:
+        features = set(_names(groups, feats))
+    return ConvertedModel(table, features)

@@ -1,0 +1,249 @@
+"""``tzrec-run convert`` of ``feature_configs`` and of the model: each feature kind and field, each of
+the five models, what is reported, and that what is written passes the config check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.core.torcheasyrec_examples import DLRM_CRITEO, DSSM_TAOBAO, MMOE_TAOBAO
+from tzrun.convert import convert_pipeline_config
+from tzrun.testing import load_config_text
+
+HEAD = """
+model_dir: "runs/x"
+train_input_path: "data/train"
+eval_input_path: "data/eval"
+train_config { sparse_optimizer { sgd_optimizer { lr: 0.1 } } dense_optimizer { adam_optimizer { lr: 0.01 } } num_epochs: 1 }
+data_config { dataset_type: ParquetDataset label_fields: "label" fg_mode: %s }
+"""
+
+
+def config(features: str, model: str, groups: str = "", fg_mode: str = "FG_DAG") -> str:
+    """A pipeline config with these feature_configs, feature_groups and model message."""
+    return (HEAD % fg_mode) + features + f"""
+        model_config {{ {groups} {model} metrics {{ auc {{}} }} losses {{ binary_cross_entropy {{}} }} }}"""
+
+
+def one(feature: str, fg_mode: str = "FG_DAG") -> Any:
+    """Convert a config with one feature (in a DeepFM with a ``deep`` group and an id feature ``x``)."""
+    name = feature.split('feature_name: "', 1)[1].split('"', 1)[0]
+    features = f"feature_configs {{ {feature} }} " + (
+        'feature_configs { id_feature { feature_name: "x" num_buckets: 10 embedding_dim: 8 } }' if name != "x" else "")
+    groups = f'feature_groups {{ group_name: "deep" feature_names: "{name}" feature_names: "x" group_type: DEEP }}'
+    return convert_pipeline_config(config(features, "deepfm { deep { hidden_units: [8] } }", groups, fg_mode), "t.config")
+
+
+def reported(conversion: Any) -> dict[str, str]:
+    """What was reported as not converted, but the fg_mode every FG_DAG config reports."""
+    return {f.path: f.message for f in conversion.not_converted if f.path != "data_config.fg_mode"}
+
+
+def noted(conversion: Any) -> dict[str, str]:
+    return {f.path: f.message for f in conversion.notes}
+
+
+def checked(conversion: Any, tzrun_pm: Any) -> None:
+    """The converted TOML, exactly as written, passes the config check."""
+    load_config_text(conversion.toml, tzrun_pm)
+
+
+@pytest.mark.parametrize(("feature", "expected"), [
+    ('id_feature { feature_name: "a" expression: "user:a" num_buckets: 100 embedding_dim: 8 }',
+     {"name": "a", "num_buckets": 100, "embedding_dim": 8}),
+    ('id_feature { feature_name: "a" expression: "user:uid" hash_bucket_size: 50 embedding_dim: 8 pooling: "mean" '
+     'separator: "|" embedding_name: "shared" trainable: false }',
+     {"name": "a", "column": "uid", "hash_bucket_size": 50, "embedding_dim": 8, "table": "shared", "pooling": "mean",
+      "separator": "|", "trainable": False}),
+    ('id_feature { feature_name: "a" vocab_list: ["x", "y"] embedding_dim: 8 }',
+     {"name": "a", "vocab": ["x", "y"], "embedding_dim": 8}),
+    ('id_feature { feature_name: "a" vocab_dict { key: "y" value: 3 } vocab_dict { key: "x" value: 2 } embedding_dim: 8 }',
+     {"name": "a", "vocab": ["x", "y"], "embedding_dim": 8}),
+    ('id_feature { feature_name: "a" vocab_file: "vocab.txt" embedding_dim: 8 }',
+     {"name": "a", "vocab_file": "vocab.txt", "embedding_dim": 8}),
+    ('id_feature { feature_name: "a" num_buckets: 10 embedding_dim: 8 embedding_constraints { sharding_types: "row_wise" } }',
+     {"name": "a", "num_buckets": 10, "embedding_dim": 8, "embedding_constraints": {"sharding_types": ["row_wise"]}}),
+    ('raw_feature { feature_name: "a" boundaries: [0.5, 1.5] embedding_dim: 8 }',
+     {"name": "a", "boundaries": [0.5, 1.5], "embedding_dim": 8}),
+    ('lookup_feature { feature_name: "a" map: "item:kv" key: "user:k" hash_bucket_size: 7 embedding_dim: 8 }',
+     {"name": "a", "hash_bucket_size": 7, "embedding_dim": 8}),
+    ('sequence_id_feature { feature_name: "a" sequence_delim: ";" sequence_length: 5 num_buckets: 9 embedding_dim: 8 }',
+     {"name": "a", "num_buckets": 9, "embedding_dim": 8, "separator": ";"}),
+])
+def test_each_sparse_feature(feature, expected, tzrun_pm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vocab.txt").write_text("x\ny\n")  # the config check reads a vocab_file
+    conversion = one(feature)
+    assert conversion.tree["features"]["sparse"][0] == expected
+    assert reported(conversion) == {}
+    checked(conversion, tzrun_pm)
+
+
+@pytest.mark.parametrize(("feature", "expected"), [
+    ('raw_feature { feature_name: "a" expression: "user:a" }', {"name": "a"}),
+    ('raw_feature { feature_name: "a" expression: "item:price" default_value: "-1" '
+     'normalizer: "method=zscore,mean=2.5,standard_deviation=4" }',
+     {"name": "a", "column": "price", "fill_value": -1.0, "mean": 2.5, "std": 4.0}),
+    ('lookup_feature { feature_name: "a" map: "item:kv" key: "user:k" }', {"name": "a"}),
+])
+def test_each_dense_feature(feature, expected, tzrun_pm):
+    conversion = one(feature)
+    assert conversion.tree["features"]["dense"] == [expected]
+    assert reported(conversion) == {}
+    checked(conversion, tzrun_pm)
+
+
+@pytest.mark.parametrize(("feature", "expected"), [
+    ('id_feature { feature_name: "a" expression: "user:b" hash_bucket_size: 50 embedding_dim: 8 }', 50),
+    ('id_feature { feature_name: "a" vocab_list: ["x", "y", "z"] embedding_dim: 8 }', 5),
+    ('id_feature { feature_name: "a" vocab_list: ["x", "y", "z"] default_bucketize_value: 0 embedding_dim: 8 }', 3),
+    ('id_feature { feature_name: "a" vocab_dict { key: "x" value: 2 } vocab_dict { key: "y" value: 6 } embedding_dim: 8 }', 7),
+    ('raw_feature { feature_name: "a" boundaries: [1, 2, 3] normalizer: "method=log10" embedding_dim: 8 }', 4),
+])
+def test_fg_encoded_input_holds_ids_so_bucketized_features_become_their_table_size(feature, expected, tzrun_pm):
+    conversion = one(feature, fg_mode="FG_NONE")
+    assert conversion.tree["features"]["sparse"][0] == {"name": "a", "num_buckets": expected, "embedding_dim": 8}
+    assert reported(conversion) == {}
+    assert "a: the input holds the feature generator's ids" in noted(conversion)["feature_configs"]
+    checked(conversion, tzrun_pm)
+
+
+def test_fg_encoded_dense_values_are_already_normalized():
+    conversion = one('raw_feature { feature_name: "a" normalizer: "method=expression,expr=log(x+3)" '
+                     'fg_encoded_default_value: "-2" }', fg_mode="FG_NONE")
+    assert conversion.tree["features"]["dense"] == [{"name": "a", "fill_value": -2.0}]
+    assert reported(conversion) == {}
+
+
+@pytest.mark.parametrize(("feature", "path", "says"), [
+    ('raw_feature { feature_name: "a" normalizer: "method=expression,expr=log(x+3)" }',
+     "raw_feature.normalizer", "the value is fed without it"),
+    ('id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 weighted: true }', "id_feature.weighted",
+     "weight_column"),
+    ('id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 init_fn: "nn.init.zeros_" }', "id_feature.init_fn",
+     "TorchRec's default"),
+    ('id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 default_value: "7" }', "id_feature.default_value",
+     "gives no id here"),
+    ('id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 data_type: "FP16" }', "id_feature.data_type",
+     "float32"),
+    ('id_feature { feature_name: "a" num_buckets: 9 hash_bucket_size: 5 embedding_dim: 8 }', "id_feature.num_buckets",
+     "hash_bucket_size is set too; TorchEasyRec uses that one"),
+    ('id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 brand_new_field: 1 }', "id_feature.brand_new_field",
+     "not a field tzrec-run convert knows"),
+])
+def test_fields_without_equivalent_are_reported_and_the_feature_kept(feature, path, says):
+    conversion = one(feature)
+    assert says in reported(conversion)[f"feature_configs[0].{path}"]
+    assert "a" in {f["name"] for kind in conversion.tree["features"].values() for f in kind}
+
+
+@pytest.mark.parametrize(("feature", "says"), [
+    ('combo_feature { feature_name: "a" expression: ["user:u", "item:i"] hash_bucket_size: 9 embedding_dim: 8 }',
+     "tzrec-run has no feature generator: compute 'a' into a column"),
+    ('id_feature { feature_name: "a" embedding_dim: 8 }', "set none of hash_bucket_size"),
+    ('id_feature { feature_name: "a" num_buckets: 9 }', "no embedding_dim"),
+    ('id_feature { feature_name: "a" embedding_dim: 8 zch { zch_size: 100 } }', "zch: dynamic"),
+    ('id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 stub_type: true }', "stub feature"),
+    ('raw_feature { feature_name: "a" value_dim: 4 }', "value_dim > 1"),
+    ('id_feature { feature_name: "a" vocab_dict { key: "x" value: 2 } vocab_dict { key: "y" value: 2 } embedding_dim: 8 }',
+     "set none of"),
+])
+def test_features_that_do_not_map_leave_a_placeholder_with_the_reason(feature, says, tzrun_pm):
+    conversion = one(feature)
+    assert any(says in message for message in reported(conversion).values()), reported(conversion)
+    assert [f["name"] for f in conversion.tree["features"]["sparse"]] == ["x"]
+    assert "# TODO: what is not converted" in conversion.toml and '# name = "a"' in conversion.toml
+    checked(conversion, tzrun_pm)
+
+
+def test_sequence_features_take_the_pooling_of_their_encoder_and_share_named_tables(tzrun_pm):
+    conversion = convert_pipeline_config(DSSM_TAOBAO, "dssm.config")
+    sparse = {f["name"]: f for f in conversion.tree["features"]["sparse"]}
+    assert sparse["click_50_seq__adgroup_id"] == {"name": "click_50_seq__adgroup_id", "num_buckets": 846812,
+                                                  "embedding_dim": 16, "pooling": "mean", "separator": "|"}
+    assert "not truncated to 100 ids" in noted(conversion)["feature_configs[6].sequence_feature.sequence_length"]
+    shared = DSSM_TAOBAO.replace('features { id_feature { feature_name: "cate_id" expression: "item:cate_id" '
+                                 'num_buckets: 12961 embedding_dim: 16', 'features { id_feature { feature_name: '
+                                 '"cate_id" expression: "item:cate_id" num_buckets: 12961 embedding_dim: 16 '
+                                 'embedding_name: "cate_id_emb"')
+    both = convert_pipeline_config(shared, "d.config")
+    sparse = {f["name"]: f for f in both.tree["features"]["sparse"]}
+    assert sparse["click_50_seq__cate_id"]["table"] == "cate_id_emb" and sparse["cate_id"]["pooling"] == "mean"
+    assert any(f.path == "feature_configs" and f.message.startswith("cate_id: pooled with mean like the sequences "
+                                                                    "sharing table 'cate_id_emb'") for f in both.notes)
+    checked(both, tzrun_pm)
+    din = DSSM_TAOBAO.replace('pooling_encoder { input: "click_50_seq" pooling_type: "mean" }',
+                              'din_encoder { attn_mlp { hidden_units: [8] } }')  # input: the group's only sequence
+    din = din.replace('group_name: "click_50_seq"', 'group_name: "click_50_seq" feature_names: "adgroup_id"')  # a query
+    refused = convert_pipeline_config(din, "din.config")
+    assert "adgroup_id" in {f["name"] for f in refused.tree["features"]["sparse"]}
+    assert "din_encoder over sequence group 'click_50_seq' has no equivalent" in \
+        reported(refused)["feature_configs[6].sequence_feature.features[0].id_feature"]
+    assert not any(n.startswith("click_50_seq") for n in refused.tree["model"]["user_features"])
+    checked(refused, tzrun_pm)
+
+
+def test_features_in_no_group_are_left_out_and_reported():
+    text = MMOE_TAOBAO.replace('feature_names: "pid"', "")
+    conversion = convert_pipeline_config(text, "mmoe.config")
+    assert "pid" not in {f["name"] for f in conversion.tree["features"]["sparse"]}
+    assert reported(conversion)["feature_configs"].startswith("pid: in none of the feature groups, so TorchEasyRec's model does not read them")
+
+
+# ----------------------------------------------------------------------------------------------
+# models
+
+
+def test_mmoe_tasks_are_named_after_the_towers_and_read_by_the_converted_losses(tzrun_pm):
+    conversion = convert_pipeline_config(MMOE_TAOBAO.replace("num_expert: 3", "num_expert: 4 gate_mlp { hidden_units: 16 }"),
+                                         "mmoe.config")
+    assert conversion.tree["model"] == {
+        "type": "mmoe", "num_experts": 4, "expert_hidden_units": [512, 256, 128], "gate_hidden_units": [16],
+        "tasks": [{"name": "ctr", "hidden_units": [256, 128, 64]}, {"name": "cvr", "hidden_units": [256, 128, 64]}]}
+    assert [loss["prediction"] for loss in conversion.tree["losses"]] == ["logits/ctr", "logits/cvr"]
+    checked(conversion, tzrun_pm)
+
+
+def test_dlrm_writes_torcheasyrecs_arch_with_sparse_default_and_notes_the_parts(tzrun_pm):
+    conversion = convert_pipeline_config(DLRM_CRITEO.replace("arch_with_sparse: true", ""), "dlrm.config")
+    assert conversion.tree["model"] == {"type": "dlrm", "dense_hidden_units": [64, 16], "top_hidden_units": [64, 32],
+                                        "arch_with_sparse": True}
+    moved = DLRM_CRITEO.replace('group_name: "sparse" feature_names: "cat_0"', 'group_name: "sparse"') \
+        .replace('group_name: "dense" feature_names: "int_0"', 'group_name: "dense" feature_names: "int_0" feature_names: "cat_0"')
+    assert "the interaction reads every id feature here, also cat_0 (not in group 'sparse')" in \
+        noted(convert_pipeline_config(moved, "dlrm.config"))["model_config.feature_groups"]
+    checked(conversion, tzrun_pm)
+
+
+def test_dssm_writes_towers_similarity_and_temperature_with_torcheasyrecs_defaults(tzrun_pm):
+    conversion = convert_pipeline_config(DSSM_TAOBAO, "dssm.config")
+    assert conversion.tree["model"] == {
+        "type": "dssm", "user_features": ["user_id", "cms_segid", "pid", "click_50_seq__adgroup_id", "click_50_seq__cate_id"],
+        "user_hidden_units": [512, 256, 128], "item_features": ["adgroup_id", "cate_id", "price"],
+        "item_hidden_units": [512, 256, 128], "output_dim": 64, "similarity": "inner_product", "temperature": 1.0}
+    assert conversion.tree["losses"] == [{"type": "in_batch_softmax"}]
+    assert "graph-based negative samplers have no equivalent" in reported(conversion)["data_config.negative_sampler"]
+    assert "in-batch negatives" in noted(conversion)["model_config.dssm.in_batch_negative"]
+    checked(conversion, tzrun_pm)
+    euclid = convert_pipeline_config(DSSM_TAOBAO.replace("output_dim: 64", "output_dim: 64 similarity: EUCLID"), "d.config")
+    assert "model" not in euclid.tree and "EUCLID" in reported(euclid)["model_config.dssm.similarity"]
+
+
+def test_wide_and_deep_and_deepfm_options_and_mlp_fields_without_equivalent(tzrun_pm):
+    features = ('feature_configs { id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 } } '
+                'feature_configs { raw_feature { feature_name: "b" } }')
+    groups = ('feature_groups { group_name: "wide" feature_names: "a" group_type: WIDE } '
+              'feature_groups { group_name: "deep" feature_names: "a" feature_names: "b" group_type: DEEP }')
+    wide = convert_pipeline_config(config(features, 'wide_and_deep { deep { hidden_units: [16, 8] dropout_ratio: [0.1, 0.1] '
+                                                    'activation: "nn.Tanh" use_bn: true } wide_embedding_dim: 8 '
+                                                    'final { hidden_units: [4] } }', groups), "w.config")
+    assert wide.tree["model"] == {"type": "wide_and_deep", "deep_hidden_units": [16, 8], "wide_embedding_dim": 8}
+    said = reported(wide)
+    for field in ("dropout_ratio", "activation", "use_bn"):
+        assert "tzrec-run's MLPs" in said[f"model_config.wide_and_deep.deep.{field}"]
+    assert "no final MLP here" in said["model_config.wide_and_deep.final"]
+    checked(wide, tzrun_pm)
+    deepfm = convert_pipeline_config(config(features, "deepfm { deep { hidden_units: [16] } }", groups), "d.config")
+    assert deepfm.tree["model"] == {"type": "deepfm", "deep_hidden_units": [16], "final_hidden_units": []}
+    checked(deepfm, tzrun_pm)

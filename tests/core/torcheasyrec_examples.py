@@ -1,0 +1,201 @@
+"""Small configs with the structure of TorchEasyRec's ``examples/*.config`` (written here, not copied):
+the same messages, field names, feature kinds, groups and model blocks, with fewer features."""
+
+from __future__ import annotations
+
+__all__ = ["DEEPFM_CRITEO", "DLRM_CRITEO", "MMOE_TAOBAO", "DSSM_TAOBAO", "EXAMPLES"]
+
+_TRAIN = """
+train_input_path: "odps://{PROJECT}/tables/%(table)s_train"
+eval_input_path: "odps://{PROJECT}/tables/%(table)s_eval"
+model_dir: "experiments/%(name)s"
+train_config {
+    sparse_optimizer {
+        adagrad_optimizer { lr: 0.001 }
+        constant_learning_rate {}
+    }
+    dense_optimizer {
+        adam_optimizer { lr: 0.001 }
+        constant_learning_rate {}
+    }
+    num_epochs: %(epochs)d
+}
+eval_config { %(eval)s }
+"""
+
+
+def _head(name: str, table: str, epochs: int = 1, evaluation: str = "") -> str:
+    return _TRAIN % {"name": name, "table": table, "epochs": epochs, "eval": evaluation}
+
+
+def _criteo_features(expression: bool) -> str:
+    out = []
+    for i in range(2):
+        extra = f'expression: "user:int_{i}" normalizer: "method=expression,expr=log(x+3)"' if expression else ""
+        out.append(f'feature_configs {{ raw_feature {{ feature_name: "int_{i}" {extra} }} }}')
+    for i, buckets in enumerate((40000000, 39060, 17295)):
+        extra = f'expression: "user:cat_{i}"' if expression else ""
+        out.append(f'feature_configs {{ id_feature {{ feature_name: "cat_{i}" {extra} num_buckets: {buckets} '
+                   "embedding_dim: 16 } }")
+    return "\n".join(out)
+
+
+def _names(*names: str) -> str:
+    return " ".join(f'feature_names: "{n}"' for n in names)
+
+
+DEEPFM_CRITEO = _head("deepfm_criteo", "criteo", evaluation="num_steps: 100") + """
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_NONE
+    label_fields: "label"
+    num_workers: 8
+}
+""" + _criteo_features(expression=False) + f"""
+model_config {{
+    feature_groups {{ group_name: "wide" {_names("cat_0", "cat_1", "cat_2")} group_type: WIDE }}
+    feature_groups {{ group_name: "fm" {_names("cat_0", "cat_1", "cat_2")} group_type: DEEP }}
+    feature_groups {{ group_name: "deep" {_names("int_0", "int_1", "cat_0", "cat_1", "cat_2")} group_type: DEEP }}
+    deepfm {{
+        deep {{ hidden_units: [512, 256, 128] }}
+        final {{ hidden_units: [64] }}
+    }}
+    metrics {{ auc {{}} }}
+    losses {{ binary_cross_entropy {{}} }}
+}}
+"""
+
+DLRM_CRITEO = _head("dlrm_criteo", "criteo", evaluation="num_steps: 100") + """
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_DAG
+    label_fields: "label"
+    odps_data_quota_name: ""
+    num_workers: 8
+}
+""" + _criteo_features(expression=True) + f"""
+model_config {{
+    feature_groups {{ group_name: "dense" {_names("int_0", "int_1")} group_type: DEEP }}
+    feature_groups {{ group_name: "sparse" {_names("cat_0", "cat_1", "cat_2")} group_type: DEEP }}
+    dlrm {{
+      dense_mlp {{ hidden_units: 64 hidden_units: 16 }}
+      final {{ hidden_units: 64 hidden_units: 32 }}
+      arch_with_sparse: true
+    }}
+    num_class: 1
+    metrics {{ auc {{}} }}
+    losses {{ binary_cross_entropy {{}} }}
+}}
+"""
+
+_TAOBAO_FEATURES = """
+feature_configs { id_feature { feature_name: "user_id" expression: "user:user_id" num_buckets: 1141730 embedding_dim: 16 } }
+feature_configs { id_feature { feature_name: "cms_segid" expression: "user:cms_segid" num_buckets: 98 embedding_dim: 16 } }
+feature_configs { id_feature { feature_name: "adgroup_id" expression: "item:adgroup_id" num_buckets: 846812 embedding_dim: 16 } }
+feature_configs { id_feature { feature_name: "cate_id" expression: "item:cate_id" num_buckets: 12961 embedding_dim: 16 } }
+feature_configs {
+    raw_feature {
+        feature_name: "price"
+        expression: "item:price"
+        boundaries: [1.1, 2.2, 3.6, 5.2, 7.39]
+        embedding_dim: 16
+    }
+}
+feature_configs { id_feature { feature_name: "pid" expression: "context:pid" hash_bucket_size: 20 embedding_dim: 16 } }
+"""
+
+MMOE_TAOBAO = _head("mmoe_taobao", "taobao_multitask") + """
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_DAG
+    label_fields: "clk"
+    label_fields: "buy"
+    num_workers: 8
+}
+""" + _TAOBAO_FEATURES + f"""
+model_config {{
+    feature_groups {{
+        group_name: "all"
+        {_names("user_id", "cms_segid", "pid", "adgroup_id", "cate_id", "price")}
+        group_type: DEEP
+    }}
+    mmoe {{
+        expert_mlp {{ hidden_units: [512, 256, 128] }}
+        num_expert: 3
+        task_towers {{
+            tower_name: "ctr"
+            label_name: "clk"
+            mlp {{ hidden_units: [256, 128, 64] }}
+            metrics {{ auc {{}} }}
+            losses {{ binary_cross_entropy {{}} }}
+        }}
+        task_towers {{
+            tower_name: "cvr"
+            label_name: "buy"
+            mlp {{ hidden_units: [256, 128, 64] }}
+            metrics {{ auc {{ thresholds: 1000 }} }}
+            losses {{ binary_cross_entropy {{}} }}
+        }}
+    }}
+}}
+"""
+
+DSSM_TAOBAO = _head("dssm_taobao", "taobao_multitask_pos", epochs=8) + r"""
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_DAG
+    label_fields: "clk"
+    num_workers: 8
+    negative_sampler {
+        input_path: "odps://{PROJECT}/tables/taobao_ad_feature_gl_v1"
+        num_sample: 1024
+        attr_fields: "adgroup_id"
+        attr_fields: "cate_id"
+        attr_fields: "price"
+        item_id_field: "adgroup_id"
+        attr_delimiter: "\x02"
+    }
+}
+""" + _TAOBAO_FEATURES + """
+feature_configs {
+    sequence_feature {
+        sequence_name: "click_50_seq"
+        sequence_length: 100
+        sequence_delim: "|"
+        features { id_feature { feature_name: "adgroup_id" expression: "item:adgroup_id" num_buckets: 846812 embedding_dim: 16 } }
+        features { id_feature { feature_name: "cate_id" expression: "item:cate_id" num_buckets: 12961 embedding_dim: 16 } }
+    }
+}
+""" + f"""
+model_config {{
+    feature_groups {{
+        group_name: "user"
+        {_names("user_id", "cms_segid", "pid")}
+        sequence_groups {{
+            group_name: "click_50_seq"
+            {_names("click_50_seq__adgroup_id", "click_50_seq__cate_id")}
+        }}
+        sequence_encoders {{
+            pooling_encoder {{ input: "click_50_seq" pooling_type: "mean" }}
+        }}
+        group_type: DEEP
+    }}
+    feature_groups {{ group_name: "item" {_names("adgroup_id", "cate_id", "price")} group_type: DEEP }}
+    dssm {{
+        user_tower {{ input: 'user' mlp {{ hidden_units: [512, 256, 128] }} }}
+        item_tower {{ input: 'item' mlp {{ hidden_units: [512, 256, 128] }} }}
+        output_dim: 64
+    }}
+    metrics {{ recall_at_k {{ top_k: 1 }} }}
+    metrics {{ recall_at_k {{ top_k: 5 }} }}
+    losses {{ softmax_cross_entropy {{}} }}
+}}
+"""
+
+#: name -> config text, as TorchEasyRec names the example.
+EXAMPLES = {"deepfm_criteo": DEEPFM_CRITEO, "dlrm_criteo": DLRM_CRITEO, "mmoe_taobao": MMOE_TAOBAO,
+            "dssm_taobao": DSSM_TAOBAO}
