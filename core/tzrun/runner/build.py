@@ -19,6 +19,9 @@ from tzrun.interfaces import ModelContext, SparseOptimizerSpec
 from tzrun.registry import Registries
 from tzrun.runner.distributed import DistInfo
 from tzrun.runner.slots import LossSlot, MetricSlot, group_columns, loss_slots, metric_slots  # noqa: F401
+from tzrun.runner.weighting import LossWeighting, build_loss_weighting, weigh_losses
+
+torch.fx.wrap("weigh_losses")  # a leaf of TorchRec's tracing: a weighting may take gradients
 
 __all__ = [
     "LossSlot",
@@ -53,6 +56,7 @@ class StepOutput(NamedTuple):
         losses: each named loss.
         outputs: the model's outputs, float32.
         labels, weights, num_rows, groups: from the batch.
+        loss_weights: the weight of each loss this step, when the loss weighting shows them.
     """
 
     loss: torch.Tensor
@@ -62,6 +66,7 @@ class StepOutput(NamedTuple):
     weights: torch.Tensor
     num_rows: int
     groups: dict[str, torch.Tensor]
+    loss_weights: Mapping[str, torch.Tensor] = {}
 
 
 @torch.fx.wrap
@@ -95,32 +100,35 @@ class TrainModel(nn.Module):
         losses: Mapping[str, nn.Module],
         slots: Sequence[LossSlot],
         mixed_precision: str | None = None,
+        loss_weighting: LossWeighting | None = None,
     ) -> None:
         super().__init__()
         self.model = model
         self.losses = nn.ModuleDict(dict(losses))
         self.slots = list(slots)
+        self.loss_weighting = loss_weighting if loss_weighting is not None else LossWeighting()
         self.autocast_dtype = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[mixed_precision]
         self.loss_factor: Any = None
         self.last_loss: torch.Tensor | None = None
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
         if self.autocast_dtype is None:
-            outputs, total, values = self._forward(batch)
+            outputs, total, values, loss_weights = self._forward(batch)
         else:
             device_type = batch.labels[next(iter(batch.labels))].device.type
             with torch.autocast(device_type, dtype=self.autocast_dtype):
-                outputs, total, values = self._forward(batch)
+                outputs, total, values, loss_weights = self._forward(batch)
         detached = {k: v.detach().float() for k, v in outputs.items()}
         backward = total
         self.last_loss = total.detach()
         if self.training and self.loss_factor is not None:
             backward = total * self.loss_factor()
-        return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups)
+        return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups,
+                                      loss_weights)
 
-    def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+    def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor], Any]:
         outputs = self.model(batch)
-        total = None
+        weighted = {}
         values = {}
         for slot in self.slots:
             loss = self.losses[slot.name]
@@ -128,10 +136,9 @@ class TrainModel(nn.Module):
             group = None if slot.group_by is None else batch.groups[slot.group_by]
             value = call_loss(loss, prediction, label, batch.weights, group).float()
             values[slot.name] = value.detach()
-            weighted = value * slot.weight
-            total = weighted if total is None else total + weighted
-        assert total is not None, "a run has at least one loss"
-        return outputs, total, values
+            weighted[slot.name] = value * slot.weight
+        result = weigh_losses(self.loss_weighting, self.model, weighted, self.training)
+        return outputs, result[0], values, result[1]
 
 
 @attrs.define
@@ -466,7 +473,8 @@ def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, dev
         slot.name: registries["loss"].get(c.type, f"losses[{i}].type").build(c.config)
         for i, (slot, c) in enumerate(zip(slots, cfg.losses))
     }
-    return TrainModel(model, losses, slots, cfg.train.mixed_precision)
+    weighting = build_loss_weighting(cfg, registries, [slot.name for slot in slots])
+    return TrainModel(model, losses, slots, cfg.train.mixed_precision, weighting)
 
 
 def apply_tf32(cfg: RunConfig) -> None:

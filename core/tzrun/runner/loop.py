@@ -553,7 +553,7 @@ def _run_segment(
                     train_metrics.update(out)
                 epoch = data.where(step)[0].epoch
                 metrics = dict(train_metrics.values) if train_metrics else {}
-                window.add(out.loss, out.losses, out.num_rows)
+                window.add(out.loss, out.losses, out.num_rows, out.loss_weights)
                 if step == run.start_step + 1 and run.is_rank0:
                     since = seconds_since_process_start()
                     if since is not None:

@@ -21,7 +21,9 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
     * each stage's own ``check`` (``register(..., check=fn)``, see
       :func:`tzrun.hookspecs.tzrun_register_stages`);
     * the reader's own ``check`` of the columns the run reads (see
-      :func:`tzrun.hookspecs.tzrun_register_readers`).
+      :func:`tzrun.hookspecs.tzrun_register_readers`);
+    * the loss weighting's own ``check`` of the loss names (see
+      :func:`tzrun.hookspecs.tzrun_register_loss_weightings`).
 
     Raises:
         ConfigError: with every problem found, each at its TOML path.
@@ -43,6 +45,7 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
         for key, message in check(component.config, cfg, keys):
             problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
     problems.extend(_reader_problems(cfg, registries))
+    problems.extend(_loss_weighting_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
 
@@ -57,6 +60,18 @@ def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProbl
     columns = feature_specs(cfg.features).columns(cfg.data.labels, cfg.data.sample_weight, group_columns(cfg))
     return [ConfigProblem(f"data.reader.{key}" if key else "data.reader", message)
             for key, message in check(cfg.data.reader.config, columns)]
+
+
+def _loss_weighting_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
+    from tzrun.runner.slots import loss_slots
+
+    component = cfg.train.loss_weighting
+    check = registries["loss_weighting"].get(component.type, "train.loss_weighting.type").extras.get("check")
+    if check is None:
+        return []
+    names = [slot.name for slot in loss_slots(cfg, registries)]
+    return [ConfigProblem(f"train.loss_weighting.{key}" if key else "train.loss_weighting", message)
+            for key, message in check(component.config, names)]
 
 
 def _output_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:

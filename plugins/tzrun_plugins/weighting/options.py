@@ -22,10 +22,10 @@ class SumConfig:
 def _check_min_weights(instance: Any, attribute: Any, value: Mapping[str, float]) -> None:
     for name, weight in value.items():
         if not (math.isfinite(weight) and weight >= 0.0):
-            raise ValueError(f"min_weights.{name} must be 0 or more, got {weight}", attribute)
+            raise ValueError(f"the minimum weight of '{name}' must be 0 or more, got {weight}", attribute)
     total = sum(value.values())
     if total >= 1.0:
-        raise ValueError(f"min_weights must sum to less than 1 (the weights sum to 1), got {total:g}", attribute)
+        raise ValueError(f"must sum to less than 1 (the weights sum to 1), got {total:g}", attribute)
 
 
 @attrs.frozen
