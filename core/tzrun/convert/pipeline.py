@@ -63,6 +63,24 @@ def _feature_summary(features: list[Any]) -> list[tuple[str, list[str], list[tup
     return [(kind, names, example) for kind, (names, example) in by_kind.items()]
 
 
+def _loss_weighting(model_node: Node, outputs: Outputs, train: dict[str, Any]) -> None:
+    """``use_pareto_loss_weight`` and the towers' ``pareto_min_loss_weight`` as ``[train.loss_weighting]``."""
+    if not model_node.value("use_pareto_loss_weight", "bool"):
+        if outputs.min_weights:
+            model_node.findings.notes.append(Finding("model_config", "pareto_min_loss_weight is unused without "
+                                                                     "use_pareto_loss_weight (as in TorchEasyRec)"))
+        return
+    weighting: dict[str, Any] = {"type": "pareto"}
+    if outputs.min_weights:
+        weighting["min_weights"] = dict(outputs.min_weights)
+    note = "Pareto-efficient weights at every step (docs/losses.md#loss-weighting)"
+    if len(outputs.losses) > 2:
+        weighting["solver"] = "pe_ltr"
+        note += "; solver = \"pe_ltr\" gives TorchEasyRec's weights, \"exact\" the true minimum"
+    train["loss_weighting"] = weighting
+    model_node.note("use_pareto_loss_weight", note)
+
+
 def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
     """Convert the training parts of a TorchEasyRec pipeline config.
 
@@ -94,8 +112,7 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
     model_node = root.child("model_config")
     model_name = convert_model(model_node, outputs) if model_node is not None else None
     if model_node is not None:
-        model_node.skip("use_pareto_loss_weight", "Pareto-efficient loss weighting has no equivalent (losses are "
-                                                  "summed with their fixed weight)")
+        _loss_weighting(model_node, outputs, train)
         model_node.skip("kd", "knowledge distillation has no equivalent")
         model_node.skip("variational_dropout", "variational dropout (feature selection) has no equivalent")
         architecture = [n for n in model_node.fields if n not in model_node.used]
