@@ -48,6 +48,14 @@ class ParetoWeighting(nn.Module):
         self.names = list(names)
         self.min_weights = [float(min_weights.get(name, 0.0)) for name in self.names]
         self.solve = exact_weights if solver == "exact" else pe_ltr_weights
+        self._min_on_device: Tensor | None = None
+
+    def _min_weights(self, device: torch.device) -> Tensor:
+        """``min_weights`` as a tensor on ``device``, copied there once (a copy per step would
+        wait for the device)."""
+        if self._min_on_device is None or self._min_on_device.device != device:
+            self._min_on_device = torch.tensor(self.min_weights, dtype=torch.float64, device=device)
+        return self._min_on_device
 
     def weights(self, losses: Sequence[Tensor], params: Sequence[Tensor]) -> Tensor:
         """The ``[K]`` float64 weights of ``losses`` from their gradients over ``params``."""
@@ -59,7 +67,7 @@ class ParetoWeighting(nn.Module):
             for loss in losses
         ]
         gram = gram_matrix(grads, params)
-        return self.solve(gram, torch.tensor(self.min_weights, dtype=torch.float64, device=gram.device))
+        return self.solve(gram, self._min_weights(gram.device))
 
     def forward(self, losses: Mapping[str, Tensor], params: Sequence[Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         values = [losses[name] for name in self.names]

@@ -71,10 +71,11 @@ def _regularized(gram: Tensor) -> Tensor:
 
 
 @lru_cache(maxsize=None)
-def _face_masks(k: int) -> Tensor:
-    """Every non-empty subset of ``range(k)`` as a ``[2^k - 1, k]`` 0/1 float64 matrix (CPU)."""
-    codes = torch.arange(1, 2 ** k, dtype=torch.int64)
-    bits = (codes[:, None] >> torch.arange(k, dtype=torch.int64)[None, :]) & 1
+def _face_masks(k: int, device: torch.device) -> Tensor:
+    """Every non-empty subset of ``range(k)`` as a ``[2^k - 1, k]`` 0/1 float64 matrix, made on
+    ``device`` once (no host-to-device copy per step)."""
+    codes = torch.arange(1, 2 ** k, dtype=torch.int64, device=device)
+    bits = (codes[:, None] >> torch.arange(k, dtype=torch.int64, device=device)[None, :]) & 1
     return bits.to(torch.float64)
 
 
@@ -92,7 +93,7 @@ def exact_weights(gram: Tensor, min_weights: Tensor) -> Tensor:
     c = min_weights.to(h)
     k = h.shape[0]
     free = 1.0 - c.sum()
-    mask = _face_masks(k).to(h.device)                                   # [N, K]
+    mask = _face_masks(k, h.device)                                      # [N, K]
     n = mask.shape[0]
     system = torch.zeros(n, k + 1, k + 1, dtype=torch.float64, device=h.device)
     system[:, :k, :k] = h * mask[:, :, None] * mask[:, None, :] + torch.diag_embed(1.0 - mask)
