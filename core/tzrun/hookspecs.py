@@ -145,6 +145,25 @@ def tzrun_register_losses(register: RegisterLosses) -> None:
 
 
 @hookspec
+def tzrun_register_loss_weightings(register: Register) -> None:
+    """Register loss weightings by name (``[train.loss_weighting] type = ...``): how the
+    ``[[losses]]`` make the training loss.
+
+    Called once per run, on every rank, before the config's component sections are checked.
+    Call ``register(name, config=..., build=...)``; ``build(cfg, names)`` gets the loss names in
+    config order and returns an ``nn.Module`` whose ``forward(losses, params)`` gets each loss
+    (a scalar tensor, its ``weight`` applied) by name and the parameters that backward gives a
+    ``.grad`` (the dense ones: FBGEMM updates embedding tables inside backward), and returns
+    ``(total, weights)``: the loss to train on and, by loss name, the weights it used as
+    detached scalar tensors (``{}`` for none); the train log shows their mean over its window.
+    It runs at every training step on the hot path: no host sync (no ``.item()``), no
+    collective. Evaluation sums the losses instead. ``register(..., check=fn)`` adds a check
+    run by ``tzrec-run check`` and before training: ``fn(cfg, names)`` returns ``(key,
+    message)`` pairs, ``key`` relative to ``[train.loss_weighting]``.
+    """
+
+
+@hookspec
 def tzrun_register_metrics(register: RegisterMetrics) -> None:
     """Register evaluation metrics by name.
 

@@ -360,6 +360,8 @@ class TrainLog:
             (embedding tables update inside backward and expose no gradient), or None.
         seconds: wall time of the window.
         time: when the record was made (seconds since the epoch).
+        loss_weights: the weight of each loss, mean over the window, when the loss weighting
+            computes them (``[train.loss_weighting] type = "pareto"``); empty otherwise.
     """
 
     step: int
@@ -374,6 +376,7 @@ class TrainLog:
     grad_norm: Optional[float]
     seconds: float
     time: float
+    loss_weights: Mapping[str, float] = attrs.field(factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (what ``metrics_log`` writes, with ``"kind": "train"``)."""

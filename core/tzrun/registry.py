@@ -54,6 +54,7 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("lr_scheduler", "tzrun_register_lr_schedulers", "lr schedule", "lr schedules"),
             Kind("loss", "tzrun_register_losses", "loss", "losses", {"prediction": "logits", "group": "none"},
                  frozenset({"type", "name", "label", "prediction", "weight", "group_by"})),
+            Kind("loss_weighting", "tzrun_register_loss_weightings", "loss weighting", "loss weightings", {"check": None}),
             Kind("metric", "tzrun_register_metrics", "metric", "metrics", {"prediction": "probs", "group": "none"},
                  frozenset({"type", "name", "label", "prediction", "group_by"})),
             Kind("train_pipeline", "tzrun_register_train_pipelines", "train pipeline", "train pipelines"),

@@ -430,10 +430,10 @@ def test_each_loss(proto, expected, tzrun_pm):
 
 
 def test_semantic_id_losses_and_model_level_options_are_reported():
-    conversion = convert(pipeline(model="losses { recon_loss {} } use_pareto_loss_weight: true"))
+    conversion = convert(pipeline(model="losses { recon_loss {} } kd {}"))
     reported = not_converted(conversion)
     assert "RQ-VAE" in reported["model_config.losses[0].recon_loss"]
-    assert "Pareto" in reported["model_config.use_pareto_loss_weight"]
+    assert "distillation" in reported["model_config.kd"]
     assert "model_config" not in reported and conversion.tree["model"]["type"] == "deepfm"
 
 
@@ -455,6 +455,35 @@ def test_task_towers_name_read_and_weigh_per_task():
     ]
     assert conversion.tree["train_metrics"] == [{"type": "auc", "name": "auc_ctr", "prediction": "probs/ctr", "label": "clk"}]
     assert "data.sample_weight" in not_converted(conversion)["model_config.mmoe.task_towers[0].sample_weight_name"]
+
+
+def _mmoe_towers(*towers: tuple[str, str, str]) -> str:
+    """An mmoe with one binary_cross_entropy tower per ``(name, label, extra fields)``."""
+    return "mmoe { " + " ".join(
+        f'task_towers {{ tower_name: "{name}" label_name: "{label}" losses {{ binary_cross_entropy {{}} }} {extra} }}'
+        for name, label, extra in towers) + " }"
+
+
+def test_pareto_loss_weighting_converts_with_each_towers_minimum_on_its_losses(tzrun_pm):
+    from tzrun.runner.preflight import preflight
+
+    model = _mmoe_towers(("ctr", "click", "pareto_min_loss_weight: 0.4"), ("cvr", "buy", ""))
+    conversion = convert(pipeline().replace("deepfm {}", model + " use_pareto_loss_weight: true"))
+    assert conversion.tree["train"]["loss_weighting"] == {"type": "pareto", "min_weights": {"binary_cross_entropy_ctr": 0.4}}
+    assert "loss-weighting" in notes(conversion)["model_config.use_pareto_loss_weight"]
+    assert not [p for p in not_converted(conversion) if "pareto" in p]
+    cfg, registries = load_config_text(toml_text(merged_onto(conversion.tree, "mmoe_taobao.toml")), tzrun_pm)
+    preflight(cfg, registries, "converted")  # the minimum names a loss of the converted config
+
+    three = convert(pipeline().replace("deepfm {}", _mmoe_towers(("a", "click", ""), ("b", "buy", ""), ("c", "buy", ""))
+                                       + " use_pareto_loss_weight: true"))
+    assert three.tree["train"]["loss_weighting"] == {"type": "pareto", "solver": "pe_ltr"}  # TorchEasyRec's weights
+
+
+def test_a_pareto_minimum_without_pareto_weighting_is_noted_and_unused():
+    conversion = convert(pipeline().replace("deepfm {}", _mmoe_towers(("ctr", "click", "pareto_min_loss_weight: 0.4"))))
+    assert "loss_weighting" not in conversion.tree["train"]
+    assert "unused without use_pareto_loss_weight" in notes(conversion)["model_config"]
 
 
 def test_matching_models_use_in_batch_negatives(tzrun_pm):

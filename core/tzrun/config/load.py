@@ -300,6 +300,7 @@ class _Resolver:
         self.slot(train.get("pipeline", {"type": "sparse_dist"}), "train.pipeline", "train.pipeline")
         for i, stage in enumerate(_list(train.get("stages", [{"type": "progress"}, {"type": "metrics_log"}]))):
             self.slot(stage, f"train.stages[{i}]", "train.stages")
+        self.slot(train.get("loss_weighting", {"type": "sum"}), "train.loss_weighting", "train.loss_weighting")
         for i, loss in enumerate(_list(data.get("losses"))):
             self.slot(loss, f"losses[{i}]", "losses")
         for i, metric in enumerate(_list(data.get("metrics"))):
@@ -424,6 +425,7 @@ class _Resolver:
                 dense_optimizer=f["train.dense_optimizer"],
                 pipeline=f["train.pipeline"],
                 stages=stages,
+                loss_weighting=f["train.loss_weighting"],
             ),
             features=attrs.evolve(
                 config.features,

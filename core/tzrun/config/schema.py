@@ -487,6 +487,9 @@ class TrainConfig:
         pipeline: the TorchRec train pipeline (default ``sparse_dist``).
         stages: loop stages, called in this order (default: ``progress`` and
             ``metrics_log``; ``[]`` for none; see docs/stages.md).
+        loss_weighting: how the ``[[losses]]`` (each times its ``weight``) make the training
+            loss: ``sum`` (default) or ``pareto`` (Pareto-efficient weights at every step; see
+            docs/losses.md, Loss weighting). Evaluation always sums them.
         gradient_accumulation_steps: the dense optimizer steps once per this many batches,
             on the mean of their gradients; embeddings are still updated at every batch, with
             that batch's own (unscaled) gradient (see docs/optimizers.md, Gradient accumulation).
@@ -520,6 +523,7 @@ class TrainConfig:
     log_every_n_steps: int = 100
     pipeline: Component = Component("sparse_dist")
     stages: tuple[Component, ...] = (Component("progress"), Component("metrics_log"))
+    loss_weighting: Component = Component("sum")
     gradient_accumulation_steps: int = 1
     mixed_precision: Optional[Literal["bf16", "fp16"]] = None
     grad_scaler: Optional[GradScalerConfig] = None

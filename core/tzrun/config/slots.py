@@ -50,6 +50,7 @@ COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
     "train.dense_optimizer.parts.lr_schedule": Slot("lr_scheduler"),
     "train.pipeline": Slot("train_pipeline"),
     "train.stages": Slot("stage"),
+    "train.loss_weighting": Slot("loss_weighting"),
     "features.sparse.sparse_optimizer": Slot("sparse_optimizer", SparseOptimizerFields, {
         "lr_schedule": "per-table sparse optimizers share ``train.sparse_optimizer.lr_schedule``, "
                        "applied to their own ``lr``",

@@ -19,7 +19,6 @@ _TOWER_NOT_CONVERTED = {
     "task_space_indicator_label": "task-space loss weights have no equivalent",
     "in_task_space_weight": "task-space loss weights have no equivalent",
     "out_task_space_weight": "task-space loss weights have no equivalent",
-    "pareto_min_loss_weight": "Pareto loss weighting has no equivalent",
 }
 
 
@@ -42,6 +41,7 @@ class Outputs:
         self.metrics: list[dict[str, Any]] = []
         self.train_metrics: list[dict[str, Any]] = []
         self.names: dict[str, str] = {}  # TorchEasyRec result name -> tzrec-run result name
+        self.min_weights: dict[str, float] = {}  # loss name -> its tower's pareto_min_loss_weight
 
 
 def _placed(entry: dict[str, Any], task: _Task, name: str, prediction: str, taken: list[dict[str, Any]]) -> dict[str, Any]:
@@ -209,7 +209,11 @@ def convert_model(node: Node, outputs: Outputs) -> Optional[str]:
             name = tower.value("tower_name", "str") or f"task_{i}"
             tower_task = _Task(suffix=f"_{name}", tower=name, label=tower.value("label_name", "str"),
                                weight=tower.value("weight", _F, 1.0), num_class=tower.fields.get("num_class", [None])[-1])
+            before = len(outputs.losses)
             _task_outputs(tower, tower_task, outputs)
+            min_weight = tower.value("pareto_min_loss_weight", _F)
+            if min_weight:
+                outputs.min_weights.update({loss.get("name", loss["type"]): min_weight for loss in outputs.losses[before:]})
             for field_name, reason in _TOWER_NOT_CONVERTED.items():
                 tower.skip(field_name, reason)
     return model_name

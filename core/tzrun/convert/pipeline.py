@@ -48,6 +48,24 @@ def _input_path(root: Node, name: str, data: dict[str, Any], key: str) -> None:
                         f"data.{key} to one directory or glob")
 
 
+def _loss_weighting(model_node: Node, outputs: Outputs, train: dict[str, Any]) -> None:
+    """``use_pareto_loss_weight`` and the towers' ``pareto_min_loss_weight`` as ``[train.loss_weighting]``."""
+    if not model_node.value("use_pareto_loss_weight", "bool"):
+        if outputs.min_weights:
+            model_node.findings.notes.append(Finding("model_config", "pareto_min_loss_weight is unused without "
+                                                                     "use_pareto_loss_weight (as in TorchEasyRec)"))
+        return
+    weighting: dict[str, Any] = {"type": "pareto"}
+    if outputs.min_weights:
+        weighting["min_weights"] = dict(outputs.min_weights)
+    note = "Pareto-efficient weights at every step (docs/losses.md#loss-weighting)"
+    if len(outputs.losses) > 2:
+        weighting["solver"] = "pe_ltr"
+        note += "; solver = \"pe_ltr\" gives TorchEasyRec's weights, \"exact\" the true minimum"
+    train["loss_weighting"] = weighting
+    model_node.note("use_pareto_loss_weight", note)
+
+
 def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
     """Convert the training parts of a TorchEasyRec pipeline config.
 
@@ -83,6 +101,7 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
     features = convert_features(root, groups, encoded)
     model = None
     if model_node is not None:
+        _loss_weighting(model_node, outputs, train)
         model = _model(model_node, model_name, groups, features)
     for node_name, convert in (("eval_config", lambda n: convert_eval(n, evaluation, train.get("dense_optimizer"))),
                                ("export_config", lambda n: convert_export(n, evaluation, outputs.names))):
@@ -140,8 +159,6 @@ _SAME_MODELS = {"deepfm", "dlrm", "dssm", "mmoe", "wide_and_deep"}
 
 def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet) -> Optional[dict[str, Any]]:
     """The ``[model]`` table (``None`` when not converted); keeps the features the model reads."""
-    node.skip("use_pareto_loss_weight", "Pareto-efficient loss weighting has no equivalent (losses are summed "
-                                        "with their fixed weight)")
     node.skip("kd", "knowledge distillation has no equivalent")
     node.skip("variational_dropout", "variational dropout (feature selection) has no equivalent")
     converted = convert_architecture(node, name, groups, features)

@@ -20,6 +20,9 @@ from tzrun.registry import Registries
 from tzrun.runner.distributed import DistInfo
 from tzrun.runner.update import LossScale, UpdateOptimizer
 from tzrun.runner.slots import LossSlot, MetricSlot, group_columns, loss_slots, metric_slots  # noqa: F401
+from tzrun.runner.weighting import LossWeighting, build_loss_weighting, weigh_losses
+
+torch.fx.wrap("weigh_losses")  # a leaf of TorchRec's tracing: a weighting may take gradients
 
 __all__ = [
     "LossSlot",
@@ -54,6 +57,7 @@ class StepOutput(NamedTuple):
         losses: each named loss.
         outputs: the model's outputs, float32.
         labels, weights, num_rows, groups: from the batch.
+        loss_weights: the weight of each loss this step, when the loss weighting shows them.
     """
 
     loss: torch.Tensor
@@ -63,6 +67,7 @@ class StepOutput(NamedTuple):
     weights: torch.Tensor
     num_rows: int
     groups: dict[str, torch.Tensor]
+    loss_weights: Mapping[str, torch.Tensor] = {}
 
 
 @torch.fx.wrap
@@ -98,28 +103,31 @@ class TrainModel(nn.Module):
         slots: Sequence[LossSlot],
         mixed_precision: str | None = None,
         loss_scale: LossScale | None = None,
+        loss_weighting: LossWeighting | None = None,
     ) -> None:
         super().__init__()
         self.model = model
         self.losses = nn.ModuleDict(dict(losses))
         self.slots = list(slots)
+        self.loss_weighting = loss_weighting if loss_weighting is not None else LossWeighting()
         self.autocast_dtype = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[mixed_precision]
         self.loss_scale = loss_scale if loss_scale is not None else LossScale()
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
         if self.autocast_dtype is None:
-            outputs, total, values = self._forward(batch)
+            outputs, total, values, loss_weights = self._forward(batch)
         else:
             device_type = batch.labels[next(iter(batch.labels))].device.type
             with torch.autocast(device_type, dtype=self.autocast_dtype):
-                outputs, total, values = self._forward(batch)
+                outputs, total, values, loss_weights = self._forward(batch)
         detached = {k: v.detach().float() for k, v in outputs.items()}
         backward = self.loss_scale.for_backward(total) if self.training else total
-        return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups)
+        return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups,
+                                    loss_weights)
 
-    def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+    def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor], Any]:
         outputs = self.model(batch)
-        total = None
+        weighted = {}
         values = {}
         for slot in self.slots:
             loss = self.losses[slot.name]
@@ -127,10 +135,9 @@ class TrainModel(nn.Module):
             group = None if slot.group_by is None else batch.groups[slot.group_by]
             value = call_loss(loss, prediction, label, batch.weights, group).float()
             values[slot.name] = value.detach()
-            weighted = value * slot.weight
-            total = weighted if total is None else total + weighted
-        assert total is not None, "a run has at least one loss"
-        return outputs, total, values
+            weighted[slot.name] = value * slot.weight
+        result = weigh_losses(self.loss_weighting, self.model, weighted, self.training)
+        return outputs, result[0], values, result[1]
 
 
 @attrs.define
@@ -468,7 +475,8 @@ def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, dev
         slot.name: registries["loss"].get(c.type, f"losses[{i}].type").build(c.config)
         for i, (slot, c) in enumerate(zip(slots, cfg.losses))
     }
-    return TrainModel(model, losses, slots, cfg.train.mixed_precision, loss_scale)
+    weighting = build_loss_weighting(cfg, registries, [slot.name for slot in slots])
+    return TrainModel(model, losses, slots, cfg.train.mixed_precision, loss_scale, weighting)
 
 
 def apply_tf32(cfg: RunConfig) -> None:

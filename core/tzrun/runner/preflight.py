@@ -22,6 +22,8 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
       :func:`tzrun.hookspecs.tzrun_register_stages`);
     * the reader's own ``check`` of the columns the run reads (see
       :func:`tzrun.hookspecs.tzrun_register_readers`);
+    * the loss weighting's own ``check`` of the loss names (see
+      :func:`tzrun.hookspecs.tzrun_register_loss_weightings`);
     * every named component's conformance on a tiny synthetic input
       (:mod:`tzrun.conformance`).
 
@@ -46,6 +48,7 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
         for key, message in check(component.config, cfg, keys):
             problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
     problems.extend(_reader_problems(cfg, registries))
+    problems.extend(_loss_weighting_problems(cfg, registries))
     problems.extend(ConfigProblem(path, message) for path, message in config_conformance_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
@@ -61,6 +64,18 @@ def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProbl
     columns = feature_specs(cfg.features).columns(cfg.data.labels, cfg.data.sample_weight, group_columns(cfg))
     return [ConfigProblem(f"data.reader.{key}" if key else "data.reader", message)
             for key, message in check(cfg.data.reader.config, columns)]
+
+
+def _loss_weighting_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
+    from tzrun.runner.slots import loss_slots
+
+    component = cfg.train.loss_weighting
+    check = registries["loss_weighting"].get(component.type, "train.loss_weighting.type").extras.get("check")
+    if check is None:
+        return []
+    names = [slot.name for slot in loss_slots(cfg, registries)]
+    return [ConfigProblem(f"train.loss_weighting.{key}" if key else "train.loss_weighting", message)
+            for key, message in check(component.config, names)]
 
 
 def _output_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:

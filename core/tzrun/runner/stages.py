@@ -114,6 +114,7 @@ class LogWindow:
     rows: int = 0
     loss_sum: Any = None
     losses_sum: dict[str, Any] = attrs.field(factory=dict)
+    weights_sum: dict[str, Any] = attrs.field(factory=dict)
     seconds: float = 0.0
     _clock: float = 0.0
     _waited_at_start: float = 0.0
@@ -123,12 +124,14 @@ class LogWindow:
         training time)."""
         self._clock = time.perf_counter()
 
-    def add(self, loss: Any, losses: Mapping[str, Any], rows: int) -> None:
-        """One step: its (detached) loss tensors and rows (on the hot path: device adds only)."""
+    def add(self, loss: Any, losses: Mapping[str, Any], rows: int, loss_weights: Mapping[str, Any] | None = None) -> None:
+        """One step: its (detached) loss tensors, rows and loss weights, if any (on the hot
+        path: device adds only)."""
         self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
-        for name, value in losses.items():
-            previous = self.losses_sum.get(name)
-            self.losses_sum[name] = value if previous is None else previous + value
+        for sums, values in ((self.losses_sum, losses), (self.weights_sum, loss_weights or {})):
+            for name, value in values.items():
+                previous = sums.get(name)
+                sums[name] = value if previous is None else previous + value
         self.rows += rows
         self.steps += 1
         now = time.perf_counter()
@@ -158,7 +161,8 @@ class LogWindow:
             grad_norm=grad_norm,
             seconds=self.seconds,
             time=time.time(),
+            loss_weights={k: float(v) / steps for k, v in self.weights_sum.items()},
         )
-        self.steps, self.rows, self.loss_sum, self.losses_sum, self.seconds = 0, 0, None, {}, 0.0
+        self.steps, self.rows, self.loss_sum, self.losses_sum, self.weights_sum, self.seconds = 0, 0, None, {}, {}, 0.0
         self._waited_at_start = self.data.waited
         return record

@@ -291,7 +291,7 @@ class Trainer:
             self.train_metrics.update(out)
         epoch = self.data.where(step)[0].epoch
         metrics = dict(self.train_metrics.values) if self.train_metrics else {}
-        self.window.add(out.loss, out.losses, out.num_rows)
+        self.window.add(out.loss, out.losses, out.num_rows, out.loss_weights)
         if step == self.run.start_step + 1:
             self.log_time_to_first_step()
         call_lifecycle(self.pm, "tzrun_after_train_step", run=self.run,

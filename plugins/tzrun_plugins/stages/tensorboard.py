@@ -91,6 +91,8 @@ class TensorBoardStage(ClosedAtTheEnd):
         w.add_scalar("loss/total", log.loss, s)
         for name, value in log.losses.items():
             w.add_scalar(f"loss/{name}", value, s)
+        for name, value in log.loss_weights.items():
+            w.add_scalar(f"loss_weight/{name}", value, s)
         for name, value in log.learning_rates.items():
             w.add_scalar(f"lr/{name}", value, s)
         for name, value in log.metrics.items():

@@ -1,0 +1,1 @@
+"""First-party loss weightings (``[train.loss_weighting]``): ``sum`` and ``pareto``."""
