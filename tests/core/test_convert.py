@@ -472,7 +472,9 @@ def test_pareto_loss_weighting_converts_with_each_towers_minimum_on_its_losses(t
     assert conversion.tree["train"]["loss_weighting"] == {"type": "pareto", "min_weights": {"binary_cross_entropy_ctr": 0.4}}
     assert "loss-weighting" in notes(conversion)["model_config.use_pareto_loss_weight"]
     assert not [p for p in not_converted(conversion) if "pareto" in p]
-    cfg, registries = load_config_text(toml_text(merged_onto(conversion.tree, "mmoe_taobao.toml")), tzrun_pm)
+    # the skeleton's [model] has no experts: the example's model and features stand in for it
+    training_parts = {k: v for k, v in conversion.tree.items() if k not in ("model", "features")}
+    cfg, registries = load_config_text(toml_text(merged_onto(training_parts, "mmoe_taobao.toml")), tzrun_pm)
     preflight(cfg, registries, "converted")  # the minimum names a loss of the converted config
 
     three = convert(pipeline().replace("deepfm {}", _mmoe_towers(("a", "click", ""), ("b", "buy", ""), ("c", "buy", ""))
