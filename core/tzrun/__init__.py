@@ -65,11 +65,12 @@ __all__ = [
     "read_jsonl",
     "keep_jsonl",
     "is_hashable",
+    "ClosedFormLR",
 ]
 
 #: Public names whose modules import numpy or pyarrow: loaded on first use, so that
 #: ``import tzrun`` (every plugin's ``hooks.py``) stays light.
-_LAZY = {"is_hashable": "tzrun.data.hashing"}
+_LAZY = {"is_hashable": "tzrun.data.hashing", "ClosedFormLR": "tzrun.lr_schedule"}
 
 
 def __getattr__(name: str) -> Any:

@@ -274,17 +274,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if wrong:
         print(f"tzrec-run plan: {'; '.join(wrong)}", file=sys.stderr)
         return EXIT_CONFIG
-    raw, _, registries, cfg = _prepare(args.config, args.overrides, args.strict)
+    raw, pm, registries, cfg = _prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_run
-    from tzrun.runner.preflight import preflight
+    from tzrun.runner.session import Session
 
-    preflight(cfg, registries, raw.source)
+    session = Session(cfg, raw, pm, registries)
+    session.check()
     request = PlanRequest(
         world_size=args.world_size, local_world_size=local, device=args.device, batch_size=args.batch_size,
         hbm_cap=None if args.hbm_gb is None else int(args.hbm_gb * GIB),
         ddr_cap=None if args.ddr_gb is None else int(args.ddr_gb * GIB),
     )
-    report = plan_run(cfg, registries, request)
+    report = plan_run(session, request)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif report.fits:

@@ -18,11 +18,13 @@ import attrs
 from tzrun.config.converter import StructureFailed, ValueProblem, make_converter, show, structure
 from tzrun.config.schema import (
     Component,
+    DataConfig,
     DenseOptimizerFields,
     EMAConfig,
     PartFields,
     RunConfig,
     SparseOptimizerFields,
+    TrainConfig,
 )
 from tzrun.config.slots import COMPONENT_SLOTS
 from tzrun.errors import ComponentLookupError, ConfigError, ConfigProblem
@@ -268,6 +270,20 @@ def _dedupe(problems: list[ConfigProblem]) -> list[ConfigProblem]:
     return out
 
 
+def schema_default(cls: type, name: str) -> Any:
+    """The default of field ``name`` of schema class ``cls``, as the TOML a user would write
+    (a component as ``{ type = ... }``): the loader fills an absent component from the schema,
+    so every default is written once, there."""
+    default = attrs.fields_dict(cls)[name].default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        default = default.factory()
+    if isinstance(default, Component):
+        return {"type": default.type}
+    if isinstance(default, tuple):
+        return [{"type": c.type} if isinstance(c, Component) else c for c in default]
+    return default
+
+
 class _Resolver:
     """Pass 2: every component location, looked up and structured, problems collected."""
 
@@ -277,7 +293,7 @@ class _Resolver:
 
     def run(self, data: Mapping[str, Any]) -> None:
         data_section = _table(data.get("data"))
-        self.slot(data_section.get("reader", {"type": "parquet"}), "data.reader", "data.reader")
+        self.slot(data_section.get("reader", schema_default(DataConfig, "reader")), "data.reader", "data.reader")
         if "model" in data:
             self.slot(data["model"], "model", "model")
         train = _table(data.get("train"))
@@ -297,10 +313,11 @@ class _Resolver:
                     ))
                     value = {k: v for k, v in value.items() if k != "lr_schedule"}
                 self.slot(value, path, "features.sparse.sparse_optimizer")
-        self.slot(train.get("pipeline", {"type": "sparse_dist"}), "train.pipeline", "train.pipeline")
-        for i, stage in enumerate(_list(train.get("stages", [{"type": "progress"}, {"type": "metrics_log"}]))):
+        self.slot(train.get("pipeline", schema_default(TrainConfig, "pipeline")), "train.pipeline", "train.pipeline")
+        for i, stage in enumerate(_list(train.get("stages", schema_default(TrainConfig, "stages")))):
             self.slot(stage, f"train.stages[{i}]", "train.stages")
-        self.slot(train.get("loss_weighting", {"type": "sum"}), "train.loss_weighting", "train.loss_weighting")
+        self.slot(train.get("loss_weighting", schema_default(TrainConfig, "loss_weighting")), "train.loss_weighting",
+                  "train.loss_weighting")
         for i, loss in enumerate(_list(data.get("losses"))):
             self.slot(loss, f"losses[{i}]", "losses")
         for i, metric in enumerate(_list(data.get("metrics"))):
@@ -368,7 +385,7 @@ class _Resolver:
         if "lr_schedule" in core:
             values["lr_schedule"] = self.schedule(core["lr_schedule"], f"{path}.lr_schedule")
         elif fields_cls is not PartFields:
-            values["lr_schedule"] = self.schedule({"type": "constant"}, f"{path}.lr_schedule")
+            values["lr_schedule"] = self.schedule(schema_default(fields_cls, "lr_schedule"), f"{path}.lr_schedule")
         if fields_cls is SparseOptimizerFields and "cpu_policy" in core:
             values["cpu_policy"] = core["cpu_policy"]
             if core["cpu_policy"] not in ("error", "data_parallel"):

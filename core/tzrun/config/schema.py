@@ -95,7 +95,7 @@ class SparseOptimizerFields:
             docs/sparse_optimizers.md, CPU policy.
     """
 
-    lr_schedule: Optional[Component] = None
+    lr_schedule: Optional[Component] = Component("constant")
     cpu_policy: Literal["error", "data_parallel"] = "error"
 
 
@@ -141,7 +141,7 @@ class DenseOptimizerFields:
             docs/optimizers.md, EMA of dense weights).
     """
 
-    lr_schedule: Optional[Component] = None
+    lr_schedule: Optional[Component] = Component("constant")
     parts: tuple[Component, ...] = ()
     ema: Optional[EMAConfig] = None
 

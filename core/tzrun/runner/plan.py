@@ -32,10 +32,10 @@ import attrs
 import torch
 
 from tzrun.config.schema import RunConfig
-from tzrun.data.features import feature_specs
 from tzrun.registry import Registries
 from tzrun.runner.build import assign_parts, dense_parameter_names, prepare_sharding
-from tzrun.runner.plan_advice import GIB, diagnose, format_gib
+from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
+from tzrun.runner.session import Session
 
 __all__ = [
     "PlanRequest",
@@ -147,26 +147,6 @@ class DenseEstimate:
 
 
 @attrs.frozen
-class PlanFailure:
-    """Why there is no plan.
-
-    Attributes:
-        kind: ``"table"`` (one table fits on no rank in any allowed sharding), ``"total"``
-            (each fits alone, not all together) or ``"planner"`` (TorchRec's reason only).
-        table: the table that breaks the plan (the biggest such), when one can be named.
-        message: what happened, with the numbers.
-        advice: what would help, one line each.
-        planner_message: TorchRec's own error.
-    """
-
-    kind: str
-    table: str | None
-    message: str
-    advice: tuple[str, ...]
-    planner_message: str
-
-
-@attrs.frozen
 class PlanReport:
     """What :func:`plan_run` found.
 
@@ -215,8 +195,9 @@ class PlanReport:
         }
 
 
-def plan_run(cfg: RunConfig, registries: Registries, request: PlanRequest) -> PlanReport:
-    """Run TorchRec's planner for ``request``'s cluster on the model built on the meta device.
+def plan_run(session: Session, request: PlanRequest) -> PlanReport:
+    """Run TorchRec's planner for ``request``'s cluster on the model built on the meta device,
+    from the session's config, components and features (no process group needed).
 
     Returns:
         The plan and its memory per rank; or, when no plan fits, :attr:`PlanReport.failure`
@@ -227,6 +208,7 @@ def plan_run(cfg: RunConfig, registries: Registries, request: PlanRequest) -> Pl
     """
     from torchrec.distributed.planner.types import PlannerError
 
+    cfg, registries = session.cfg, session.registries
     if request.local_world_size is None:
         request = attrs.evolve(request, local_world_size=request.world_size)
     if request.batch_size is not None:
@@ -234,7 +216,7 @@ def plan_run(cfg: RunConfig, registries: Registries, request: PlanRequest) -> Pl
     request = attrs.evolve(request, batch_size=cfg.data.batch_size)
     recorder = _recorder()
     setup = prepare_sharding(
-        cfg, registries, feature_specs(cfg.features), world_size=request.world_size,
+        cfg, registries, session.specs, world_size=request.world_size,
         local_world_size=request.local_world_size, device=torch.device(request.device),
         hbm_cap=request.hbm_cap, ddr_cap=request.ddr_cap, stats=[recorder],
     )

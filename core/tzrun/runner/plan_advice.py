@@ -8,7 +8,9 @@ import math
 import re
 from typing import Any, Mapping
 
-__all__ = ["diagnose", "format_gib", "GIB"]
+import attrs
+
+__all__ = ["PlanFailure", "diagnose", "format_gib", "GIB"]
 
 GIB = 1024**3
 
@@ -18,16 +20,35 @@ def format_gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+@attrs.frozen
+class PlanFailure:
+    """Why there is no plan.
+
+    Attributes:
+        kind: ``"table"`` (one table fits on no rank in any allowed sharding), ``"total"``
+            (each fits alone, not all together) or ``"planner"`` (TorchRec's reason only).
+        table: the table that breaks the plan (the biggest such), when one can be named.
+        message: what happened, with the numbers.
+        advice: what would help, one line each.
+        planner_message: TorchRec's own error.
+    """
+
+    kind: str
+    table: str | None
+    message: str
+    advice: tuple[str, ...]
+    planner_message: str
+
+
+
 def diagnose(planner_message: str, recorder: Any, setup: Any, readers: Mapping[str, list[tuple[int, str, int]]],
-             request: Any) -> Any:
-    """A :class:`tzrun.runner.plan.PlanFailure` for a planner that raised ``planner_message``.
+             request: Any) -> "PlanFailure":
+    """A :class:`PlanFailure` for a planner that raised ``planner_message``.
 
     The table named is the biggest one that fits on no rank in any sharding its constraints
     allow; when every table fits alone, the biggest table of a set that does not fit together;
     otherwise the table the planner's own error names, if any.
     """
-    from tzrun.runner.plan import PlanFailure
-
     tier = "hbm" if request.device == "cuda" else "ddr"
     flag = "--hbm-gb" if tier == "hbm" else "--ddr-gb"
     cap = request.hbm_cap if tier == "hbm" else request.ddr_cap
