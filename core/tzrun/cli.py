@@ -239,7 +239,9 @@ def _print_parameters(cfg: Any, registries: Any, device: str | None = None) -> N
     import torch
 
     from tzrun.data.features import feature_specs
-    from tzrun.runner.build import _embedding_modules, _embedding_tables, assign_parts, build_model, dense_parameter_names, plan_table_updates
+    from tzrun.runner.build import assign_parts
+    from tzrun.runner.model import build_model, dense_parameter_names, embedding_modules, embedding_tables
+    from tzrun.runner.sharding import plan_table_updates
 
     model = build_model(cfg, registries, feature_specs(cfg.features), torch.device("meta"))
     parts = cfg.train.dense_optimizer.fields.parts
@@ -255,10 +257,10 @@ def _print_parameters(cfg: Any, registries: Any, device: str | None = None) -> N
             print(f"  {name} {list(shapes[name])}")
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    updates = plan_table_updates(cfg, registries, _embedding_modules(model), torch.device(device))
+    updates = plan_table_updates(cfg, registries, embedding_modules(model), torch.device(device))
     print(f"embedding tables: {len(updates)}")
-    for module in _embedding_modules(model):
-        for table, weight in _embedding_tables(module):
+    for module in embedding_modules(model):
+        for table, weight in embedding_tables(module):
             u = updates[table.name]
             how = "frozen" if u.frozen else f"{u.spec.fbgemm_type} from {u.path}" + (" (data-parallel, torch)" if u.data_parallel else "")
             print(f"  {table.name} {list(weight.shape)}: {how}")

@@ -35,7 +35,8 @@ def test_inline_plugin_optimizer_trains_a_run_and_its_checkpoint_loads_back(crit
 
     class CountingSGD(torch.optim.SGD):
         def step(self, closure=None):
-            steps.append(1)
+            if len(self.param_groups[0]["params"]) > 1:  # the run's, not the conformance check's toy parameter
+                steps.append(1)
             return super().step(closure)
 
     class Counting:

@@ -228,7 +228,8 @@ def test_every_loss_traces_as_a_leaf_and_computes_the_same(loss_type, prediction
     # TrainPipelineSparseDist fx-traces the model with its losses: a loss must not break tracing
     from tzrun.plugins import make_plugin_manager
     from tzrun.registry import collect_registries
-    from tzrun.runner.build import LossSlot, TrainModel
+    from tzrun.runner.model import TrainModel
+    from tzrun.runner.slots import LossSlot
 
     registries = collect_registries(make_plugin_manager())
     entry = registries["loss"].get(loss_type, "losses")

@@ -100,7 +100,7 @@ def _train_auc():
     from tzrun.config.schema import Component, TrainMetricFields
     from tzrun.plugins import make_plugin_manager
     from tzrun.registry import collect_registries
-    from tzrun.runner.build import MetricSlot
+    from tzrun.runner.slots import MetricSlot
     from tzrun.runner.train_metrics import TrainMetrics
     from tzrun_plugins.metrics.options import AUCConfig
 

@@ -179,7 +179,7 @@ def test_configs() -> None:
 
 def test_binned_auc_is_labelled_as_such_in_results():
     from tests.core.test_config import MINIMAL
-    from tzrun.runner.build import metric_slots
+    from tzrun.runner.slots import metric_slots
     from tzrun.testing import load_config_text
 
     cfg, registries = load_config_text(MINIMAL, overrides=['metrics=[{type = "auc"}, {type = "auc", thresholds = 200}]'])

@@ -71,7 +71,7 @@ def sharded(spec: Any, tables: dict[str, list[str]], world_size: int = 1, shardi
     from torchrec.distributed.types import ShardingEnv
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    from tzrun.runner.build import fused_constraints
+    from tzrun.runner.sharding import fused_constraints
 
     configs = [EmbeddingBagConfig(name=t, embedding_dim=DIM, num_embeddings=ROWS, feature_names=fs) for t, fs in tables.items()]
     ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))

@@ -11,7 +11,7 @@ import torch
 from tzrun.files import EVAL_RESULTS, append_jsonl, keep_jsonl
 from tzrun.interfaces import EvalResult, RunContext
 from tzrun.registry import Registries
-from tzrun.runner.build import MetricSlot
+from tzrun.runner.slots import MetricSlot
 
 __all__ = ["evaluate", "update_metric", "append_eval_result", "trim_eval_results"]
 

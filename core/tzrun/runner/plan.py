@@ -2,7 +2,7 @@
 group or accelerators, and what its plan costs each rank.
 
 The planner, its topology, sharders and constraints come from
-:func:`tzrun.runner.build.prepare_sharding`, the function training uses, so a plan shown here is
+:func:`tzrun.runner.sharding.prepare_sharding`, the function training uses, so a plan shown here is
 the plan a run with the same world size, devices and memory gets. The planner only calls
 ``planner.plan()`` (rank-local; training broadcasts rank 0's with ``collective_plan``).
 
@@ -33,7 +33,9 @@ import torch
 
 from tzrun.config.schema import RunConfig
 from tzrun.registry import Registries
-from tzrun.runner.build import assign_parts, dense_parameter_names, prepare_sharding
+from tzrun.runner.build import assign_parts
+from tzrun.runner.model import dense_parameter_names, embedding_tables
+from tzrun.runner.sharding import prepare_sharding
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
 from tzrun.runner.session import Session
 
@@ -204,7 +206,7 @@ def plan_run(session: Session, request: PlanRequest) -> PlanReport:
         naming the table that breaks it and what would help.
 
     Raises:
-        ConfigError: as training would (see :func:`tzrun.runner.build.prepare_sharding`).
+        ConfigError: as training would (see :func:`tzrun.runner.sharding.prepare_sharding`).
     """
     from torchrec.distributed.planner.types import PlannerError
 
@@ -308,11 +310,10 @@ def _recorder() -> Any:
 def _readers(cfg: RunConfig, modules: Sequence[Any]) -> dict[str, list[tuple[int, str, int]]]:
     """``table -> [(index in features.sparse, feature name, its embedding_dim)]`` of the
     features reading it."""
-    from tzrun.runner.build import _embedding_tables
 
     index = {f.name: (i, f.embedding_dim) for i, f in enumerate(cfg.features.sparse)}
     return {table.name: [(index[n][0], n, index[n][1]) for n in table.feature_names if n in index]
-            for module in modules for table, _ in _embedding_tables(module)}
+            for module in modules for table, _ in embedding_tables(module)}
 
 
 def _weights_tier(device: str, kernel: str) -> str:

@@ -9,7 +9,7 @@ Two kinds of optimizers are stepped differently:
 * **dense** (the dense optimizer and its parts): with ``gradient_accumulation_steps = N`` they
   step once per N batches, on the mean of the N batch gradients.
 
-The loss is scaled once, by the :class:`LossScale` that :class:`~tzrun.runner.build.TrainModel`
+The loss is scaled once, by the :class:`LossScale` that :class:`~tzrun.runner.model.TrainModel`
 and :class:`UpdateOptimizer` share, with ``S / N`` (S: the fp16 loss scale, 1 without a scaler). Dense gradients therefore accumulate to the mean
 over the window (times S, which ``GradScaler.unscale_`` removes before clipping). The gradients
 that reach the embedding kernels are multiplied back by ``N / S`` with a hook on the embedding
@@ -89,7 +89,7 @@ class DenseEMA:
 
 class LossScale:
     """How the training loss is scaled for backward, and the last loss seen: what
-    :class:`~tzrun.runner.build.TrainModel` (which computes the loss) and
+    :class:`~tzrun.runner.model.TrainModel` (which computes the loss) and
     :class:`UpdateOptimizer` (which steps on it) share.
 
     Args:

@@ -47,8 +47,8 @@ class EarlyStoppingConfig:
 
 
 def check_early_stopping(cfg: EarlyStoppingConfig, run_config: Any, eval_keys: Sequence[str]) -> list[tuple[str, str]]:
-    """The problems of an ``early_stopping`` table given the whole config (see
-    :func:`tzrun.runner.preflight.preflight`)."""
+    """The problems of an ``early_stopping`` table given the whole config (a stage ``check``,
+    run by ``tzrec-run check`` and before training)."""
     if run_config.data.eval_input is None:
         return [("", "early stopping needs evaluations: set data.eval_input")]
     best = run_config.eval.best_metric

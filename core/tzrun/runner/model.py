@@ -1,0 +1,149 @@
+"""The module DMP wraps: the user's model, its losses and the loss weighting, and what one
+training step returns (:class:`StepOutput`)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import torch
+import torch.fx
+from torch import nn
+
+from tzrun.config.schema import RunConfig
+from tzrun.data.features import FeatureSpecs
+from tzrun.interfaces import ModelContext
+from tzrun.registry import Registries
+from tzrun.runner.slots import LossSlot, loss_slots
+from tzrun.runner.update import LossScale
+from tzrun.runner.weighting import LossWeighting, build_loss_weighting, weigh_losses
+
+torch.fx.wrap("weigh_losses")  # a leaf of TorchRec's tracing: a weighting may take gradients
+
+__all__ = ["StepOutput", "call_loss", "TrainModel", "build_model", "embedding_modules", "embedding_tables",
+           "dense_parameter_names"]
+
+
+class StepOutput(NamedTuple):
+    """What :class:`TrainModel` returns next to the loss (all detached).
+
+    Attributes:
+        loss: the total loss.
+        losses: each named loss.
+        outputs: the model's outputs, float32.
+        labels, weights, num_rows, groups: from the batch.
+        loss_weights: the weight of each loss this step, when the loss weighting shows them.
+    """
+
+    loss: torch.Tensor
+    losses: dict[str, torch.Tensor]
+    outputs: dict[str, torch.Tensor]
+    labels: dict[str, torch.Tensor]
+    weights: torch.Tensor
+    num_rows: int
+    groups: dict[str, torch.Tensor]
+    loss_weights: Mapping[str, torch.Tensor] = {}
+
+
+@torch.fx.wrap
+def call_loss(loss: nn.Module, prediction: torch.Tensor, label: torch.Tensor, weight: torch.Tensor,
+              group: torch.Tensor | None) -> torch.Tensor:
+    """One loss on one step, as a leaf of TorchRec's fx tracing.
+
+    ``TrainPipelineSparseDist`` traces :class:`TrainModel` to find the sharded modules' inputs;
+    a loss that checks shapes or loops over rows (most do) cannot be traced. Wrapped, every loss
+    (first-party or a plugin's) is opaque to the tracer and runs as written at each step.
+    """
+    if group is None:
+        return loss(prediction, label, weight)
+    return loss(prediction, label, weight, group=group)
+
+
+class TrainModel(nn.Module):
+    """The module DMP wraps: the user's model plus its losses.
+
+    ``forward(batch)`` returns ``(loss_for_backward, StepOutput)``, the ``(loss, output)`` pair
+    TorchRec's train pipelines expect; everything in the :class:`StepOutput` is detached. In
+    training, ``loss_for_backward`` is what the :class:`~tzrun.runner.update.LossScale` makes of
+    the total loss (``1 / accumulation steps``, times the fp16 loss scale): the only place the
+    loss is ever scaled.
+
+    With ``mixed_precision``, the model and its losses run under ``torch.autocast``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        losses: Mapping[str, nn.Module],
+        slots: Sequence[LossSlot],
+        mixed_precision: str | None = None,
+        loss_scale: LossScale | None = None,
+        loss_weighting: LossWeighting | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.losses = nn.ModuleDict(dict(losses))
+        self.slots = list(slots)
+        self.loss_weighting = loss_weighting if loss_weighting is not None else LossWeighting()
+        self.autocast_dtype = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[mixed_precision]
+        self.loss_scale = loss_scale if loss_scale is not None else LossScale()
+
+    def forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
+        if self.autocast_dtype is None:
+            outputs, total, values, loss_weights = self._forward(batch)
+        else:
+            device_type = batch.labels[next(iter(batch.labels))].device.type
+            with torch.autocast(device_type, dtype=self.autocast_dtype):
+                outputs, total, values, loss_weights = self._forward(batch)
+        detached = {k: v.detach().float() for k, v in outputs.items()}
+        backward = self.loss_scale.for_backward(total) if self.training else total
+        return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups,
+                                    loss_weights)
+
+    def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor], Any]:
+        outputs = self.model(batch)
+        weighted = {}
+        values = {}
+        for slot in self.slots:
+            loss = self.losses[slot.name]
+            prediction, label = outputs[slot.prediction].float(), batch.labels[slot.label]
+            group = None if slot.group_by is None else batch.groups[slot.group_by]
+            value = call_loss(loss, prediction, label, batch.weights, group).float()
+            values[slot.name] = value.detach()
+            weighted[slot.name] = value * slot.weight
+        result = weigh_losses(self.loss_weighting, self.model, weighted, self.training)
+        return outputs, result[0], values, result[1]
+
+
+def embedding_modules(model: nn.Module) -> list[nn.Module]:
+    from torchrec import EmbeddingBagCollection, EmbeddingCollection
+
+    return [m for m in model.modules() if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection))]
+
+
+def embedding_tables(module: nn.Module) -> list[tuple[Any, nn.Parameter]]:
+    """``(table config, weight)`` of every table of an unsharded EBC or EC."""
+    if hasattr(module, "embedding_bag_configs"):
+        return [(t, module.embedding_bags[t.name].weight) for t in module.embedding_bag_configs()]
+    return [(t, module.embeddings[t.name].weight) for t in module.embedding_configs()]
+
+
+def dense_parameter_names(model: nn.Module) -> list[str]:
+    """The names of a user model's dense parameters (everything outside its embedding
+    collections), as part ``pattern``s see them."""
+    embedding = {id(p) for m in embedding_modules(model) for p in m.parameters()}
+    return [name for name, p in model.named_parameters() if id(p) not in embedding]
+
+
+def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, device: torch.device,
+                loss_scale: LossScale | None = None) -> TrainModel:
+    """The user's model and its losses, with embedding collections on ``device``."""
+    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, device, tuple(cfg.data.labels))
+    model_entry = registries["model"].get(cfg.model.type, "model.type")
+    model = model_entry.build(cfg.model.config, ctx)
+    slots = loss_slots(cfg, registries)
+    losses = {
+        slot.name: registries["loss"].get(c.type, f"losses[{i}].type").build(c.config)
+        for i, (slot, c) in enumerate(zip(slots, cfg.losses))
+    }
+    weighting = build_loss_weighting(cfg, registries, [slot.name for slot in slots])
+    return TrainModel(model, losses, slots, cfg.train.mixed_precision, loss_scale, weighting)
