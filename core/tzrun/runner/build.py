@@ -4,7 +4,7 @@ dense optimizers (and their parts), the schedules and the update path around the
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 import torch
@@ -16,7 +16,8 @@ from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.registry import Registries
 from tzrun.runner.distributed import DistInfo
 from tzrun.runner.model import dense_parameter_names
-from tzrun.runner.sharding import prepare_sharding
+from tzrun.runner.sharding import ShardingSetup, prepare_sharding
+from tzrun.runner.sparse_state import set_initial_accumulators
 from tzrun.runner.update import UpdateOptimizer
 
 __all__ = ["Built", "assign_parts", "apply_tf32", "build_run"]
@@ -102,10 +103,7 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
             cross-checks, a sparse optimizer FBGEMM cannot run on this device, a part pattern
             that matches nothing, ...).
     """
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.types import ShardingEnv
-    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
-    from torchrec.optim.optimizers import in_backward_optimizer_filter
+    from torchrec.optim.keyed import CombinedOptimizer
 
     apply_tf32(cfg)
     loss_scale = UpdateOptimizer.make_loss_scale(cfg.train, info.device)
@@ -113,67 +111,11 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
         cfg, registries, specs, world_size=info.world_size, local_world_size=info.local_world_size, device=info.device,
         loss_scale=loss_scale,
     )
-    train_model, updates, sharders = setup.model, setup.updates, setup.sharders
-    dense_names = dense_parameter_names(train_model.model)
-    dense_fields = cfg.train.dense_optimizer.fields
-    parts = assign_parts(dense_names, dense_fields.parts)
-
-    fallback_tables = {name: u for name, u in updates.items() if u.data_parallel}
-    if fallback_tables and info.rank == 0:
-        log.warning(
-            "tables %s train data-parallel with the torch equivalent of their sparse optimizer "
-            "(cpu_policy = \"data_parallel\"): unlike FBGEMM's fused update, every row's optimizer state "
-            "moves at every step, not only the rows a batch touched",
-            ", ".join(sorted(fallback_tables)),
-        )
-
-    pg = dist.GroupMember.WORLD
-    plan = setup.planner.collective_plan(train_model, sharders, pg)
-    dmp = DistributedModelParallel(
-        train_model, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=sharders, device=info.device
-    )
-    initial = {name: u.spec.initial_accumulator_value for name, u in updates.items()
-               if u.spec.initial_accumulator_value and not u.data_parallel}
-    if initial:
-        from tzrun.runner.sparse_state import set_initial_accumulators
-
-        set_initial_accumulators(dmp, initial)
-
-    # Everything without an in-backward optimizer: dense layers and data-parallel fallback tables.
-    unfused = dict(in_backward_optimizer_filter(dmp.named_parameters(), include=False))
-    fallback_params: dict[str, dict[str, Any]] = {}
-    for name, param in list(unfused.items()):
-        parts_of_name = name.split(".")
-        if len(parts_of_name) >= 3 and parts_of_name[-1] == "weight" and parts_of_name[-2] in fallback_tables:
-            fallback_params.setdefault(fallback_tables[parts_of_name[-2]].path, {})[name] = unfused.pop(name)
-    by_user_name = {name.removeprefix("model."): (name, p) for name, p in unfused.items()}
-    missing = [n for group in parts.values() for n in group if n not in by_user_name]
-    if missing:
-        raise RuntimeError(f"dense parameters not found after sharding: {missing[:5]}")
-
-    optimizers: dict[str, Any] = {"sparse": dmp.fused_optimizer}
-    schedule_of: dict[str, tuple[str, Component]] = {"sparse": ("train.sparse_optimizer", cfg.train.sparse_optimizer.fields.lr_schedule)}
-    for i, (path, params) in enumerate(sorted(fallback_params.items())):
-        spec = updates[next(n for n, u in fallback_tables.items() if u.path == path)].spec
-        key = f"sparse_dp.{i}"
-        optimizers[key] = KeyedOptimizerWrapper(params, spec.torch_fallback)
-        schedule_of[key] = ("train.sparse_optimizer", cfg.train.sparse_optimizer.fields.lr_schedule)
-    dense = cfg.train.dense_optimizer
-    for key, names in parts.items():
-        if not names:
-            continue
-        if key == "dense":
-            component, where, schedule = dense, "train.dense_optimizer", dense_fields.lr_schedule
-        else:
-            index = int(key[len("dense.parts["):-1])
-            component, where = dense_fields.parts[index], f"train.dense_optimizer.parts[{index}]"
-            schedule = component.fields.lr_schedule or dense_fields.lr_schedule
-        entry = registries["dense_optimizer"].get(component.type, f"{where}.type")
-        params = {by_user_name[n][0]: by_user_name[n][1] for n in names}
-        optimizers[key] = KeyedOptimizerWrapper(params, lambda ps, e=entry, c=component: e.build(c.config, ps))
-        schedule_of[key] = (where, schedule)
-    combined = CombinedOptimizer(list(optimizers.items()))
-
+    parts = assign_parts(dense_parameter_names(setup.model.model), cfg.train.dense_optimizer.fields.parts)
+    fallback_tables = {name: u for name, u in setup.updates.items() if u.data_parallel}
+    _warn_about_data_parallel_tables(fallback_tables, info.rank)
+    dmp, plan = _shard(setup, info)
+    optimizers, schedule_of = _optimizers(cfg, registries, dmp, parts, setup.updates, fallback_tables)
     schedulers = {}
     for key, (where, schedule) in schedule_of.items():
         entry = registries["lr_scheduler"].get(schedule.type, f"{where}.lr_schedule.type")
@@ -184,7 +126,78 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
         per_batch={k: v for k, v in optimizers.items() if k.startswith("sparse")},
         dense={k: v for k, v in optimizers.items() if k.startswith("dense")},
         train=cfg.train,
-        ema=dense_fields.ema,
+        ema=cfg.train.dense_optimizer.fields.ema,
         device=info.device,
     )
+    combined = CombinedOptimizer(list(optimizers.items()))
     return Built(dmp, combined, update, optimizers, schedulers, plan, {k: v for k, v in parts.items() if v})
+
+
+def _warn_about_data_parallel_tables(fallback_tables: Mapping[str, Any], rank: int) -> None:
+    if fallback_tables and rank == 0:
+        log.warning(
+            "tables %s train data-parallel with the torch equivalent of their sparse optimizer "
+            "(cpu_policy = \"data_parallel\"): unlike FBGEMM's fused update, every row's optimizer state "
+            "moves at every step, not only the rows a batch touched",
+            ", ".join(sorted(fallback_tables)),
+        )
+
+
+def _shard(setup: ShardingSetup, info: DistInfo) -> tuple[Any, Any]:
+    """The collective plan and the DistributedModelParallel model (with the initial
+    accumulator values the sparse optimizers ask for)."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    pg = dist.GroupMember.WORLD
+    plan = setup.planner.collective_plan(setup.model, setup.sharders, pg)
+    dmp = DistributedModelParallel(
+        setup.model, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=setup.sharders, device=info.device
+    )
+    initial = {name: u.spec.initial_accumulator_value for name, u in setup.updates.items()
+               if u.spec.initial_accumulator_value and not u.data_parallel}
+    if initial:
+        set_initial_accumulators(dmp, initial)
+    return dmp, plan
+
+
+def _optimizers(cfg: RunConfig, registries: Registries, dmp: Any, parts: Mapping[str, list[str]],
+                updates: Mapping[str, Any], fallback_tables: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every schedulable optimizer by key (``sparse``, ``sparse_dp.<i>``, ``dense``,
+    ``dense.parts[<i>]``) and, by the same key, where its schedule is configured."""
+    from torchrec.optim.keyed import KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    # Everything without an in-backward optimizer: dense layers and data-parallel fallback tables.
+    unfused = dict(in_backward_optimizer_filter(dmp.named_parameters(), include=False))
+    fallback_params: dict[str, dict[str, Any]] = {}
+    for name in list(unfused):
+        parts_of_name = name.split(".")
+        if len(parts_of_name) >= 3 and parts_of_name[-1] == "weight" and parts_of_name[-2] in fallback_tables:
+            fallback_params.setdefault(fallback_tables[parts_of_name[-2]].path, {})[name] = unfused.pop(name)
+    by_user_name = {name.removeprefix("model."): (name, p) for name, p in unfused.items()}
+    missing = [n for group in parts.values() for n in group if n not in by_user_name]
+    if missing:
+        raise RuntimeError(f"dense parameters not found after sharding: {missing[:5]}")
+    sparse_schedule = ("train.sparse_optimizer", cfg.train.sparse_optimizer.fields.lr_schedule)
+    optimizers: dict[str, Any] = {"sparse": dmp.fused_optimizer}
+    schedule_of: dict[str, tuple[str, Component]] = {"sparse": sparse_schedule}
+    for i, (path, params) in enumerate(sorted(fallback_params.items())):
+        spec = updates[next(n for n, u in fallback_tables.items() if u.path == path)].spec
+        optimizers[f"sparse_dp.{i}"] = KeyedOptimizerWrapper(params, spec.torch_fallback)
+        schedule_of[f"sparse_dp.{i}"] = sparse_schedule
+    dense_fields = cfg.train.dense_optimizer.fields
+    for key, names in parts.items():
+        if not names:
+            continue
+        if key == "dense":
+            component, where, schedule = cfg.train.dense_optimizer, "train.dense_optimizer", dense_fields.lr_schedule
+        else:
+            index = int(key[len("dense.parts["):-1])
+            component, where = dense_fields.parts[index], f"train.dense_optimizer.parts[{index}]"
+            schedule = component.fields.lr_schedule or dense_fields.lr_schedule
+        entry = registries["dense_optimizer"].get(component.type, f"{where}.type")
+        params = {by_user_name[n][0]: by_user_name[n][1] for n in names}
+        optimizers[key] = KeyedOptimizerWrapper(params, lambda ps, e=entry, c=component: e.build(c.config, ps))
+        schedule_of[key] = (where, schedule)
+    return optimizers, schedule_of

@@ -116,13 +116,17 @@ def diagnose(planner_message: str, recorder: Any, setup: Any, readers: Mapping[s
                                                               f"more ranks (--world-size, now {n})"), planner_message)
             best = min(options[name], key=need)
             kind, ranks, per_rank = "planner", n + 1, need(best)
-    memory = math.ceil((per_rank + fixed) / (1 - (share if tier == "hbm" else 0.0)) / GIB)
     advice = _advice(name, best, setup, readers, request, tier, budget, need)
-    more = f"more memory: {flag} {memory} or more"
-    if kind != "table" or "row_wise" in (setup.constraints[name].sharding_types or []):
-        more += f"; or more ranks: --world-size {ranks} or more"
-    advice.append(more)
+    memory = math.ceil((per_rank + fixed) / (1 - (share if tier == "hbm" else 0.0)) / GIB)
+    advice.append(_more_memory_or_ranks(flag, memory, ranks, kind == "table" and "row_wise" not in (
+        setup.constraints[name].sharding_types or [])))
     return PlanFailure(kind, name, message, tuple(advice), planner_message)
+
+
+def _more_memory_or_ranks(flag: str, memory: int, ranks: int, memory_only: bool) -> str:
+    """The last piece of advice: how much memory per rank, or how many ranks, would do."""
+    more = f"more memory: {flag} {memory} or more"
+    return more if memory_only else f"{more}; or more ranks: --world-size {ranks} or more"
 
 
 def _budget(recorder: Any, setup: Any, tier: str) -> tuple[float, int, int]:

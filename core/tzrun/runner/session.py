@@ -37,7 +37,7 @@ from tzrun.runner.slots import MetricSlot, group_columns, metric_slots
 from tzrun.runner.stages import RunStages
 from tzrun.runner.train_metrics import TrainMetrics
 
-__all__ = ["Session", "seed_everything"]
+__all__ = ["Session", "seed_everything", "rng_state", "set_rng_state"]
 
 
 def seed_everything(seed: int) -> None:
@@ -45,6 +45,18 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random number generator states (saved per rank in checkpoints)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
 
 
 class Session:

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 import attrs
-import numpy as np
 import torch
 
 from tzrun.config.load import RawConfig
@@ -42,13 +40,13 @@ from tzrun.runner.evaluate import append_eval_result, evaluate, trim_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.model_dir import claim_model_dir
 from tzrun.runner.position import DataPosition, ResumePoint
-from tzrun.runner.records import write_run_records
+from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
 from tzrun.runner.retention import prune_checkpoints, record_best
-from tzrun.runner.session import Session
+from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
-from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates, seconds_since_process_start
+from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates
 
-__all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL", "rng_state", "set_rng_state"]
+__all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 
 log = logging.getLogger("tzrun")
 
@@ -76,18 +74,6 @@ class TrainResult:
     model: Any = attrs.field(default=None, repr=False)
     stopped_by: str | None = None
     stop_reason: str | None = None
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's random number generator states (saved per rank in checkpoints)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 def train(cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries, *, overwrite: bool = False,
@@ -221,7 +207,7 @@ class Trainer:
         if resume_from is not None:
             call_lifecycle(self.pm, "tzrun_after_checkpoint_load", run=self.run, step=start.step,
                            state=self._stage_state)
-        self.record_start()
+        record_start(self.session, self.run, self.plugins)
 
     def train_until(self, boundary: int) -> bool:
         """Train to ``boundary``, then stop (a signal), or evaluate and checkpoint. Returns
@@ -259,7 +245,7 @@ class Trainer:
         if stopped or self.signals.agree_now():
             self.stopped_by = self.signals.received or "a signal on another rank"
         if self.cfg.data.on_bad_row == "skip":
-            self.log_skipped()
+            log_skipped(self.skipped, self.info.rank, self.info.world_size, self.step)
 
     def run_steps(self, pipeline: Any, batches: Iterator[Any]) -> bool:
         """One step after another until the batches end; returns whether every rank agreed to
@@ -293,7 +279,7 @@ class Trainer:
         metrics = dict(self.train_metrics.values) if self.train_metrics else {}
         self.window.add(out.loss, out.losses, out.num_rows, out.loss_weights)
         if step == self.run.start_step + 1:
-            self.log_time_to_first_step()
+            log_time_to_first_step(self.info.rank)
         call_lifecycle(self.pm, "tzrun_after_train_step", run=self.run,
                        step=StepInfo(step, epoch, out.loss, out.losses, out.num_rows, lrs, metrics))
         if logging_now:
@@ -387,7 +373,7 @@ class Trainer:
         self.stages.load_state_dict(self._stage_state)
         if self.info.rank == 0:
             trim_eval_results(self.session.model_dir, step)
-        self._warn_if_plugins_changed(meta)
+        warn_if_plugins_changed(meta, self.plugins, self.info.rank)
         how = "exactly where it stopped" if start.layout == position.layout else (
             f"on a new layout: the {sum(b - a for a, b in start.layout.rows or ())} rows of epoch "
             f"{start.epoch} not consumed yet are shared out across {self.info.world_size} rank(s)")
@@ -445,56 +431,7 @@ class Trainer:
         return TrainResult(self.step, self.last_checkpoint, self.last_eval, seconds,
                            rows / max(self.train_seconds, 1e-9), self.built.model, self.stopped_by, stop_reason)
 
-    # -- records and logs ------------------------------------------------------------------------
-
-    def record_start(self) -> None:
-        """Rank 0 logs what the run will do and writes the run's records into the model dir."""
-        if self.info.rank != 0:
-            return
-        s = self.session
-        s.model_dir.mkdir(parents=True, exist_ok=True)
-        if s.malloc_tuning:
-            log.info("glibc malloc keeps freed memory (train.tune_malloc): %s",
-                     ", ".join(f"{k}={v >> 20} MiB" for k, v in s.malloc_tuning.items()))
-        log.info("training %d steps (%d per epoch) on %d rank(s), %d rows per step; model_dir %s",
-                 self.total - self.run.start_step, self.run.steps_per_epoch, self.info.world_size,
-                 self.run.global_batch_size, s.model_dir)
-        env = write_run_records(s.model_dir, self.cfg, s.raw, world_size=self.info.world_size, plugins=self.plugins)
-        for problem in env["stack_problems"]:
-            log.warning("%s (tzrec-run env checks this)", problem)
-
-    def log_time_to_first_step(self) -> None:
-        """Rank 0 logs how long the process took to its first training step."""
-        since = seconds_since_process_start()
-        if since is not None:
-            self._log0("first training step done %.1f s after the process started (imports, set-up, "
-                       "sharding, data start and pipeline fill)", since)
-
-    def log_skipped(self) -> None:
-        """Log the rows ``data.on_bad_row = "skip"`` left out so far, over all ranks (a
-        collective at each boundary; counts include batches the pipeline had prefetched)."""
-        total = SkippedRows()
-        if self.info.world_size > 1:
-            parts: list[Any] = [None] * self.info.world_size
-            torch.distributed.all_gather_object(parts, self.skipped.to_json())
-            for part in parts:
-                total.add(SkippedRows.from_json(part))
-        else:
-            total.add(self.skipped)
-        if total:
-            self._log0_warning("bad rows left out of training so far (data.on_bad_row = \"skip\"), at step %d: %s",
-                               self.step, total)
-
-    def _warn_if_plugins_changed(self, meta: dict[str, Any]) -> None:
-        def keys(infos: list[dict[str, Any]]) -> set[tuple[Any, Any, Any]]:
-            return {(p.get("name"), p.get("distribution"), p.get("version")) for p in infos}
-
-        saved, now = keys(meta.get("plugins", [])), keys(self.plugins)
-        if saved and saved != now:
-            gone = sorted(f"{n} ({d} {v})" for n, d, v in saved - now)
-            new = sorted(f"{n} ({d} {v})" for n, d, v in now - saved)
-            self._log0_warning("the plugin set changed since the checkpoint: removed or changed %s; added %s",
-                               ", ".join(gone) or "none", ", ".join(new) or "none")
+    # -- logs ----------------------------------------------------------------------------------
 
     def _log0(self, message: str, *args: Any) -> None:
         if self.info.rank == 0:
