@@ -9,6 +9,7 @@ import difflib
 from typing import Iterable, Sequence
 
 __all__ = [
+    "EXIT_CONFIG",
     "TzrunError",
     "ConfigError",
     "ConfigProblem",
@@ -26,6 +27,11 @@ __all__ = [
     "IncompleteCheckpointError",
     "did_you_mean",
 ]
+
+
+#: The exit code of a command stopped by a :class:`TzrunError` (a config, data, plugin or
+#: checkpoint problem), as for an argparse usage error.
+EXIT_CONFIG = 2
 
 
 class TzrunError(Exception):

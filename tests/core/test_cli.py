@@ -35,10 +35,11 @@ def test_plugins_json_lists_first_party_plugins_and_their_components():
     assert listing["failed"] == []
 
 
-def test_plugins_and_check_do_not_import_torch():
+def test_plugins_does_not_import_torch():
+    # check does since the component checks run each named component on a tiny input
     code = (
         "import sys; from tzrun.cli import main; "
-        "main(['check', 'examples/deepfm_criteo.toml']); main(['plugins']); "
+        "main(['plugins']); "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

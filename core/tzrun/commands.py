@@ -1,0 +1,247 @@
+"""The ``tzrec-run`` commands that inspect, check, plan and convert (everything but training and
+evaluation, which :mod:`tzrun.cli` starts): each takes the parsed arguments and returns the exit
+code. Heavy modules are imported by the command that needs them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from tzrun.errors import EXIT_CONFIG
+
+__all__ = ["prepare", "COMMANDS"]
+
+
+def prepare(config: str, overrides: Sequence[str], strict: bool = False):  # noqa: ANN202
+    from tzrun.config.load import disabled_plugins, load_config, read_config, strict_plugins
+    from tzrun.plugins import make_plugin_manager
+    from tzrun.registry import collect_registries
+
+    raw = read_config(config, overrides)
+    pm = make_plugin_manager(disable=disabled_plugins(raw), strict=True if strict or strict_plugins(raw) else None)
+    registries = collect_registries(pm)
+    return raw, pm, registries, load_config(raw, registries)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
+    from tzrun.runner.session import Session
+
+    Session(cfg, raw, pm, registries).check()
+    run = "steps" if cfg.train.num_steps is not None else "epochs"
+    print(
+        f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
+        f"{len(cfg.features.sparse)} id features; sparse {cfg.train.sparse_optimizer.type}, "
+        f"dense {cfg.train.dense_optimizer.type}; {cfg.train.num_steps or cfg.train.num_epochs} {run})"
+    )
+    if args.params:
+        print_parameters(cfg, registries, args.device)
+    return 0
+
+
+def print_parameters(cfg: Any, registries: Any, device: str | None = None) -> None:
+    """The dense parameters of each dense optimizer key, and each table's sparse optimizer."""
+    import torch
+
+    from tzrun.data.features import feature_specs
+    from tzrun.runner.build import assign_parts
+    from tzrun.runner.model import build_model, dense_parameter_names, embedding_modules, embedding_tables
+    from tzrun.runner.sharding import plan_table_updates
+
+    model = build_model(cfg, registries, feature_specs(cfg.features), torch.device("meta"))
+    parts = cfg.train.dense_optimizer.fields.parts
+    shapes = {n: tuple(p.shape) for n, p in model.model.named_parameters()}
+    for key, names in assign_parts(dense_parameter_names(model.model), parts).items():
+        if key == "dense":
+            title = f"dense ({cfg.train.dense_optimizer.type})"
+        else:
+            i = int(key[len("dense.parts["):-1])
+            title = f"dense.parts[{i}] ({parts[i].type}, pattern '{parts[i].fields.pattern}')"
+        print(f"{title}: {len(names)} parameter(s)")
+        for name in names:
+            print(f"  {name} {list(shapes[name])}")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    updates = plan_table_updates(cfg, registries, embedding_modules(model), torch.device(device))
+    print(f"embedding tables: {len(updates)}")
+    for module in embedding_modules(model):
+        for table, weight in embedding_tables(module):
+            u = updates[table.name]
+            how = "frozen" if u.frozen else f"{u.spec.fbgemm_type} from {u.path}" + (" (data-parallel, torch)" if u.data_parallel else "")
+            print(f"  {table.name} {list(weight.shape)}: {how}")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    local = args.local_world_size or args.world_size
+    wrong = [f"{flag} must be positive" for flag, value in (("--world-size", args.world_size), ("--local-world-size", local),
+             ("--hbm-gb", args.hbm_gb), ("--ddr-gb", args.ddr_gb), ("--batch-size", args.batch_size))
+             if value is not None and value <= 0]
+    if not wrong and args.world_size % local:
+        wrong.append(f"--local-world-size {local} must divide --world-size {args.world_size}")
+    if wrong:
+        print(f"tzrec-run plan: {'; '.join(wrong)}", file=sys.stderr)
+        return EXIT_CONFIG
+    raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
+    from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_run
+    from tzrun.runner.session import Session
+
+    session = Session(cfg, raw, pm, registries)
+    session.check()
+    request = PlanRequest(
+        world_size=args.world_size, local_world_size=local, device=args.device, batch_size=args.batch_size,
+        hbm_cap=None if args.hbm_gb is None else int(args.hbm_gb * GIB),
+        ddr_cap=None if args.ddr_gb is None else int(args.ddr_gb * GIB),
+    )
+    report = plan_run(session, request)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif report.fits:
+        print(format_plan(report, args.config))
+    else:
+        print(f"tzrec-run: {format_failure(report, args.config)}", file=sys.stderr)
+    return 0 if report.fits else EXIT_CONFIG
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from tzrun.config.load import disabled_plugins, read_config, strict_plugins
+    from tzrun.plugin_report import format_plugins_report, plugins_report
+    from tzrun.plugins import make_plugin_manager, pinned_requirements
+    from tzrun.registry import collect_registries
+
+    raw = read_config(args.config, []) if args.config else None
+    disable = [*args.disable, *(disabled_plugins(raw) if raw else ())]
+    strict = True if args.strict or (raw is not None and strict_plugins(raw)) else None
+    pm = make_plugin_manager(disable=disable, strict=strict)
+    if args.freeze:
+        for line in pinned_requirements(pm):
+            print(line)
+        for failure in pm.load_failures:  # comments: the output stays a valid requirements file
+            print(f"# not loaded: {failure}")
+        return 0
+    registries = collect_registries(pm)
+    report = plugins_report(pm, registries)
+    print(json.dumps(report, indent=2) if args.json else format_plugins_report(report, registries))
+    return 0
+
+
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    from tzrun.scaffold import new_plugin
+
+    for path in new_plugin(args.name, [k.strip() for k in args.kind.split(",") if k.strip()], args.out):
+        print(path)
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    if args.dataset == "taobao" and args.format != "parquet":
+        print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.dataset == "taobao":
+        from tzrun.data.synth_taobao import synth_taobao
+
+        taobao = synth_taobao(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+        print(
+            f"wrote {taobao.train_rows} train and {taobao.eval_rows} eval rows to {taobao.out_dir} "
+            f"(click rate {taobao.click_rate:.3f}, buy rate {taobao.buy_rate:.3f}); Bayes-optimal eval AUC "
+            + ", ".join(f"{label} {auc:.4f}" for label, auc in taobao.bayes_auc.items())
+        )
+        return 0
+    from tzrun.data.synth import synth_criteo
+
+    if args.format == "text":
+        import shutil
+        from pathlib import Path
+
+        from tzrun.data.criteo_text import parquet_to_criteo_text
+
+        out = Path(args.out)
+        staging = out / ".parquet"
+        report = synth_criteo(staging, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+        for split in ("train", "eval"):
+            shutil.rmtree(out / split, ignore_errors=True)
+            parquet_to_criteo_text(staging / split, out / split)
+        os.replace(staging / "synth.json", out / "synth.json")
+        shutil.rmtree(staging)
+        print(f"wrote {report.train_rows} train and {report.eval_rows} eval rows as Criteo text to {out} "
+              f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}")
+        return 0
+    if args.format != "parquet":
+        print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
+        return EXIT_CONFIG
+    report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+    print(
+        f"wrote {report.train_rows} train and {report.eval_rows} eval rows to {report.out_dir} "
+        f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}"
+    )
+    return 0
+
+
+def cmd_ckpt(args: argparse.Namespace) -> int:
+    from tzrun.runner.inspect import describe_checkpoint, format_description, format_listing, list_checkpoint_dirs
+
+    if args.ckpt_command == "ls":
+        rows = list_checkpoint_dirs(args.model_dir)
+        if args.json:
+            print(json.dumps([r.to_json() for r in rows], indent=2))
+        elif rows:
+            print(format_listing(rows))
+        else:
+            print(f"{args.model_dir}: no checkpoints", file=sys.stderr)
+        return 0
+    described = describe_checkpoint(args.path, hashes=not args.no_hashes)
+    print(json.dumps(described, indent=2) if args.json else format_description(described))
+    return 0 if described["manifest"]["state"] in ("ok", "unverified") else 1
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from tzrun.plot import plot_run
+
+    for path in plot_run(args.model_dir, args.out):
+        print(path)
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from tzrun.convert import convert_file, summary_lines
+
+    conversion = convert_file(args.pipeline_config)
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as out:
+                out.write(conversion.toml)
+        except OSError as error:
+            print(f"tzrec-run convert: cannot write {args.out}: {error.strerror or error}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"tzrec-run convert: wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(conversion.toml)
+    for line in summary_lines(conversion):
+        print(line, file=sys.stderr)
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from tzrun.runner.records import check_stack, stack_versions
+
+    versions = stack_versions()
+    problems = check_stack(versions)
+    if args.json:
+        print(json.dumps({"versions": versions, "problems": problems}, indent=2))
+    else:
+        width = max(len(k) for k in versions)
+        for name, version in versions.items():
+            print(f"{name:<{width}}  {version or 'not installed'}")
+        if problems:
+            for problem in problems:
+                print(f"problem: {problem}", file=sys.stderr)
+        else:
+            print("torch / fbgemm_gpu / torchrec: a known-good triple (FBGEMM 1.X with torch 2.(X+5) and torchrec 1.X)")
+    return 1 if problems else 0
+
+
+#: The commands by name (``tzrec-run data`` is the synthetic-data command).
+COMMANDS = {"ckpt": cmd_ckpt, "check": cmd_check, "plan": cmd_plan, "plugins": cmd_plugins, "new-plugin": cmd_new_plugin,
+            "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert}
