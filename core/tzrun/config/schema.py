@@ -7,9 +7,17 @@ registered (see :mod:`tzrun.config.load`). Relative paths are relative to the wo
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Literal, Optional
 
 import attrs
+
+from tzrun.config.base import Component, _in_unit_open, _non_negative, _positive
+from tzrun.config.features_schema import (
+    DenseFeatureConfig,
+    EmbeddingConstraintsConfig,
+    FeaturesConfig,
+    SparseFeatureConfig,
+)
 
 __all__ = [
     "Component",
@@ -32,52 +40,6 @@ __all__ = [
     "PluginsConfig",
     "RunConfig",
 ]
-
-
-@attrs.frozen
-class Component:
-    """A ``{ type = "name", ...options }`` table.
-
-    Attributes:
-        type: the registered name of the component, or ``"plugin:name"`` to pick one plugin's
-            (see :meth:`tzrun.registry.Registry.get`).
-        raw: every other key of the table, as TOML gave it.
-        config: the plugin's options instance (set by the second pass).
-        fields: the core-read keys of the table, structured (set by the second pass):
-            :class:`SparseOptimizerFields`, :class:`DenseOptimizerFields`,
-            :class:`PartFields`, :class:`LossFields` or :class:`MetricFields`.
-    """
-
-    type: str
-    raw: Mapping[str, Any] = attrs.field(factory=dict)
-    config: Any = None
-    fields: Any = None
-
-    @property
-    def name(self) -> str:
-        """The component's name without a plugin qualifier (``lion`` for ``"x:lion"``): what
-        results and stage states are named after."""
-        return self.type.rpartition(":")[2]
-
-
-def _in_unit_open(instance: Any, attribute: Any, value: float) -> None:
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"must be between 0 and 1 (exclusive), got {value}", attribute)
-
-
-def _positive(instance: Any, attribute: Any, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"must be positive, got {value}", attribute)
-
-
-def _non_negative(instance: Any, attribute: Any, value: int) -> None:
-    if value < 0:
-        raise ValueError(f"must be 0 or more, got {value}", attribute)
-
-
-def _non_empty_text(instance: Any, attribute: Any, value: Optional[str]) -> None:
-    if value is not None and not value:
-        raise ValueError("must not be empty", attribute)
 
 
 @attrs.frozen
@@ -266,157 +228,6 @@ class DataConfig:
     shuffle_buffer_rows: int = attrs.field(default=0, validator=_non_negative)
     prefetch_batches: int = attrs.field(default=2, validator=_non_negative)
     reader_nice: int = attrs.field(default=10, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(19)))
-
-
-@attrs.frozen
-class DenseFeatureConfig:
-    """``[[features.dense]]``: a float input.
-
-    The model sees ``(f(x) - mean) / std`` where ``x`` is the value (``fill_value`` when null
-    or NaN) and ``f`` is ``log(1 + max(x, 0))`` with ``log1p``, the identity otherwise.
-
-    Attributes:
-        name: the feature's name.
-        column: its input column, of integers, floats or bools (default: ``name``).
-        fill_value: the value of a missing (null or NaN) entry.
-        log1p: feed ``log(1 + max(x, 0))`` instead of ``x`` (for counts).
-        mean: subtracted after ``log1p`` (standardization; default 0).
-        std: divides after ``mean`` (standardization; default 1; must be positive).
-    """
-
-    name: str
-    column: Optional[str] = None
-    fill_value: float = 0.0
-    log1p: bool = False
-    mean: float = 0.0
-    std: float = attrs.field(default=1.0, validator=_positive)
-
-
-#: Sharding types a table may be given (TorchRec's names). ``data_parallel`` is not one: TorchRec
-#: trains a data-parallel table with the dense optimizer, not the configured sparse one.
-SHARDING_TYPES = ("table_wise", "row_wise", "table_row_wise", "column_wise", "table_column_wise")
-
-#: FBGEMM compute kernels a table may run on: ``fused`` (weights in the rank's device memory),
-#: ``fused_uvm`` (in host memory, read through unified memory) and ``fused_uvm_caching`` (in host
-#: memory with a cache of the hot rows in device memory). The last two exist only on CUDA.
-COMPUTE_KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")
-
-
-def _choices(allowed: tuple[str, ...]) -> Any:
-    def check(instance: Any, attribute: Any, value: Optional[tuple[str, ...]]) -> None:
-        if value is None:
-            return
-        if not value:
-            raise ValueError(f"must name at least one of {', '.join(allowed)} (or be left out)", attribute)
-        for name in value:
-            if name == "data_parallel":
-                raise ValueError("data_parallel is not offered: TorchRec would train the table with the dense "
-                                 "optimizer instead of the sparse one", attribute)
-            if name not in allowed:
-                from tzrun.errors import did_you_mean
-
-                guess = did_you_mean(name, allowed)
-                hint = f"; did you mean '{guess}'?" if guess else ""
-                raise ValueError(f"unknown '{name}' (choose from {', '.join(allowed)}{hint})", attribute)
-
-    return check
-
-
-@attrs.frozen
-class EmbeddingConstraintsConfig:
-    """What TorchRec's sharding planner may choose for a table (its ``ParameterConstraints``):
-    ``train.global_embedding_constraints`` for every table, a feature's ``embedding_constraints``
-    for the tables it reads (overriding the global keys it sets). See docs/plan.md, Constraints.
-
-    Attributes:
-        sharding_types: the sharding types to choose from (default ``table_wise``,
-            ``row_wise``, ``table_row_wise``); also ``column_wise`` and ``table_column_wise``.
-        compute_kernels: the FBGEMM kernels to choose from (default ``fused``); on CUDA also
-            ``fused_uvm`` and ``fused_uvm_caching`` (tables bigger than device memory).
-    """
-
-    sharding_types: Optional[tuple[str, ...]] = attrs.field(default=None, validator=_choices(SHARDING_TYPES))
-    compute_kernels: Optional[tuple[str, ...]] = attrs.field(default=None, validator=_choices(COMPUTE_KERNELS))
-
-
-@attrs.frozen
-class SparseFeatureConfig:
-    """``[[features.sparse]]``: a categorical id input with an embedding table.
-
-    Set exactly one of ``num_buckets``, ``hash_bucket_size``, ``vocab``, ``vocab_file`` and
-    ``boundaries``: it says how the column's values become ids, and how many rows the table
-    has. Features that share a table must agree on its size, ``embedding_dim``, ``pooling``,
-    ``trainable``, ``sparse_optimizer`` and ``embedding_constraints``. The hash, the
-    out-of-vocabulary id, the boundary convention and weights: see docs/data.md, Id features.
-
-    Attributes:
-        name: the feature's name (its key in the batch's KeyedJaggedTensor).
-        column: its input column (default: ``name``): integers or strings, or a list of either
-            (several ids per row); a null, or a null inside a list, gives no id.
-        num_buckets: integer ids in ``[0, num_buckets)``, used as they are (pieces split on
-            ``separator`` are parsed as base-10 integers); an id outside is a bad row (see
-            ``data.on_bad_row``).
-        hash_bucket_size: strings hashed with FNV-1a 64 over their UTF-8 bytes into this many
-            buckets (integers are taken modulo it).
-        vocab: tokens; token ``vocab[i]`` is id ``i + 1`` and any other token id 0 (the
-            out-of-vocabulary bucket); the table has ``len(vocab) + 1`` rows. Integer columns
-            are matched by their decimal text.
-        vocab_file: a UTF-8 text file with one token per line (empty lines ignored), read
-            like ``vocab``; relative to the working directory.
-        boundaries: a numeric column bucketized: ``x`` is id ``#{b in boundaries: b <= x}``
-            (``numpy.searchsorted(boundaries, x, side="right")``); strictly increasing; the
-            table has ``len(boundaries) + 1`` rows.
-        separator: a string column holds several values per row separated by it
-            (``"a|b|c"``); empty pieces are ignored. List columns need none.
-        weight_column: a column of per-id weights parallel to ``column`` (a list column, or
-            a string split on ``separator``, with as many values as ids in every row), fed as
-            the KeyedJaggedTensor's weights; not ``column`` itself.
-        embedding_dim: the embedding width; a positive multiple of 4 (FBGEMM's fused kernels
-            need it).
-        table: the embedding table's name; features naming one table share it and must agree
-            on its size and width (default: ``<name>_emb``). ``items``, ``keys`` and ``values``
-            cannot be table names.
-        pooling: how a multi-id row is pooled, ``sum`` or ``mean``.
-        sparse_optimizer: this feature's table's own sparse optimizer (default:
-            ``train.sparse_optimizer``; see docs/sparse_optimizers.md). It takes no
-            ``lr_schedule``: it shares that of ``train.sparse_optimizer``, applied to its own
-            ``lr``. Features sharing a table must agree; a frozen feature takes none.
-        trainable: false freezes the table: it runs fused SGD with lr 0, so its rows never
-            change.
-        embedding_constraints: the sharding types and kernels the planner may choose for this
-            feature's tables (see :class:`EmbeddingConstraintsConfig`); the keys it sets
-            override those of ``train.global_embedding_constraints``. Features sharing a table
-            must agree.
-    """
-
-    name: str
-    column: Optional[str] = None
-    num_buckets: Optional[int] = None
-    hash_bucket_size: Optional[int] = None
-    vocab: Optional[tuple[str, ...]] = None
-    vocab_file: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
-    boundaries: Optional[tuple[float, ...]] = None
-    separator: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
-    weight_column: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
-    embedding_dim: int = 16
-    table: Optional[str] = None
-    pooling: Literal["sum", "mean"] = "sum"
-    sparse_optimizer: Optional[Component] = None
-    trainable: bool = True
-    embedding_constraints: Optional[EmbeddingConstraintsConfig] = None
-
-
-@attrs.frozen
-class FeaturesConfig:
-    """``[features]``: the model's inputs.
-
-    Attributes:
-        dense: ``[[features.dense]]``, the float inputs, in the order models see them.
-        sparse: ``[[features.sparse]]``, the categorical id inputs, each with an embedding table.
-    """
-
-    dense: tuple[DenseFeatureConfig, ...] = ()
-    sparse: tuple[SparseFeatureConfig, ...] = ()
 
 
 @attrs.frozen
