@@ -271,3 +271,35 @@ def test_a_two_rank_checkpoint_evaluates_to_the_same_values_on_one_rank(two_rank
     one = run_cli(["evaluate", str(config), *sets, "--checkpoint", "latest"])
     assert one.returncode == 0, one.stderr[-3000:]
     assert _results(model_dir)[-1]["auc"] == pytest.approx(trained_eval["auc"], abs=1e-6)
+
+
+def _eval_with_bad_rows(criteo_dir: Path, out: Path) -> Path:
+    """The eval data with every 97th row's ``cat_0`` outside its 1,000 buckets (a bad row)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True)
+    for path in sorted((criteo_dir / "eval").glob("*.parquet")):
+        table = pq.read_table(path)
+        ids = table.column("cat_0").to_numpy().copy()
+        ids[::97] = 1_000_000
+        table = table.set_column(table.schema.get_field_index("cat_0"), "cat_0", pa.array(ids))
+        pq.write_table(table, out / path.name, row_group_size=700)
+    return out
+
+
+@pytest.mark.parametrize("options", [
+    ('data.on_bad_row="skip"',),
+    ('data.on_bad_row="skip"', "data.eval_batch_size=700", "eval.num_steps=3", "data.num_workers=1"),
+], ids=["skip", "skip-batches-steps-workers"])
+def test_training_eval_and_evaluate_of_its_checkpoint_agree_with_every_row_option(criteo_dir, tmp_path, options):
+    # training and `tzrec-run evaluate` take their data from one Session: the same rows, the same numbers
+    bad = _eval_with_bad_rows(criteo_dir, tmp_path / "eval_bad")
+    model_dir = tmp_path / "run"
+    overrides = (f'data.eval_input="{bad}"', 'metrics=[{type = "auc"}]', "train.num_steps=4", *options)
+    trained = _train(model_dir, criteo_dir, *overrides).eval
+    raw, registries = _config(model_dir, criteo_dir, *overrides)
+    done = evaluate_checkpoint(load_config(raw, registries), raw, make_plugin_manager(), registries, "latest")
+    assert trained is not None and done.result.step == trained.step == 4
+    assert done.result.rows == trained.rows < 3001  # the bad rows were left out both times
+    assert done.result.metrics == trained.metrics  # to the last bit
