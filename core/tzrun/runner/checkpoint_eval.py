@@ -139,6 +139,7 @@ def evaluate_checkpoint(
 
     from tzrun.data.features import BatchBuilder, feature_specs
     from tzrun.data.loader import RankInput
+    from tzrun.data.sampling import with_negatives
     from tzrun.interfaces import RunContext
     from tzrun.runner.build import build_run, group_columns, metric_slots
     from tzrun.runner.checkpoint import load_model_state
@@ -168,6 +169,7 @@ def evaluate_checkpoint(
     reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
     groups = group_columns(cfg)
     builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups)
+    builder = with_negatives(builder, cfg, registries, info.rank)  # [data.sampler]: sampled items in every batch
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
     eval_input = RankInput(reader, cfg.data.eval_input, cfg.data.eval_batch_size or cfg.data.batch_size,
                            cfg.data.num_workers, columns, builder, info.rank, info.world_size,

@@ -30,6 +30,7 @@ from tzrun.config.schema import RunConfig
 from tzrun.data.batch import SkippedRows, tally_skipped
 from tzrun.data.features import BatchBuilder, feature_specs
 from tzrun.data.loader import RankInput
+from tzrun.data.sampling import with_negatives
 from tzrun.errors import NonFiniteLossError, TzrunError
 from tzrun.interfaces import EvalResult, RunContext, StepInfo
 from tzrun.plugins import PluginManager, call_lifecycle, plugin_infos
@@ -220,6 +221,7 @@ def train(
     reader = registries["reader"].get(cfg.data.reader.type, "data.reader.type").build(cfg.data.reader.config)
     groups = group_columns(cfg)
     builder = BatchBuilder(specs, cfg.data.labels, cfg.data.sample_weight, groups, on_bad_row=cfg.data.on_bad_row)
+    builder = with_negatives(builder, cfg, registries, info.rank)  # [data.sampler]: sampled items in every batch
     columns = specs.columns(cfg.data.labels, cfg.data.sample_weight, groups)
 
     def rank_input(path: str, batch_size: int, rows: Any = None, shuffle: int = 0) -> RankInput:

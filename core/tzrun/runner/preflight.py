@@ -43,8 +43,15 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
         for key, message in check(component.config, cfg, keys):
             problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
     problems.extend(_reader_problems(cfg, registries))
+    problems.extend(_sampler_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
+
+
+def _sampler_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
+    from tzrun.data.sampling import sampler_problems
+
+    return sampler_problems(cfg, registries)
 
 
 def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:

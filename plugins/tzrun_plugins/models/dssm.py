@@ -2,12 +2,21 @@
 
 A user tower and an item tower, each an MLP over the features the config assigns to it by name
 (dense features and embeddings concatenated) followed by a linear layer to ``output_dim``.
-With ``similarity = "cosine"`` both embeddings are L2-normalised. The output ``similarity`` is
-the ``[B, B]`` matrix ``user_embedding @ item_embeddingᵀ / temperature`` (row ``i``: user ``i``
-against every item of the batch; its positive is column ``i``), which ``in_batch_softmax`` and
-``recall_at_k`` / ``hit_rate_at_k`` with ``in_batch = true`` read; ``user_embedding`` and
-``item_embedding`` are output too (``[B, output_dim]``). One embedding collection serves both
-towers, so a table may be shared across them (an item id and a sequence of clicked item ids).
+With ``similarity = "cosine"`` both embeddings are L2-normalised. The outputs:
+
+* ``similarity``: the ``[B, B]`` matrix ``user_embedding @ item_embeddingᵀ / temperature``
+  (row ``i``: user ``i`` against every item of the batch; its positive is column ``i``), which
+  ``in_batch_softmax`` and ``recall_at_k`` / ``hit_rate_at_k`` with ``in_batch = true`` read;
+* ``sampled_similarity``: with ``[data.sampler]``, the ``[B, 1 + N]`` matrix of each user
+  against its own item (column 0) and the ``N`` items sampled for the batch (TorchEasyRec's
+  similarity with a negative sampler), ``/ temperature``, which ``sampled_softmax`` and
+  ``recall_at_k`` / ``hit_rate_at_k`` with ``sampled = true`` read. The sampled items are the
+  batch's rows after its own ``B = batch.weights.shape[0]`` (see :mod:`tzrun.data.sampling`); the
+  item tower runs on all ``B + N`` rows, the user tower on the first ``B``;
+* ``user_embedding`` and ``item_embedding`` (``[B, output_dim]``).
+
+One embedding collection serves both towers, so a table may be shared across them (an item id
+and a sequence of clicked item ids).
 """
 
 from __future__ import annotations
@@ -101,15 +110,17 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             self.mlp = mlp(width, units)
             self.output = nn.Linear(out_width(width, units), cfg.output_dim)
 
-        def forward(self, dense: torch.Tensor, embedded: Any) -> torch.Tensor:
+        def forward(self, dense: torch.Tensor, embedded: Any, rows: Any = None) -> torch.Tensor:
             x = _order.in_feature_order(embedded, self.sparse_names)
             if self.has_dense:
                 x = torch.cat([dense.index_select(1, self.dense_columns), x], dim=1)
+            if rows is not None:
+                x = x[:rows]
             y = self.output(self.mlp(x))
             return F.normalize(y, dim=-1) if cfg.similarity == "cosine" else y
 
     class DSSM(nn.Module):
-        """User tower, item tower, in-batch similarity."""
+        """User tower, item tower, in-batch and sampled similarities."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -119,10 +130,14 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
 
         def forward(self, batch: Any) -> dict[str, torch.Tensor]:
             embedded = self.ebc(batch.sparse)
-            user = self.user_tower(batch.dense, embedded)
-            item = self.item_tower(batch.dense, embedded)
+            rows = batch.weights.shape[0]  # the batch's own rows; sampled items follow them
+            user = self.user_tower(batch.dense, embedded, rows)
+            items = self.item_tower(batch.dense, embedded)
+            item, sampled = items[:rows], items[rows:]
+            own = (user * item).sum(dim=1, keepdim=True)
             return {
                 "similarity": user @ item.t() / cfg.temperature,
+                "sampled_similarity": torch.cat([own, user @ sampled.t()], dim=1) / cfg.temperature,
                 "user_embedding": user,
                 "item_embedding": item,
             }
