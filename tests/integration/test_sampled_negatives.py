@@ -84,13 +84,17 @@ def test_a_run_stopped_and_resumed_draws_the_same_negatives(taobao, tmp_path):
 
 
 @pytest.mark.multiproc
-def test_dssm_trains_on_sampled_negatives_on_two_ranks(taobao, tmp_path):
+@pytest.mark.parametrize("gather", [False, True])
+def test_dssm_trains_on_sampled_negatives_on_two_ranks(taobao, tmp_path, gather):
     model_dir = tmp_path / "run"
-    sets = _overrides(taobao, model_dir, "train.num_epochs=1", "data.num_workers=0")
+    sets = _overrides(taobao, model_dir, "train.num_epochs=1", "data.num_workers=0",
+                      f"model.gather_negatives={str(gather).lower()}")
     proc = run_cli(["train", str(EXAMPLE), *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2"])
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
     assert result["step"] == 4 and result["rows"] == 1024
     assert 0.0 < result["recall_at_5_sampled"] <= 1.0 and result["loss/sampled_softmax"] > 0.0
+    # 50 >= 1 + 32 candidates on a rank retrieve every positive; gathered, there are 1 + 2 * 32
+    assert (result["recall_at_50_sampled"] < 1.0) == gather
     meta = json.loads((model_dir / "checkpoints" / "step-4" / "meta.json").read_text())
     assert meta["world_size"] == 2

@@ -130,3 +130,32 @@ def test_check_refuses_a_sampler_for_a_model_without_sampled_outputs_and_sampled
     assert proc.returncode == 2
     assert "losses[0]: reads 'sampled_similarity', which needs sampled negatives: add [data.sampler]" in proc.stderr
     assert "metrics[0]: reads 'sampled_similarity'" in proc.stderr
+
+
+def _gather_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from tzrun_plugins.models._gather import gather_rows
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        rows = torch.full((2, 3), float(rank + 1), requires_grad=True)
+        gathered = gather_rows(rows)
+        scale = torch.arange(1.0, 1.0 + 4 * 3).view(4, 3)  # the same on both ranks
+        (gathered * scale).sum().backward()
+        torch.save({"gathered": gathered.detach(), "grad": rows.grad}, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.multiproc
+def test_gathered_negatives_come_from_every_rank_and_send_gradients_back(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_gather_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    scale = torch.arange(1.0, 13.0).view(4, 3)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        torch.testing.assert_close(got["gathered"], torch.cat([torch.full((2, 3), 1.0), torch.full((2, 3), 2.0)]))
+        # both ranks' losses use this rank's rows: its gradient is the sum of their scales
+        torch.testing.assert_close(got["grad"], 2 * scale[2 * rank : 2 * rank + 2])

@@ -80,7 +80,8 @@ class EncodedItems:
         try:
             encoded = BatchBuilder(sub, (), None)(items, source)
         except DataError as exc:
-            raise DataError(str(exc).replace(_UNBOUNDED_HINT, "") + " (in the item table of data.sampler; fix the table)") from None
+            text = str(exc).replace(_UNBOUNDED_HINT, "").replace(" rows of this batch", " rows of the table")
+            raise DataError(f"{text} (in the item table of data.sampler; fix the table)") from None
         self.num_items = items.num_rows
         dense_index = {f.name: j for j, f in enumerate(specs.dense)}
         self._dense_columns = np.array([dense_index[n] for n in self.dense_names], dtype=np.int64)

@@ -12,7 +12,8 @@ With ``similarity = "cosine"`` both embeddings are L2-normalised. The outputs:
   similarity with a negative sampler), ``/ temperature``, which ``sampled_softmax`` and
   ``recall_at_k`` / ``hit_rate_at_k`` with ``sampled = true`` read. The sampled items are the
   batch's rows after its own ``B = batch.weights.shape[0]`` (see :mod:`tzrun.data.sampling`); the
-  item tower runs on all ``B + N`` rows, the user tower on the first ``B``;
+  item tower runs on all ``B + N`` rows, the user tower on the first ``B``; with
+  ``gather_negatives``, every rank's sampled items are the negatives (``[B, 1 + world_size * N]``);
 * ``user_embedding`` and ``item_embedding`` (``[B, output_dim]``).
 
 One embedding collection serves both towers, so a table may be shared across them (an item id
@@ -46,6 +47,9 @@ class DSSMConfig:
         similarity: ``"cosine"`` (L2-normalised embeddings) or ``"inner_product"``.
         temperature: the similarity is divided by it (with cosine, 0.05-0.2 lets the softmax
             be sharp enough; a loss's own ``temperature`` divides again).
+        gather_negatives: with ``[data.sampler]`` on several ranks, score every row against the
+            sampled items of every rank (their embeddings are all-gathered, gradients flow back):
+            ``sampled_similarity`` is ``[B, 1 + world_size * N]``. The same on one process.
     """
 
     user_features: tuple[str, ...] = attrs.field(validator=non_empty)
@@ -55,6 +59,7 @@ class DSSMConfig:
     output_dim: int = attrs.field(default=64, validator=attrs.validators.ge(1))
     similarity: Literal["cosine", "inner_product"] = "cosine"
     temperature: float = attrs.field(default=0.1, validator=attrs.validators.gt(0.0))
+    gather_negatives: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
@@ -89,7 +94,7 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
     from torch.nn import functional as F
     from torchrec import EmbeddingBagCollection
 
-    from tzrun_plugins.models import _order
+    from tzrun_plugins.models import _gather, _order
 
     problems = _tower_problems(cfg, ctx)
     if problems:
@@ -134,6 +139,8 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             user = self.user_tower(batch.dense, embedded, rows)
             items = self.item_tower(batch.dense, embedded)
             item, sampled = items[:rows], items[rows:]
+            if cfg.gather_negatives:
+                sampled = _gather.gather_rows(sampled)
             own = (user * item).sum(dim=1, keepdim=True)
             return {
                 "similarity": user @ item.t() / cfg.temperature,
