@@ -239,11 +239,13 @@ class ItemSampler(Protocol):
     def num_negatives(self) -> int:
         """Items drawn per batch."""
 
-    def sample(self, rng: Any) -> Any:
+    def sample(self, rng: Any, batch: pa.Table) -> Any:
         """The rows of :attr:`items` drawn for one batch: an int64 numpy array of
         :attr:`num_negatives` row indices. ``rng`` is the batch's ``numpy.random.Generator``
         (seeded by the core from the run's seed, the rank, the pass and the step), the only
-        source of randomness a sampler may use, so that a resumed run draws the same items."""
+        source of randomness a sampler may use, so that a resumed run draws the same items.
+        ``batch`` holds the batch's input rows of positive sample weight (its positives; no
+        rows for a padding batch), for a sampler that leaves them out."""
 
 
 @attrs.define

@@ -58,7 +58,7 @@ def _sampler(tmp_path: Path, table: pa.Table | None = None, **options) -> Negati
 
 def _counts(sampler: NegativeSampler, batches: int = 4000) -> np.ndarray:
     rng = np.random.default_rng(0)
-    draws = np.concatenate([sampler.sample(rng) for _ in range(batches)])
+    draws = np.concatenate([sampler.sample(rng, pa.table({})) for _ in range(batches)])
     return np.bincount(draws, minlength=sampler.items.num_rows)
 
 
@@ -157,7 +157,7 @@ def test_sampled_items_carry_their_looked_up_features_after_the_batch(tmp_path):
     builder = NegativesBuilder(plain, sampler, seed=3, rank=0)
     batch = builder.build_at(_queries(), "train.parquet", epoch=0, index=4)
     own = plain(_queries(), "train.parquet")
-    rows = sampler.sample(builder.rng(0, 4))
+    rows = sampler.sample(builder.rng(0, 4), _queries())
     # the sampled items, encoded as if they were rows of the input, without the user's features
     expected = BatchBuilder(specs, [], None)(
         _items().take(pa.array(rows)).append_column("user_id", pa.nulls(8, pa.int64()))
@@ -217,3 +217,26 @@ def test_batches_and_their_negatives_are_the_same_read_whole_or_resumed(tmp_path
     assert read(workers, epoch=1) != whole
     # a batch's negatives belong to the batch: workers change the order batches arrive in, not them
     assert sorted(read(workers, shuffle=0)) == sorted(read(0, shuffle=0))
+
+
+def test_the_batch_items_are_left_out_and_the_rest_keep_their_proportions(tmp_path):
+    weighted = _sampler(tmp_path, weight="popularity")
+    batch = pa.table({"item_id": pa.array([0, 4, 4, 19, 77])})  # 77 is no item of the table
+    rng = np.random.default_rng(0)
+    draws = np.concatenate([weighted.sample(rng, batch) for _ in range(4000)])
+    counts = np.bincount(draws, minlength=NUM_ITEMS)
+    assert counts[[0, 4, 19]].sum() == 0
+    rest = np.setdiff1d(np.arange(NUM_ITEMS), [0, 4, 19])
+    p = np.arange(1, NUM_ITEMS + 1)[rest] / np.arange(1, NUM_ITEMS + 1)[rest].sum()
+    assert _chi_square(counts[rest], p) < LOOSE
+    kept = _sampler(tmp_path, weight="popularity", exclude_batch_items=False)
+    assert np.isin(np.concatenate([kept.sample(rng, batch) for _ in range(100)]), [0, 4, 19]).any()
+    with pytest.raises(DataError, match=r"exclude_batch_items needs the input column 'item_id' \(data\.sampler\.item_id\)"):
+        weighted.sample(rng, pa.table({"other": pa.array([1])}))
+
+
+def test_only_rows_of_positive_weight_count_as_the_batch_items(tmp_path):
+    builder = NegativesBuilder(BatchBuilder(feature_specs(FEATURES), ["label"], "w"), _sampler(tmp_path), seed=0, rank=0)
+    rows = _queries(2).append_column("w", pa.array([1.0, 0.0], type=pa.float32()))  # items 3 (clicked) and 4
+    drawn = np.concatenate([_jagged(builder.build_at(rows, "f", 0, i), "item_id")[1][2:] for i in range(200)])
+    assert 3 not in drawn and 4 in drawn

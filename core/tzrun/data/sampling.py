@@ -136,7 +136,7 @@ class NegativesBuilder:
 
     def build_at(self, table: pa.Table | pa.RecordBatch, source: str, epoch: int, index: int) -> "Batch":
         """The batch of ``table`` (step ``index`` of pass ``epoch``) with its sampled items."""
-        return self.append(self.builder(table, source), self.rng(epoch, index))
+        return self.append(self.builder(table, source), self.rng(epoch, index), self._positives(table))
 
     def __call__(self, table: pa.Table | pa.RecordBatch, source: str) -> "Batch":
         """The batch of ``table`` with the items of step 0 of pass 0 (callers that know the
@@ -145,16 +145,27 @@ class NegativesBuilder:
 
     def padding(self, skipped: Any = None) -> "Batch":
         """A weight-0 padding batch, with sampled items like every other batch."""
-        return self.append(self.builder.padding(skipped), self.rng(0, _PADDING_INDEX))
+        return self.append(self.builder.padding(skipped), self.rng(0, _PADDING_INDEX), pa.table({}))
 
-    def append(self, batch: "Batch", rng: np.random.Generator) -> "Batch":
-        """``batch`` with the items ``rng`` draws appended to its dense and sparse rows."""
+    def _positives(self, table: pa.Table | pa.RecordBatch) -> pa.Table:
+        """The rows of ``table`` with a positive sample weight (all rows without a weight column)."""
+        import pyarrow.compute as pc
+
+        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        name = self.builder.sample_weight
+        if not name or name not in table.column_names:
+            return table
+        return table.filter(pc.fill_null(pc.greater(table.column(name), 0), False))
+
+    def append(self, batch: "Batch", rng: np.random.Generator, positives: pa.Table) -> "Batch":
+        """``batch`` with the items ``rng`` draws appended to its dense and sparse rows;
+        ``positives`` are the batch's input rows of positive weight (see :meth:`ItemSampler.sample`)."""
         import torch
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
         from tzrun.data.batch import Batch
 
-        rows = np.asarray(self.sampler.sample(rng), dtype=np.int64)
+        rows = np.asarray(self.sampler.sample(rng, positives), dtype=np.int64)
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= self.items.num_items)):
             raise DataError(f"{self.sampler.source}: the sampler returned rows outside [0, {self.items.num_items})")
         kjt = batch.sparse

@@ -3,7 +3,9 @@
 TorchEasyRec's ``negative_sampler`` in tzrec-run's terms. The item table is one file (or a
 directory of Parquet files) with one row per item: an id column, the item-side feature columns
 named as in the training input, and optionally a weight column. Every batch draws
-``num_negatives`` rows **with replacement**, shared by all rows of the batch:
+``num_negatives`` rows **with replacement**, shared by all rows of the batch, leaving out the
+batch's own items (its rows of positive sample weight; ``exclude_batch_items``), as TorchEasyRec's
+sampler draws "items not in batch":
 
 * uniformly, ``P(item) = 1 / num_items``;
 * or by popularity, ``P(item) = w_item^p / sum_j w_j^p`` with ``w`` the ``weight`` column
@@ -56,6 +58,11 @@ class NegativeSamplerConfig:
             taken from its first row); for a table that lists an item once per interaction.
         weight_power: weights are raised to this power first (1: proportional to popularity;
             0.75: word2vec's smoothing).
+        exclude_batch_items: never draw an item that is the positive of a row of the batch
+            (a row of positive sample weight); draws that hit one are drawn again, from the
+            same distribution, up to 100 times. The input must have the ``item_id`` column
+            (as a feature's column). ``false``: items are drawn regardless, and a row's own item
+            can be among its negatives.
         format: ``"auto"`` (by the file name: CSV for ``.csv``/``.tsv``/``.txt``, else
             Parquet), ``"parquet"`` or ``"csv"``.
         delimiter: the CSV field delimiter.
@@ -69,6 +76,7 @@ class NegativeSamplerConfig:
     weight: Optional[str] = None
     weight_by_count: bool = False
     weight_power: float = attrs.field(default=1.0, validator=attrs.validators.gt(0.0))
+    exclude_batch_items: bool = True
     format: Literal["auto", "parquet", "csv"] = "auto"
     delimiter: str = attrs.field(default=",", validator=_one_char)
     column_types: Mapping[str, str] = attrs.field(factory=dict)
@@ -146,6 +154,8 @@ class NegativeSampler:
             cdf = np.cumsum(weights)
             self._cdf = cdf / cdf[-1]
         self._items = table
+        self._ids = table.column(cfg.item_id).combine_chunks()
+        self._probabilities = self.probabilities()
 
     def _column(self, table: Any, name: str, where: str) -> Any:
         if name not in table.column_names:
@@ -215,14 +225,44 @@ class NegativeSampler:
             return np.full(self._items.num_rows, 1.0 / self._items.num_rows)
         return np.diff(self._cdf, prepend=0.0)
 
-    def sample(self, rng: Any) -> Any:
-        """``num_negatives`` row indices of :attr:`items`, drawn with replacement with ``rng``."""
+    def _draw(self, rng: Any, count: int) -> Any:
         import numpy as np
 
         if self._cdf is None:
-            return rng.integers(0, self._items.num_rows, size=self.cfg.num_negatives, dtype=np.int64)
-        rows = np.searchsorted(self._cdf, rng.random(self.cfg.num_negatives), side="right")
+            return rng.integers(0, self._items.num_rows, size=count, dtype=np.int64)
+        rows = np.searchsorted(self._cdf, rng.random(count), side="right")
         return np.minimum(rows, len(self._cdf) - 1).astype(np.int64)
+
+    def _batch_rows(self, batch: Any) -> Any:
+        """The item-table rows of the ids in ``batch``'s ``item_id`` column (ids not in the table left out)."""
+        import pyarrow.compute as pc
+
+        name = self.cfg.item_id
+        if name not in batch.column_names:
+            raise DataError(f"{self._source}: data.sampler.exclude_batch_items needs the input column '{name}' "
+                            "(data.sampler.item_id), which the run does not read; make it a feature's column, "
+                            "or set exclude_batch_items = false")
+        found = pc.index_in(batch.column(name).combine_chunks(), value_set=self._ids).drop_null()
+        return found.to_numpy(zero_copy_only=False)
+
+    def sample(self, rng: Any, batch: Any = None) -> Any:
+        """``num_negatives`` row indices of :attr:`items`, drawn with replacement with ``rng``;
+        with ``exclude_batch_items``, none of the items of ``batch`` (its positives)."""
+        import numpy as np
+
+        rows = self._draw(rng, self.cfg.num_negatives)
+        if not self.cfg.exclude_batch_items or batch is None or batch.num_rows == 0:
+            return rows
+        excluded = np.zeros(self._items.num_rows, dtype=bool)
+        excluded[self._batch_rows(batch)] = True
+        if not excluded.any() or self._probabilities[~excluded].sum() <= 0:
+            return rows  # nothing to leave out, or nothing else could be drawn
+        for _ in range(100):
+            hit = excluded[rows]
+            if not hit.any():
+                break
+            rows[hit] = self._draw(rng, int(hit.sum()))
+        return rows
 
 
 def build_negative_sampler(cfg: NegativeSamplerConfig) -> NegativeSampler:
