@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -240,3 +241,20 @@ def test_only_rows_of_positive_weight_count_as_the_batch_items(tmp_path):
     rows = _queries(2).append_column("w", pa.array([1.0, 0.0], type=pa.float32()))  # items 3 (clicked) and 4
     drawn = np.concatenate([_jagged(builder.build_at(rows, "f", 0, i), "item_id")[1][2:] for i in range(200)])
     assert 3 not in drawn and 4 in drawn
+
+
+def test_id_weights_of_sampled_items_come_from_the_table_in_a_weighted_run(tmp_path):
+    features = attrs.evolve(FEATURES, sparse=(
+        *FEATURES.sparse[:3], attrs.evolve(FEATURES.sparse[3], weight_column="tag_w")))
+    specs = feature_specs(features)
+    tag_w = pa.array([[0.5, 2.0][: i % 3] for i in range(NUM_ITEMS)], type=pa.list_(pa.float32()))
+    sampler = _sampler(tmp_path, _items().append_column("tag_w", tag_w), exclude_batch_items=False)
+    queries = _queries().append_column("tag_w", pa.array([[1.5]] * 5, type=pa.list_(pa.float32())))
+    batch = NegativesBuilder(BatchBuilder(specs, ["label"], None), sampler, 0, 0).build_at(queries, "f", 0, 0)
+    rows = sampler.sample(np.random.Generator(np.random.PCG64([0, 0, 0, 0])), queries)
+    tags = batch.sparse["tags"]
+    expected = [w for r in rows for w in [0.5, 2.0][: r % 3]]
+    assert tags.weights().tolist() == [1.5] * 5 + expected
+    assert batch.sparse["item_id"].weights().tolist() == [1.0] * (5 + 8)  # unweighted features weigh 1
+    with pytest.raises(DataError, match=r"column 'tag_w' \(the weight_column of feature 'tags'\) is missing from the item table"):
+        NegativesBuilder(BatchBuilder(specs, ["label"], None), _sampler(tmp_path), 0, 0)

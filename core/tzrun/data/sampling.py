@@ -161,35 +161,44 @@ class NegativesBuilder:
         """``batch`` with the items ``rng`` draws appended to its dense and sparse rows;
         ``positives`` are the batch's input rows of positive weight (see :meth:`ItemSampler.sample`)."""
         import torch
-        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
         from tzrun.data.batch import Batch
 
         rows = np.asarray(self.sampler.sample(rng, positives), dtype=np.int64)
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= self.items.num_items)):
             raise DataError(f"{self.sampler.source}: the sampler returned rows outside [0, {self.items.num_items})")
-        kjt = batch.sparse
-        keys = kjt.keys()
-        own = kjt.lengths().view(len(keys), -1) if keys else kjt.lengths()
-        own_values = torch.split(kjt.values(), kjt.length_per_key())
-        own_weights = torch.split(kjt.weights(), kjt.length_per_key()) if kjt.weights_or_none() is not None else None
-        values, lengths, weights = [], [], []
-        for k, name in enumerate(keys):
-            item_lengths, item_values, item_weights = self.items.jagged(name, rows)
-            lengths += [own[k], torch.from_numpy(item_lengths).to(own.dtype)]
-            values += [own_values[k], torch.from_numpy(item_values)]
-            if own_weights is not None:
-                extra = item_weights if item_weights is not None else np.ones(item_values.size, dtype=np.float32)
-                weights += [own_weights[k], torch.from_numpy(extra)]
-        sparse = KeyedJaggedTensor(
-            keys=keys,
-            values=torch.cat(values) if values else kjt.values(),
-            lengths=torch.cat(lengths) if lengths else kjt.lengths(),
-            weights=torch.cat(weights) if own_weights is not None else None,
-            stride=kjt.stride() + rows.size,
-        )
         dense = torch.cat([batch.dense, torch.from_numpy(self.items.dense(rows))])
+        sparse = _append_rows(batch.sparse, self.items, rows)
         return Batch(dense, sparse, batch.labels, batch.weights, batch.num_rows, batch.groups, batch.skipped)
+
+
+def _append_rows(kjt: Any, items: EncodedItems, rows: np.ndarray) -> Any:
+    """``kjt`` with the ids of the items ``rows`` after its own rows, key by key."""
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    keys = kjt.keys()
+    if not keys:
+        return KeyedJaggedTensor(keys=[], values=kjt.values(), lengths=kjt.lengths(), stride=kjt.stride() + rows.size)
+    own_lengths = kjt.lengths().view(len(keys), -1)
+    own_values = torch.split(kjt.values(), kjt.length_per_key())
+    weighted = kjt.weights_or_none() is not None
+    own_weights = torch.split(kjt.weights(), kjt.length_per_key()) if weighted else ()
+    values, lengths, weights = [], [], []
+    for k, name in enumerate(keys):
+        item_lengths, item_values, item_weights = items.jagged(name, rows)
+        lengths += [own_lengths[k], torch.from_numpy(item_lengths).to(own_lengths.dtype)]
+        values += [own_values[k], torch.from_numpy(item_values)]
+        if weighted:
+            extra = item_weights if item_weights is not None else np.ones(item_values.size, dtype=np.float32)
+            weights += [own_weights[k], torch.from_numpy(extra)]
+    return KeyedJaggedTensor(
+        keys=keys,
+        values=torch.cat(values) if values else kjt.values(),
+        lengths=torch.cat(lengths) if lengths else kjt.lengths(),
+        weights=torch.cat(weights) if weighted else None,
+        stride=kjt.stride() + rows.size,
+    )
 
 
 def with_negatives(builder: BatchBuilder, cfg: "RunConfig", registries: "Registries", rank: int) -> Any:
