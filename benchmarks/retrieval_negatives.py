@@ -9,13 +9,15 @@ Three runs train the same model on the same data (``examples/dssm_taobao.toml`` 
 * ``sampled_uniform``: ``sampled_softmax`` over ``--num-negatives`` ads drawn uniformly from
   ``items.parquet``;
 * ``sampled_popularity``: the same, ads drawn by their share of impressions (``weight =
-  "popularity"``), as TorchEasyRec's negative sampler draws by its weight column.
+  "popularity"``), as TorchEasyRec's negative sampler draws by its weight column;
+* ``sampled_popularity_keep_batch_items``: the same with ``exclude_batch_items = false`` (the
+  other runs leave the batch's clicked ads out of the draws, as TorchEasyRec does).
 
 Then ``tzrec-run evaluate`` scores each final checkpoint on the same eval rows three ways:
 recall@k among the clicked ads of the eval batch (``in_batch = true``, 2,048 rows per batch),
 and among 1 + ``--eval-negatives`` ads drawn for each eval batch uniformly and by popularity
-(``sampled = true``; the draws are the same for every model: they depend on the seed and the
-step only). Random ranking gives k / 512 and k / (1 + eval negatives).
+(``sampled = true``, leaving out the batch's clicked ads; the draws are the same for every
+model: they depend on the seed, the step and the eval rows only). Random ranking gives k / 512 and k / (1 + eval negatives).
 
     python benchmarks/retrieval_negatives.py                   # 200k rows, 2 epochs, 1024 negatives
     python benchmarks/retrieval_negatives.py --rows 50000 --epochs 1
@@ -65,14 +67,15 @@ def ensure_data(data: Path, rows: int) -> None:
     run(["data", "synth", "taobao", "--rows", str(rows), "--out", str(data)])
 
 
-def sampler(data: Path, negatives: int, weighted: bool) -> str:
-    """A ``--set`` of ``[data.sampler]``: ``negatives`` ads from items.parquet, by popularity or uniformly."""
+def sampler(data: Path, negatives: int, weighted: bool, exclude: bool = True) -> str:
+    """A ``--set`` of ``[data.sampler]``: ``negatives`` ads from items.parquet, by popularity or
+    uniformly, leaving out the batch's clicked ads unless ``exclude`` is false."""
     weight = ', weight = "popularity"' if weighted else ""
     return (f'data.sampler={{type = "negative", item_table = "{data / "items.parquet"}", item_id = "adgroup_id", '
-            f"num_negatives = {negatives}{weight}}}")
+            f"num_negatives = {negatives}{weight}, exclude_batch_items = {str(exclude).lower()}}}")
 
 
-def train(name: str, data: Path, out: Path, epochs: int, negatives: int, weighted: bool | None) -> float:
+def train(name: str, data: Path, out: Path, epochs: int, negatives: int, weighted: bool | None, exclude: bool) -> float:
     """Train run ``name``: in-batch (``weighted`` None) or with sampled negatives; its seconds."""
     overrides = [
         f'data.train_input="{data / "train"}"', f'data.eval_input="{data / "eval"}"',
@@ -81,7 +84,7 @@ def train(name: str, data: Path, out: Path, epochs: int, negatives: int, weighte
     config = IN_BATCH
     if weighted is not None:
         config = SAMPLED
-        overrides.append(sampler(data, negatives, weighted))
+        overrides.append(sampler(data, negatives, weighted, exclude))
     started = time.perf_counter()
     run(["train", str(config), "--overwrite", *sets(*overrides)])
     return time.perf_counter() - started
@@ -110,10 +113,15 @@ def main() -> None:
     args = parser.parse_args()
     ensure_data(args.data, args.rows)
     out = args.out or Path(tempfile.mkdtemp(prefix="retrieval_negatives_"))
-    runs = {"in_batch": None, "sampled_uniform": False, "sampled_popularity": True}
+    runs = {  # name: (weighted, exclude_batch_items) of the training sampler
+        "in_batch": (None, True),
+        "sampled_uniform": (False, True),
+        "sampled_popularity": (True, True),
+        "sampled_popularity_keep_batch_items": (True, False),
+    }
     rows = []
-    for name, weighted in runs.items():
-        seconds = train(name, args.data, out, args.epochs, args.num_negatives, weighted)
+    for name, (weighted, exclude) in runs.items():
+        seconds = train(name, args.data, out, args.epochs, args.num_negatives, weighted, exclude)
         uniform = evaluate(name, args.data, out, args.eval_negatives, weighted=False)
         popular = evaluate(name, args.data, out, args.eval_negatives, weighted=True)
         rows.append((name, seconds, uniform, popular))

@@ -114,6 +114,7 @@ def test_a_csv_item_table_reads_like_parquet(tmp_path):
     (_items(), {"weight": "clicks"}, r"items\.parquet: column 'clicks' \(data\.sampler\.weight\) is missing"),
     (_items(popularity=pa.array(["a"] * NUM_ITEMS)), {"weight": "popularity"}, r"column 'popularity' \(data\.sampler\.weight\) has type string; expected numbers"),
     (_items(popularity=pa.array([1.0] * 19 + [-2.0])), {"weight": "popularity"}, r"column 'popularity' .* 1 null, negative, NaN or infinite weight\(s\) \(first: -2\.0\)"),
+    (_items(popularity=pa.array([1.0] * 18 + [None, None], type=pa.float64())), {"weight": "popularity"}, r"has 2 null, negative, NaN or infinite weight\(s\) \(first: null\)"),
     (_items(popularity=pa.array([0.0] * NUM_ITEMS)), {"weight": "popularity"}, r"is 0 for every item"),
     (_items(item_id=pa.array([1, 1] + list(range(2, 20)))), {}, r"column 'item_id' \(data\.sampler\.item_id\) lists 1 id\(s\) more than once \(first: 1\).*weight_by_count"),
     (_items(item_id=pa.array([None] + list(range(1, 20)), type=pa.int64())), {}, r"column 'item_id' .* has 1 null id"),

@@ -127,17 +127,16 @@ class NegativeSampler:
 
     Args:
         cfg: the sampler's options.
-        table: the item table as read (default: read from ``cfg.item_table``).
 
     Raises:
         DataError: naming the file and the column, for a bad table.
     """
 
-    def __init__(self, cfg: NegativeSamplerConfig, table: Any = None) -> None:
+    def __init__(self, cfg: NegativeSamplerConfig) -> None:
         import numpy as np
 
         self.cfg = cfg
-        table = read_item_table(cfg) if table is None else table
+        table = read_item_table(cfg)
         self._source = cfg.item_table
         ids = self._column(table, cfg.item_id, "data.sampler.item_id")
         if table.num_rows == 0:
@@ -195,7 +194,7 @@ class NegativeSampler:
         if column.null_count or bad.any():
             first = "null" if column.null_count else values[bad][0]
             raise DataError(f"{self._source}: column '{cfg.weight}' (data.sampler.weight) has "
-                            f"{column.null_count + int(bad.sum())} null, negative, NaN or infinite weight(s) "
+                            f"{int(bad.sum())} null, negative, NaN or infinite weight(s) "
                             f"(first: {first}); weights must be finite and >= 0")
         if not values.sum() > 0:
             raise DataError(f"{self._source}: column '{cfg.weight}' (data.sampler.weight) is 0 for every item; "
