@@ -259,3 +259,19 @@ def test_id_weights_of_sampled_items_come_from_the_table_in_a_weighted_run(tmp_p
     assert batch.sparse["item_id"].weights().tolist() == [1.0] * (5 + 8)  # unweighted features weigh 1
     with pytest.raises(DataError, match=r"column 'tag_w' \(the weight_column of feature 'tags'\) is missing from the item table"):
         NegativesBuilder(BatchBuilder(specs, ["label"], None), _sampler(tmp_path), 0, 0)
+
+
+def test_the_synthetic_taobao_item_table_matches_its_rows(tmp_path):
+    from tzrun.data.synth_taobao import synth_taobao
+
+    synth_taobao(tmp_path, rows=20_000, eval_rows=1000, seed=3)
+    items = pq.read_table(tmp_path / "items.parquet")
+    assert items.column("adgroup_id").to_pylist() == list(range(items.num_rows))
+    popularity = items.column("popularity").to_numpy()
+    assert (popularity >= 0).all() and popularity.sum() == pytest.approx(1.0)
+    train = pq.read_table(tmp_path / "train")
+    ads = train.column("adgroup_id").to_numpy()
+    for name in ("cate_id", "campaign_id", "customer", "brand", "price", "item_ctr_7d"):
+        np.testing.assert_array_equal(items.column(name).to_numpy()[ads], train.column(name).to_numpy(), err_msg=name)
+    shown = np.bincount(ads, minlength=items.num_rows) / ads.size
+    assert np.corrcoef(shown, popularity)[0, 1] > 0.9  # popularity is the share of impressions
