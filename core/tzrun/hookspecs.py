@@ -242,6 +242,20 @@ def tzrun_register_readers(register: RegisterReaders) -> None:
     """
 
 
+@hookspec
+def tzrun_register_samplers(register: Register) -> None:
+    """Register item samplers by name (``[data.sampler] type = ...``): where a two-tower model's
+    sampled negatives come from.
+
+    Called once per run, on every rank, before the config's component sections are checked.
+    Call ``register(name, config=..., build=...)``; ``build(cfg)`` returns a
+    :class:`tzrun.ItemSampler`: the item table (one row per item, its columns named like the
+    input's) and, per batch, the rows to take as negatives. The core looks up the sampled
+    items' features in that table and appends them to the batch (see
+    :mod:`tzrun.data.sampling`); a sampler never sees the model.
+    """
+
+
 # ----------------------------------------------------------------------------------------------
 # lifecycle hooks
 

@@ -30,6 +30,7 @@ __all__ = [
     "ModelContext",
     "RowGroup",
     "Reader",
+    "ItemSampler",
     "RunContext",
     "StepInfo",
     "TrainLog",
@@ -263,6 +264,34 @@ class Reader(Protocol):
     ) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, stop)`` of ``group``, only ``columns``, as record batches in order.
         Raises ``DataError`` naming the file and the column when a column is missing."""
+
+
+class ItemSampler(Protocol):
+    """What a sampler plugin's ``build(cfg)`` returns (``[data.sampler]``): an item table and a
+    way to draw negatives from it. The core encodes the table's feature columns once, with the
+    run's ``[features]`` (those whose input column the table has), and appends the drawn items
+    to every batch (see :mod:`tzrun.data.sampling`)."""
+
+    @property
+    def source(self) -> str:
+        """The item table's file, named in errors."""
+
+    @property
+    def items(self) -> pa.Table:
+        """One row per item; the columns are named like the input's (an id column and the
+        item-side feature columns), and every other column is ignored."""
+
+    @property
+    def num_negatives(self) -> int:
+        """Items drawn per batch."""
+
+    def sample(self, rng: Any, batch: pa.Table) -> Any:
+        """The rows of :attr:`items` drawn for one batch: an int64 numpy array of
+        :attr:`num_negatives` row indices. ``rng`` is the batch's ``numpy.random.Generator``
+        (seeded by the core from the run's seed, the rank, the pass and the step), the only
+        source of randomness a sampler may use, so that a resumed run draws the same items.
+        ``batch`` holds the batch's input rows of positive sample weight (its positives; no
+        rows for a padding batch), for a sampler that leaves them out."""
 
 
 @attrs.define

@@ -294,6 +294,8 @@ class _Resolver:
     def run(self, data: Mapping[str, Any]) -> None:
         data_section = _table(data.get("data"))
         self.slot(data_section.get("reader", schema_default(DataConfig, "reader")), "data.reader", "data.reader")
+        if "sampler" in data_section:
+            self.slot(data_section["sampler"], "data.sampler", "data.sampler")
         if "model" in data:
             self.slot(data["model"], "model", "model")
         train = _table(data.get("train"))
@@ -434,7 +436,7 @@ class _Resolver:
         stages = tuple(f[f"train.stages[{i}]"] for i in range(len(train.stages)))
         return attrs.evolve(
             config,
-            data=attrs.evolve(config.data, reader=f["data.reader"]),
+            data=attrs.evolve(config.data, reader=f["data.reader"], sampler=f.get("data.sampler")),
             model=f["model"],
             train=attrs.evolve(
                 train,

@@ -214,6 +214,10 @@ class DataConfig:
             barriers, costing about twice its CPU time; at a lower priority reading runs in
             the step's idle moments instead. See docs/data.md, Reading in the training
             process or in workers.
+        sampler: where a two-tower model's sampled negatives come from (``{ type =
+            "negative", item_table = "...", ... }``; default: none, in-batch negatives only).
+            Each batch, training and evaluation alike, carries that many sampled items after
+            its own rows. See docs/retrieval.md.
     """
 
     train_input: str
@@ -228,6 +232,7 @@ class DataConfig:
     shuffle_buffer_rows: int = attrs.field(default=0, validator=_non_negative)
     prefetch_batches: int = attrs.field(default=2, validator=_non_negative)
     reader_nice: int = attrs.field(default=10, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(19)))
+    sampler: Optional[Component] = None
 
 
 @attrs.frozen

@@ -42,6 +42,7 @@ class Slot:
 COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
     "model": Slot("model"),
     "data.reader": Slot("reader"),
+    "data.sampler": Slot("sampler"),
     "train.sparse_optimizer": Slot("sparse_optimizer", SparseOptimizerFields),
     "train.sparse_optimizer.lr_schedule": Slot("lr_scheduler"),
     "train.dense_optimizer": Slot("dense_optimizer", DenseOptimizerFields),

@@ -68,7 +68,10 @@ class Batch(Pipelineable):
     """One batch of rows on one rank; TorchRec's train pipelines move it between devices.
 
     Attributes:
-        dense: ``[rows, num_dense_features]`` float32, in ``features.dense`` order.
+        dense: ``[rows, num_dense_features]`` float32, in ``features.dense`` order. With
+            ``[data.sampler]``, ``dense`` and ``sparse`` have ``num_negatives`` more rows than
+            ``weights``: the sampled items, after the batch's own rows
+            (:mod:`tzrun.data.sampling`).
         sparse: the id features, one key per ``features.sparse`` entry.
         labels: each label column as ``[rows]`` float32.
         weights: ``[rows]`` float32 sample weights; 0 marks padding rows, which every loss and

@@ -290,7 +290,11 @@ class BatchStream:
         split: this rank's rows.
         batch_size: rows per batch.
         columns: input columns to read.
-        builder: turns an Arrow table into a :class:`~tzrun.data.batch.Batch`.
+        builder: turns an Arrow table into a :class:`~tzrun.data.batch.Batch`:
+            ``builder(table, source)``, or, when it has one, ``builder.build_at(table, source,
+            epoch, index)`` with the batch's pass and its index in the rank's pass (the same
+            whether a pass is read whole, resumed, or by DataLoader workers; see
+            :class:`~tzrun.data.sampling.NegativesBuilder`).
     """
 
     def __init__(
@@ -321,6 +325,13 @@ class BatchStream:
         """
         if first >= last:
             return
+        build_at = getattr(self.builder, "build_at", None)
+        for index, (table, source) in enumerate(self._iter_tables(first, last, origin, epoch), first):
+            yield self.builder(table, source) if build_at is None else build_at(table, source, epoch, index)
+
+    def _iter_tables(self, first: int, last: int, origin: int | None, epoch: int) -> Iterator[tuple[pa.Table, str]]:
+        """The rows of batches ``first`` to ``last - 1`` (see :meth:`iter_run`), one table per
+        batch, each with the file(s) it came from."""
         if self.shuffle is None:
             yield from self._iter_rows(first * self.batch_size, min(last * self.batch_size, self.split.num_rows))
             return
@@ -329,8 +340,8 @@ class BatchStream:
                 continue
             yield from self._iter_window(w0, w1, max(first, w0), epoch)
 
-    def _iter_window(self, w0: int, w1: int, first: int, epoch: int) -> Iterator[Any]:
-        """The batches ``first`` to ``w1 - 1`` of the shuffled window of batches ``[w0, w1)``."""
+    def _iter_window(self, w0: int, w1: int, first: int, epoch: int) -> Iterator[tuple[pa.Table, str]]:
+        """The rows of the batches ``first`` to ``w1 - 1`` of the shuffled window of batches ``[w0, w1)``."""
         assert self.shuffle is not None
         lo, hi = w0 * self.batch_size, min(w1 * self.batch_size, self.split.num_rows)
         parts, sources = [], []
@@ -341,7 +352,7 @@ class BatchStream:
         order = self.shuffle.permutation(epoch, _global_row(self.split.rows, lo), hi - lo)
         window = pa.Table.from_batches(parts).take(pa.array(order[(first - w0) * self.batch_size :]))
         for start in range(0, window.num_rows, self.batch_size):
-            yield self.builder(window.slice(start, self.batch_size), source)
+            yield window.slice(start, self.batch_size), source
 
     def _iter_record_batches(self, row: int, stop_row: int) -> Iterator[tuple[pa.RecordBatch, str]]:
         """Rows ``[row, stop_row)`` of this rank as the reader's record batches, in order,
@@ -356,8 +367,8 @@ class BatchStream:
             for record_batch in self.reader.read(segment.group, start, start + (hi - lo), self.columns):
                 yield record_batch, segment.group.path
 
-    def _iter_rows(self, row: int, stop_row: int) -> Iterator[Any]:
-        """Rows ``[row, stop_row)`` of this rank in order, cut into batches."""
+    def _iter_rows(self, row: int, stop_row: int) -> Iterator[tuple[pa.Table, str]]:
+        """Rows ``[row, stop_row)`` of this rank in order, cut into batches' tables."""
         pending: list[pa.RecordBatch] = []
         pending_rows, source = 0, ""
         for record_batch, source in self._iter_record_batches(row, stop_row):
@@ -365,12 +376,12 @@ class BatchStream:
             pending_rows += record_batch.num_rows
             while pending_rows >= self.batch_size:
                 table = pa.Table.from_batches(pending)
-                yield self.builder(table.slice(0, self.batch_size), source)
+                yield table.slice(0, self.batch_size), source
                 rest = table.slice(self.batch_size)
                 pending = rest.to_batches()
                 pending_rows = rest.num_rows
         if pending_rows:
-            yield self.builder(pa.Table.from_batches(pending), source)
+            yield pa.Table.from_batches(pending), source
 
     def torch_dataset(
         self, runs: Sequence[tuple[int, int]], origins: Sequence[int] | None = None, epoch: int = 0

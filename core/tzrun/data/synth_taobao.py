@@ -10,6 +10,7 @@ Layout written by :func:`synth_taobao`::
 
     out_dir/train/part-00000.parquet, ...
     out_dir/eval/part-00000.parquet, ...
+    out_dir/items.parquet         # one row per ad: its features and popularity (data.sampler)
     out_dir/synth.json            # the TaobaoSynthReport plus a description of the model
 
 Columns (in this order), none null:
@@ -66,6 +67,7 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
+from tzrun.data.synth_taobao_items import write_taobao_items
 from tzrun.data.synth import (
     _auc,
     _block_rng,
@@ -504,6 +506,7 @@ def synth_taobao(
     model = _build_model(seed)
     train = _write_split(model, seed, _SPLIT_TRAIN, out / "train", rows, rows_per_file, row_group_size)
     evaluation = _write_split(model, seed, _SPLIT_EVAL, out / "eval", eval_rows, rows_per_file, row_group_size)
+    write_taobao_items(model, _PERSONALIZED, out)  # items.parquet: the item table of [data.sampler]
 
     def aucs(split: tuple[np.ndarray, ...]) -> dict[str, float]:
         p_click, p_buy, click, buy = split

@@ -6,8 +6,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from tzrun.config.schema import RunConfig
+from tzrun.conformance import config_conformance_problems
+from tzrun.data.features import feature_specs
+from tzrun.data.sampling import SAMPLED_OUTPUT
 from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
 from tzrun.registry import Registries
+from tzrun.runner.retention import check_best_metric, eval_result_keys
+from tzrun.runner.slots import group_columns, loss_slots, metric_slots
 
 __all__ = ["preflight"]
 
@@ -30,9 +35,6 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
     Raises:
         ConfigError: with every problem found, each at its TOML path.
     """
-    from tzrun.conformance import config_conformance_problems
-    from tzrun.runner.retention import check_best_metric, eval_result_keys
-
     problems = _output_problems(cfg, registries)
     try:
         check_best_metric(cfg, registries, source)
@@ -49,15 +51,30 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
             problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
     problems.extend(_reader_problems(cfg, registries))
     problems.extend(_loss_weighting_problems(cfg, registries))
+    problems.extend(_sampler_problems(cfg, registries))
     problems.extend(ConfigProblem(path, message) for path, message in config_conformance_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
 
 
-def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
-    from tzrun.data.features import feature_specs
-    from tzrun.runner.slots import group_columns
+def _sampler_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
+    """What ``check`` reports about ``[data.sampler]`` (the sampler's own options are checked
+    with the config): a sampler for a model that declares no :data:`SAMPLED_OUTPUT` output, or
+    a loss or metric that reads it without a sampler."""
+    declare = registries["model"].get(cfg.model.type, "model.type").extras.get("outputs")
+    if cfg.data.sampler is not None:
+        if declare is not None and SAMPLED_OUTPUT not in declare(cfg.model.config):
+            return [ConfigProblem("data.sampler", f"model {cfg.model.type} does not use sampled negatives (it makes no "
+                                                  f"'{SAMPLED_OUTPUT}' output); remove [data.sampler] or use a two-tower model")]
+        return []
+    reads = [(f"losses[{i}]", s.prediction) for i, s in enumerate(loss_slots(cfg, registries))]
+    for what in ("metrics", "train_metrics"):
+        reads += [(f"{what}[{i}]", s.prediction) for i, s in enumerate(metric_slots(cfg, registries, what))]
+    return [ConfigProblem(path, f"reads '{SAMPLED_OUTPUT}', which needs sampled negatives: add [data.sampler] "
+                                "(see docs/retrieval.md)") for path, read in reads if read == SAMPLED_OUTPUT]
 
+
+def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
     check = registries["reader"].get(cfg.data.reader.type, "data.reader.type").extras.get("check")
     if check is None:
         return []
@@ -67,8 +84,6 @@ def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProbl
 
 
 def _loss_weighting_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
-    from tzrun.runner.slots import loss_slots
-
     component = cfg.train.loss_weighting
     check = registries["loss_weighting"].get(component.type, "train.loss_weighting.type").extras.get("check")
     if check is None:
@@ -79,8 +94,6 @@ def _loss_weighting_problems(cfg: RunConfig, registries: Registries) -> list[Con
 
 
 def _output_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
-    from tzrun.runner.slots import loss_slots, metric_slots
-
     declare = registries["model"].get(cfg.model.type, "model.type").extras.get("outputs")
     if declare is None:
         return []

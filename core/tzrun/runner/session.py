@@ -25,6 +25,7 @@ from tzrun.config.load import RawConfig
 from tzrun.config.schema import RunConfig
 from tzrun.data.features import BatchBuilder, FeatureSpecs, feature_specs
 from tzrun.data.loader import RankInput
+from tzrun.data.sampling import with_negatives
 from tzrun.interfaces import RunContext
 from tzrun.plugins import PluginManager
 from tzrun.registry import Registries
@@ -137,11 +138,13 @@ class Session:
         return self.registries["reader"].get(r.type, "data.reader.type").build(r.config)
 
     @functools.cached_property
-    def builder(self) -> BatchBuilder:
+    def builder(self) -> Any:
         """Turns the reader's record batches into :class:`~tzrun.data.batch.Batch` es, with the
-        run's labels, weights, group keys and ``data.on_bad_row``."""
+        run's labels, weights, group keys, ``data.on_bad_row`` and, with ``[data.sampler]``, the
+        sampled items."""
         d = self.cfg.data
-        return BatchBuilder(self.specs, d.labels, d.sample_weight, group_columns(self.cfg), on_bad_row=d.on_bad_row)
+        builder = BatchBuilder(self.specs, d.labels, d.sample_weight, group_columns(self.cfg), on_bad_row=d.on_bad_row)
+        return with_negatives(builder, self.cfg, self.registries, self.info.rank)  # [data.sampler]: sampled items too
 
     @functools.cached_property
     def columns(self) -> list[str]:

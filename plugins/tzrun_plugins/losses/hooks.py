@@ -25,3 +25,6 @@ def tzrun_register_losses(register: tzrun.RegisterLosses) -> None:
     register("in_batch_softmax", config=ranking.InBatchSoftmaxConfig, build=ranking.build_in_batch_softmax,
              description="two-tower in-batch softmax over a [B, B] similarity, with temperature",
              prediction="similarity")
+    register("sampled_softmax", config=ranking.SampledSoftmaxConfig, build=ranking.build_sampled_softmax,
+             description="two-tower sampled softmax over a [B, 1 + N] similarity (positive in column 0), with temperature",
+             prediction="sampled_similarity")

@@ -1,4 +1,4 @@
-"""Regression, pairwise ranking and in-batch retrieval losses.
+"""Regression, pairwise ranking and retrieval (in-batch and sampled softmax) losses.
 
 Every loss is a sample-weighted mean, so padding rows (weight 0) contribute nothing.
 """
@@ -15,9 +15,11 @@ __all__ = [
     "L2Config",
     "PairwiseLogisticConfig",
     "InBatchSoftmaxConfig",
+    "SampledSoftmaxConfig",
     "build_l2",
     "build_pairwise_logistic",
     "build_in_batch_softmax",
+    "build_sampled_softmax",
 ]
 
 
@@ -48,6 +50,21 @@ class InBatchSoftmaxConfig:
     positive is item i, the other items of the batch are its negatives:
     ``l_i = -log softmax(s_i / temperature)_i``, weighted mean over rows. Padding rows (weight 0)
     are not used as negatives either.
+
+    Attributes:
+        temperature: similarities are divided by it before the softmax.
+    """
+
+    temperature: float = attrs.field(default=1.0, validator=attrs.validators.gt(0.0))
+
+
+@attrs.frozen
+class SampledSoftmaxConfig:
+    """Options of ``sampled_softmax`` for two-tower retrieval with ``[data.sampler]``. The
+    prediction is the ``[B, 1 + N]`` similarity of each user (row) with its own item (column 0)
+    and the ``N`` items sampled for the batch (TorchEasyRec's softmax cross entropy with a
+    negative sampler, label 0): ``l_i = -log softmax(s_i / temperature)_0``, weighted mean over
+    rows. No correction for the sampling distribution is applied (as in TorchEasyRec).
 
     Attributes:
         temperature: similarities are divided by it before the softmax.
@@ -108,3 +125,21 @@ def build_in_batch_softmax(cfg: InBatchSoftmaxConfig) -> Any:
             return weighted_mean(F.cross_entropy(logits, target, reduction="none"), weight)
 
     return InBatchSoftmax()
+
+
+def build_sampled_softmax(cfg: SampledSoftmaxConfig) -> Any:
+    """The loss module: ``forward(similarity[B, 1 + N], label, weight)`` (the label is unused)."""
+    import torch
+    from torch.nn import functional as F
+
+    class SampledSoftmax(torch.nn.Module):
+        def forward(self, similarity: torch.Tensor, label: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+            if similarity.dim() != 2 or similarity.shape[1] < 2:
+                raise ValueError(
+                    f"sampled_softmax needs a [B, 1 + num_negatives] similarity with num_negatives >= 1, got "
+                    f"{list(similarity.shape)}; set [data.sampler] and read the model's sampled_similarity"
+                )
+            target = torch.zeros(similarity.shape[0], dtype=torch.int64, device=similarity.device)
+            return weighted_mean(F.cross_entropy(similarity / cfg.temperature, target, reduction="none"), weight)
+
+    return SampledSoftmax()

@@ -127,3 +127,11 @@ class TopKConfig:
     """``true``: the score matrix is ``[B, B]`` and row ``i``'s positive is column ``i`` (the
     other rows' items are its negatives; padding rows' columns are no candidates). ``false``:
     the label gives each row's positive column (or a ``[B, C]`` relevance matrix)."""
+    sampled: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    """``true``: the score matrix is ``[B, 1 + N]`` with each row's positive in column 0 and
+    the ``N`` items ``[data.sampler]`` drew as its negatives (set ``prediction =
+    "sampled_similarity"``); the label is not used. Not with ``in_batch``."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.in_batch and self.sampled:
+            raise ValueError("set in_batch or sampled, not both")

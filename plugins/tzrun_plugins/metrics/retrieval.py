@@ -8,7 +8,9 @@ positives are given by one of
   (integer values; a float tensor is accepted if it holds whole numbers);
 * ``target`` of shape ``[B, C]``: a 0/1 relevance matrix (any number of positives per row);
 * ``in_batch=True``: ``scores`` is ``[B, B]`` and row ``i``'s positive is column ``i`` (the
-  other rows' items are its negatives); ``target`` is not used and may be ``None``.
+  other rows' items are its negatives); ``target`` is not used and may be ``None``;
+* ``sampled=True``: ``scores`` is ``[B, 1 + N]`` and every row's positive is column 0 (the
+  other columns are sampled negatives); ``target`` is not used and may be ``None``.
 
 **Ties.** The top ``k`` is taken as if ties between scores were broken uniformly at random,
 in expectation, so the value is deterministic: a positive with ``a`` candidates scored
@@ -48,7 +50,7 @@ __all__ = ["HitRateAtK", "RecallAtK", "build_hit_rate_at_k", "build_recall_at_k"
 
 
 def _scores_and_positives(
-    name: str, scores: Tensor, target: Tensor | None, weight: Tensor | None, in_batch: bool
+    name: str, scores: Tensor, target: Tensor | None, weight: Tensor | None, in_batch: bool, sampled: bool = False
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Checked float64 scores of the kept rows, their positives (``[B]`` index or ``[B, C]``
     bool), and their weights."""
@@ -68,8 +70,12 @@ def _scores_and_positives(
         if keep is not None:
             scores = scores[keep][:, keep]
         positives: Tensor = torch.arange(scores.shape[0], device=scores.device)
+    elif sampled:
+        if keep is not None:
+            scores = scores[keep]
+        positives = torch.zeros(scores.shape[0], dtype=torch.int64, device=scores.device)
     elif target is None:
-        raise ValueError(f"{name}: target is required unless in_batch = true")
+        raise ValueError(f"{name}: target is required unless in_batch or sampled = true")
     else:
         target = torch.as_tensor(target).detach()
         if target.shape == scores.shape:
@@ -140,17 +146,18 @@ class _TopK(Metric):
     plot_upper_bound = 1.0
     name: ClassVar[str]
 
-    def __init__(self, k: int = 10, in_batch: bool = False, **kwargs: Any) -> None:
+    def __init__(self, k: int = 10, in_batch: bool = False, sampled: bool = False, **kwargs: Any) -> None:
         """Create the metric.
 
         Args:
             k: Number of top-scored candidates retrieved per row.
             in_batch: ``scores`` is ``[B, B]`` with row ``i``'s positive in column ``i``.
+            sampled: ``scores`` is ``[B, 1 + N]`` with every row's positive in column 0.
             **kwargs: Passed to :class:`torchmetrics.Metric`.
         """
-        TopKConfig(k=k, in_batch=in_batch)  # validates
+        TopKConfig(k=k, in_batch=in_batch, sampled=sampled)  # validates
         super().__init__(**kwargs)
-        self.k, self.in_batch = k, in_batch
+        self.k, self.in_batch, self.sampled = k, in_batch, sampled
         self.add_state("hits", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("total", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
@@ -163,7 +170,7 @@ class _TopK(Metric):
         Args:
             scores: ``[B, C]`` candidate scores (``[B, B]`` in in-batch mode).
             target: ``[B]`` positive column per row, or ``[B, C]`` 0/1 relevance; unused in
-                in-batch mode.
+                in-batch and sampled modes.
             weight: Optional finite non-negative per-row weights; rows (and, in-batch, their
                 columns) of weight 0 are dropped.
 
@@ -171,7 +178,7 @@ class _TopK(Metric):
             ValueError: On a bad shape, a NaN score, an index outside ``[0, C)``, a
                 relevance value other than 0/1, or a negative or non-finite weight.
         """
-        scores, positives, weight = _scores_and_positives(self.name, scores, target, weight, self.in_batch)
+        scores, positives, weight = _scores_and_positives(self.name, scores, target, weight, self.in_batch, self.sampled)
         if scores.shape[0] == 0:
             return
         found, hit, count = _retrieved(scores, positives, self.k)
@@ -209,9 +216,9 @@ class HitRateAtK(_TopK):
 
 def build_recall_at_k(cfg: TopKConfig) -> RecallAtK:
     """Build ``recall_at_k``."""
-    return RecallAtK(k=cfg.k, in_batch=cfg.in_batch)
+    return RecallAtK(k=cfg.k, in_batch=cfg.in_batch, sampled=cfg.sampled)
 
 
 def build_hit_rate_at_k(cfg: TopKConfig) -> HitRateAtK:
     """Build ``hit_rate_at_k``."""
-    return HitRateAtK(k=cfg.k, in_batch=cfg.in_batch)
+    return HitRateAtK(k=cfg.k, in_batch=cfg.in_batch, sampled=cfg.sampled)

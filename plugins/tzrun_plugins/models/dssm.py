@@ -2,12 +2,22 @@
 
 A user tower and an item tower, each an MLP over the features the config assigns to it by name
 (dense features and embeddings concatenated) followed by a linear layer to ``output_dim``.
-With ``similarity = "cosine"`` both embeddings are L2-normalised. The output ``similarity`` is
-the ``[B, B]`` matrix ``user_embedding @ item_embeddingᵀ / temperature`` (row ``i``: user ``i``
-against every item of the batch; its positive is column ``i``), which ``in_batch_softmax`` and
-``recall_at_k`` / ``hit_rate_at_k`` with ``in_batch = true`` read; ``user_embedding`` and
-``item_embedding`` are output too (``[B, output_dim]``). One embedding collection serves both
-towers, so a table may be shared across them (an item id and a sequence of clicked item ids).
+With ``similarity = "cosine"`` both embeddings are L2-normalised. The outputs:
+
+* ``similarity``: the ``[B, B]`` matrix ``user_embedding @ item_embeddingᵀ / temperature``
+  (row ``i``: user ``i`` against every item of the batch; its positive is column ``i``), which
+  ``in_batch_softmax`` and ``recall_at_k`` / ``hit_rate_at_k`` with ``in_batch = true`` read;
+* ``sampled_similarity``: with ``[data.sampler]``, the ``[B, 1 + N]`` matrix of each user
+  against its own item (column 0) and the ``N`` items sampled for the batch (TorchEasyRec's
+  similarity with a negative sampler), ``/ temperature``, which ``sampled_softmax`` and
+  ``recall_at_k`` / ``hit_rate_at_k`` with ``sampled = true`` read. The sampled items are the
+  batch's rows after its own ``B = batch.weights.shape[0]`` (see :mod:`tzrun.data.sampling`); the
+  item tower runs on all ``B + N`` rows, the user tower on the first ``B``; with
+  ``gather_negatives``, every rank's sampled items are the negatives (``[B, 1 + world_size * N]``);
+* ``user_embedding`` and ``item_embedding`` (``[B, output_dim]``).
+
+One embedding collection serves both towers, so a table may be shared across them (an item id
+and a sequence of clicked item ids).
 """
 
 from __future__ import annotations
@@ -37,6 +47,9 @@ class DSSMConfig:
         similarity: ``"cosine"`` (L2-normalised embeddings) or ``"inner_product"``.
         temperature: the similarity is divided by it (with cosine, 0.05-0.2 lets the softmax
             be sharp enough; a loss's own ``temperature`` divides again).
+        gather_negatives: with ``[data.sampler]`` on several ranks, score every row against the
+            sampled items of every rank (their embeddings are all-gathered, gradients flow back):
+            ``sampled_similarity`` is ``[B, 1 + world_size * N]``. The same on one process.
     """
 
     user_features: tuple[str, ...] = attrs.field(validator=non_empty)
@@ -46,6 +59,7 @@ class DSSMConfig:
     output_dim: int = attrs.field(default=64, validator=attrs.validators.ge(1))
     similarity: Literal["cosine", "inner_product"] = "cosine"
     temperature: float = attrs.field(default=0.1, validator=attrs.validators.gt(0.0))
+    gather_negatives: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
@@ -80,7 +94,7 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
     from torch.nn import functional as F
     from torchrec import EmbeddingBagCollection
 
-    from tzrun_plugins.models import _order
+    from tzrun_plugins.models import _gather, _order
 
     problems = _tower_problems(cfg, ctx)
     if problems:
@@ -101,15 +115,17 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             self.mlp = mlp(width, units)
             self.output = nn.Linear(out_width(width, units), cfg.output_dim)
 
-        def forward(self, dense: torch.Tensor, embedded: Any) -> torch.Tensor:
+        def forward(self, dense: torch.Tensor, embedded: Any, rows: Any = None) -> torch.Tensor:
             x = _order.in_feature_order(embedded, self.sparse_names)
             if self.has_dense:
                 x = torch.cat([dense.index_select(1, self.dense_columns), x], dim=1)
+            if rows is not None:
+                x = x[:rows]
             y = self.output(self.mlp(x))
             return F.normalize(y, dim=-1) if cfg.similarity == "cosine" else y
 
     class DSSM(nn.Module):
-        """User tower, item tower, in-batch similarity."""
+        """User tower, item tower, in-batch and sampled similarities."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -119,10 +135,16 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
 
         def forward(self, batch: Any) -> dict[str, torch.Tensor]:
             embedded = self.ebc(batch.sparse)
-            user = self.user_tower(batch.dense, embedded)
-            item = self.item_tower(batch.dense, embedded)
+            rows = batch.weights.shape[0]  # the batch's own rows; sampled items follow them
+            user = self.user_tower(batch.dense, embedded, rows)
+            items = self.item_tower(batch.dense, embedded)
+            item, sampled = items[:rows], items[rows:]
+            if cfg.gather_negatives:
+                sampled = _gather.gather_rows(sampled)
+            own = (user * item).sum(dim=1, keepdim=True)
             return {
                 "similarity": user @ item.t() / cfg.temperature,
+                "sampled_similarity": torch.cat([own, user @ sampled.t()], dim=1) / cfg.temperature,
                 "user_embedding": user,
                 "item_embedding": item,
             }

@@ -15,7 +15,7 @@ def _per_task(cfg: mmoe.MMoEConfig) -> tuple[str, ...]:
 
 
 def _towers(cfg: object) -> tuple[str, ...]:
-    return ("similarity", "user_embedding", "item_embedding")
+    return ("similarity", "sampled_similarity", "user_embedding", "item_embedding")
 
 
 @tzrun.hookimpl
@@ -29,4 +29,5 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,
              description="MMoE: shared experts, per-task gates and towers (logits/<task>, probs/<task>)")
     register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm, outputs=_towers,
-             description="DSSM two-tower retrieval: user and item towers, [B, B] similarity with temperature")
+             description="DSSM two-tower retrieval: user and item towers, in-batch [B, B] and sampled "
+                         "[B, 1 + N] similarities with temperature")

@@ -1,0 +1,1 @@
+"""First-party item samplers (sampled negatives for retrieval): see hooks.py for what this package registers."""
