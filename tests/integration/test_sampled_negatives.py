@@ -16,7 +16,7 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
-from tzrun.runner.loop import train
+from tzrun.runner.trainer import train
 
 pytestmark = pytest.mark.slow
 
