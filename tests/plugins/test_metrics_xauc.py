@@ -157,7 +157,7 @@ def test_float64_storage_keeps_close_values_apart() -> None:
     assert float(metric.compute()) == pytest.approx(1.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("size", [2, 4, 8, 256])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 7, 8, 100, 256, 257, 1000])
 def test_dominance_counts_ordered_pairs(size: int) -> None:
     g = torch.Generator().manual_seed(size)
     ranks = torch.randperm(size, generator=g).to(torch.int32)
