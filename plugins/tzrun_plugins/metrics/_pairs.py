@@ -6,6 +6,7 @@ For rows ``i`` with prediction ``p_i``, target ``y_i``, weight ``w_i`` and optio
 * ``concordant = sum w_i w_j [p_i < p_j]`` over pairs with ``y_i < y_j``,
 * ``tied = sum w_i w_j`` over unordered pairs with ``p_i == p_j`` and ``y_i != y_j``,
 * ``comparable = sum w_i w_j`` over unordered pairs with ``y_i != y_j``,
+* ``pairs = sum w_i w_j`` over all unordered pairs of distinct rows,
 
 pairs being taken within a group only. The concordant count is a 2-D dominance count:
 rows are ranked by ``(g desc, p asc, y desc)`` (distinct ranks ``r``) and laid out in the
@@ -51,12 +52,14 @@ class PairCounts(NamedTuple):
         tied: Weight of pairs with different targets and equal predictions.
         comparable: Weight of all pairs with different targets.
         rows: Number of rows of each group.
+        pairs: Weight of all unordered pairs of distinct rows.
     """
 
     concordant: Tensor
     tied: Tensor
     comparable: Tensor
     rows: Tensor
+    pairs: Tensor
 
 
 def _bucket_cumsum(values: Tensor, out: Tensor | None, rows: int, size: int) -> Tensor:
@@ -201,7 +204,7 @@ def pair_counts(preds: Tensor, target: Tensor, weight: Tensor | None, group: Sor
     device = preds.device
     if n == 0:
         empty = torch.zeros(0, dtype=torch.float64, device=device)
-        return PairCounts(empty, empty, empty, empty)
+        return PairCounts(empty, empty, empty, empty, empty)
     if weight is not None and bool((weight == 1).all()):
         weight = None
     pkey, ykey = float_key(preds), float_key(target)
@@ -241,4 +244,9 @@ def pair_counts(preds: Tensor, target: Tensor, weight: Tensor | None, group: Sor
     else:
         per_rank = dominance(ranks, layout_weight, per_row=True)
         concordant = segment_sum(per_rank, group_of_rank, num_groups)
-    return PairCounts(concordant, tied, comparable, rows)
+    if weight is None:
+        pairs = rows * (rows - 1) / 2
+    else:
+        every_row = torch.ones(n, dtype=torch.bool, device=device)
+        pairs = _cross_run_pairs(layout_weight, layout.runs(k) if group is not None else None, every_row)
+    return PairCounts(concordant, tied, comparable, rows, pairs)
