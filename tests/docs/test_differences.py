@@ -49,7 +49,9 @@ NOT_DIFFERENCES: Mapping[tuple[str, str], str] = {
     ("exponential_decay", "decay_size"): "in the table as 'schedule checks' (no option gives the crash)",
 }
 
-_OPTION = re.compile(r"^(?:(?P<name>[a-z][a-z0-9_]*): |(?P<path>[a-z][a-z0-9_.]*)\.)(?P<key>[A-Za-z_][A-Za-z0-9_]*) = (?P<value>.+)$")
+_OPTION = re.compile(
+    r"^(?:(?P<name>[a-z][a-z0-9_]*): |(?P<path>[a-z][a-z0-9_.]*)\.)(?P<key>[A-Za-z_][A-Za-z0-9_]*) = (?P<value>.+)$"
+)
 _LINK = re.compile(r"\]\(([^)\s]*)\)")
 
 

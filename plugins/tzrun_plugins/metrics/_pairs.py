@@ -140,7 +140,8 @@ def dominance(ranks: Tensor, weight: Tensor | None, per_row: bool = False) -> Te
     if acc is not None:
         return acc.to(torch.float64)  # after the last split, position == rank
     if visits is not None:
-        return torch.tensor(float(int((pos.to(torch.int64) * visits).sum()) - offset), dtype=torch.float64, device=device)
+        count = int((pos.to(torch.int64) * visits).sum()) - offset
+        return torch.tensor(float(count), dtype=torch.float64, device=device)
     return total
 
 
@@ -158,7 +159,8 @@ def _cross_run_counts(outer: Tensor | None, inner: Tensor) -> Tensor:
     inner_pairs = length * (length - 1) // 2
     if outer is None:
         n = inner.numel()
-        return torch.tensor([float(n * (n - 1) // 2 - int(inner_pairs.sum()))], dtype=torch.float64, device=inner.device)
+        count = n * (n - 1) // 2 - int(inner_pairs.sum())
+        return torch.tensor([float(count)], dtype=torch.float64, device=inner.device)
     _, outer_length = _run_lengths(outer)
     outer_of_inner = torch.cumsum(outer[first].to(torch.int64), 0) - 1
     within = torch.zeros_like(outer_length).index_add_(0, outer_of_inner, inner_pairs)

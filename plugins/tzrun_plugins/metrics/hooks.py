@@ -56,7 +56,8 @@ def tzrun_register_metrics(register: tzrun.Register) -> None:
     register("calibration", config=NoOptionsConfig, build=_lazy("pointwise", "build_calibration"),
              description="sum of weighted probabilities / sum of weighted labels", prediction="probs")
     register("accuracy", config=AccuracyConfig, build=_lazy("pointwise", "build_accuracy"),
-             description="weighted share of rows with (prob > threshold) == label (compare = \">=\" for >=)", prediction="probs")
+             description="weighted share of rows with (prob > threshold) == label; compare = '>=' for >=",
+             prediction="probs")
     register("mae", config=NoOptionsConfig, build=_lazy("pointwise", "build_mae"),
              description="weighted mean absolute error", prediction="logits")
     register("mse", config=NoOptionsConfig, build=_lazy("pointwise", "build_mse"),
