@@ -29,7 +29,7 @@ def test_plugins_json_lists_first_party_plugins_and_their_components():
         "adagrad", "adam", "lamb", "lars_sgd", "partial_rowwise_adam", "partial_rowwise_lamb", "rowwise_adagrad", "sgd"
     ]
     assert by_name["tzrun_plugins.metrics"]["components"] == {"metric": [
-        "accuracy", "auc", "calibration", "grouped_auc", "grouped_xauc", "hit_rate_at_k", "log_loss", "mae", "mse", "normalized_entropy", "recall_at_k", "rmse", "xauc",
+        "accuracy", "auc", "calibration", "grouped_auc", "grouped_xauc", "hit_rate_at_k", "log_loss", "mae", "mse", "normalized_entropy", "recall_at_k", "relative_l1", "rmse", "unique_ratio", "xauc",
     ]}
     assert by_name["tzrun_plugins.stages"]["hooks"] == ["tzrun_register_stages"]
     assert listing["failed"] == []

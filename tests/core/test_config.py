@@ -89,7 +89,7 @@ def test_misspelled_component_gets_did_you_mean_with_its_path(tzrun_pm_factory):
         "train.sparse_optimizer.type: unknown sparse optimizer 'rowwise_adagard' "
         "(available: adagrad, adam, lamb, lars_sgd, partial_rowwise_adam, partial_rowwise_lamb, rowwise_adagrad, sgd; "
         "did you mean 'rowwise_adagrad'?)",
-        "metrics[0].type: unknown metric 'acu' (available: accuracy, auc, calibration, grouped_auc, grouped_xauc, hit_rate_at_k, log_loss, mae, mse, normalized_entropy, recall_at_k, rmse, xauc; "
+        "metrics[0].type: unknown metric 'acu' (available: accuracy, auc, calibration, grouped_auc, grouped_xauc, hit_rate_at_k, log_loss, mae, mse, normalized_entropy, recall_at_k, relative_l1, rmse, unique_ratio, xauc; "
         "did you mean 'auc'?)",
     ]
 

@@ -374,10 +374,11 @@ def test_csv_and_odps_inputs(tzrun_pm):
     ("mean_squared_error {}", {"type": "mse"}),
     ("accuracy { threshold: 0.7 }", {"type": "accuracy", "threshold": 0.7}),
     ('grouped_auc { grouping_key: "user_id" }', {"type": "grouped_auc", "group_by": "user_id"}),
-    ("xauc {}", {"type": "xauc"}),
-    ("xauc { sample_ratio: 0.01 max_pairs: 1000 }", {"type": "xauc"}),
-    ("xauc { in_batch: true }", {"type": "xauc", "mode": "in_batch"}),
-    ('grouped_xauc { grouping_key: "user_id" max_pairs_per_group: 10 }', {"type": "grouped_xauc", "group_by": "user_id"}),
+    ("xauc {}", {"type": "xauc", "ties": "wrong"}),
+    ("xauc { sample_ratio: 0.01 max_pairs: 1000 }", {"type": "xauc", "ties": "wrong"}),
+    ("xauc { in_batch: true }", {"type": "xauc", "mode": "in_batch", "ties": "wrong", "averaging": "per_batch"}),
+    ('grouped_xauc { grouping_key: "user_id" max_pairs_per_group: 10 }',
+     {"type": "grouped_xauc", "group_by": "user_id", "ties": "wrong"}),
     ("normalized_entropy { eta: 1e-6 }", {"type": "normalized_entropy", "eps": 1e-6}),
 ])
 def test_each_metric(proto, expected, tzrun_pm):
@@ -394,6 +395,7 @@ def test_approximate_metrics_become_exact_with_a_note():
     assert "binned over 200 thresholds (add thresholds = 200" in said["model_config.metrics[0].auc"]
     assert "binned over 1000 thresholds" in said["model_config.metrics[1].auc.thresholds"]
     assert "exact XAUC" in said["model_config.metrics[2].xauc"]
+    assert 'ties = "wrong"' in said["model_config.metrics[2].xauc"]
 
 
 @pytest.mark.parametrize(("proto", "says"), [

@@ -16,6 +16,7 @@ from tzrun_plugins.metrics.grouped_auc import GroupedAUC
 from tzrun_plugins.metrics.grouped_xauc import GroupedXAUC
 from tzrun_plugins.metrics.pointwise import MAE, MSE, RMSE, Accuracy, Calibration, LogLoss, NormalizedEntropy
 from tzrun_plugins.metrics.retrieval import HitRateAtK, RecallAtK
+from tzrun_plugins.metrics.sid import RelativeL1, UniqueRatio
 from tzrun_plugins.metrics.xauc import XAUC
 
 _N = 2400
@@ -32,6 +33,7 @@ def _rows() -> dict[str, torch.Tensor]:
         "g": torch.randint(0, 97, (_N,), generator=g) * 1_000_003,
         "scores": torch.randint(0, 4, (_N, 12), generator=g).float(),
         "index": torch.randint(0, 12, (_N,), generator=g).float(),
+        "codes": torch.randint(0, 3, (_N, 2), generator=g),
     }
     rows["w"][::11] = 0.0  # padding
     dup = torch.arange(300)  # duplicated rows: the copies go to the other rank
@@ -52,6 +54,10 @@ _METRICS: dict[str, tuple[Callable[[], Any], Callable[[Any, dict[str, torch.Tens
     "xauc": (XAUC, lambda m, r: m.update(r["p"], r["t"], r["w"])),
     "xauc_sampled": (lambda: XAUC(mode="sampled", num_samples=50_000, seed=5), lambda m, r: m.update(r["p"], r["t"], r["w"])),
     "grouped_xauc": (GroupedXAUC, lambda m, r: m.update(r["p"], r["t"], r["w"], r["g"])),
+    "xauc_ties_wrong": (lambda: XAUC(ties="wrong"), lambda m, r: m.update(r["p"], r["t"], r["w"])),
+    "grouped_xauc_ties_wrong": (lambda: GroupedXAUC(ties="wrong"), lambda m, r: m.update(r["p"], r["t"], r["w"], r["g"])),
+    "accuracy_ge": (lambda: Accuracy(compare=">="), lambda m, r: m.update(r["p"], r["y"], r["w"])),
+    "relative_l1": (RelativeL1, lambda m, r: m.update(torch.stack([r["p"], r["t"]], 1), torch.stack([r["t"], r["p"]], 1), r["w"])),
     "log_loss": (LogLoss, lambda m, r: m.update(r["p"], r["y"], r["w"])),
     "normalized_entropy": (NormalizedEntropy, lambda m, r: m.update(r["p"], r["y"], r["w"])),
     "calibration": (Calibration, lambda m, r: m.update(r["p"], r["y"], r["w"])),
@@ -83,16 +89,33 @@ def _worker(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
         if rank == 0:
             only_rank0.update(rows["p"], rows["y"], rows["w"], rows["g"])
         values["grouped_auc_one_rank"] = float(only_rank0.compute())
-        in_batch = XAUC(mode="in_batch")
+        in_batch = _in_batch_metrics()
         decayed = _train_auc()
         for batch in _split(rows, owner == rank, 4):
-            in_batch.update(batch["p"], batch["t"], batch["w"])
+            for name, metric in in_batch.items():
+                _feed_batch(name, metric, batch)
             decayed.update(_step_output(batch))
-        values["xauc_in_batch"] = float(in_batch.compute())
+        values.update({name: float(metric.compute()) for name, metric in in_batch.items()})
         values["decayed_train_auc"] = decayed.values["auc"]
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(values))
     finally:
         dist.destroy_process_group()
+
+
+def _in_batch_metrics() -> dict[str, Any]:
+    """Metrics whose value depends on the batches (the same batches on ranks or in one process)."""
+    return {
+        "xauc_in_batch": XAUC(mode="in_batch"),
+        "xauc_in_batch_torcheasyrec": XAUC(mode="in_batch", ties="wrong", averaging="per_batch"),
+        "unique_ratio": UniqueRatio(),
+    }
+
+
+def _feed_batch(name: str, metric: Any, batch: dict[str, torch.Tensor]) -> None:
+    if name == "unique_ratio":
+        metric.update(batch["codes"], batch["t"], batch["w"])
+    else:
+        metric.update(batch["p"], batch["t"], batch["w"])
 
 
 def _train_auc():
@@ -125,16 +148,17 @@ def test_two_ranks_equal_one_process(tmp_path: Path) -> None:
         feed(metric, rows)
         expected[name] = float(metric.compute())
     expected["grouped_auc_one_rank"] = expected["grouped_auc"]
-    in_batch = XAUC(mode="in_batch")
+    in_batch = _in_batch_metrics()
     decayed = _train_auc()
     per_rank = [_split(rows, owner == r, 4) for r in range(2)]
     for step in range(4):
         for r in range(2):
             b = per_rank[r][step]
-            in_batch.update(b["p"], b["t"], b["w"])  # the same batches, in one process
+            for name, metric in in_batch.items():
+                _feed_batch(name, metric, b)  # the same batches, in one process
         both = {k: torch.cat([per_rank[0][step][k], per_rank[1][step][k]]) for k in rows}
         decayed.update(_step_output(both))  # a step's rows of both ranks
-    expected["xauc_in_batch"] = float(in_batch.compute())
+    expected.update({name: float(metric.compute()) for name, metric in in_batch.items()})
     expected["decayed_train_auc"] = decayed.values["auc"]
 
     for rank in range(2):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.metrics import log_loss as sk_log_loss
+from torchmetrics.classification import BinaryAccuracy
 
 from tzrun_plugins.metrics.options import AccuracyConfig, LogLossConfig, NoOptionsConfig
 from tzrun_plugins.metrics.pointwise import (
@@ -82,19 +83,37 @@ def test_calibration() -> None:
     assert _fed(Calibration(), p, y, w) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("compare", [">", ">="])
 @pytest.mark.parametrize("threshold", [0.5, 0.3, 0.0, 1.0])
-def test_accuracy(threshold: float) -> None:
+def test_accuracy(threshold: float, compare: str) -> None:
     p, y, w = _binary(2000, 5)
-    wn = w.double().numpy()
-    correct = ((p.double().numpy() >= threshold) == (y.numpy() == 1)).astype(np.float64)
+    p = torch.round(p * 10) / 10  # many probabilities equal to the threshold
+    wn, pn = w.double().numpy(), p.numpy()
+    positive = pn > np.float32(threshold) if compare == ">" else pn >= np.float32(threshold)
+    correct = (positive == (y.numpy() == 1)).astype(np.float64)
     expected = float((wn * correct).sum() / wn.sum())
-    assert _fed(build_accuracy(AccuracyConfig(threshold=threshold)), p, y, w) == pytest.approx(expected, rel=1e-12)
+    metric = build_accuracy(AccuracyConfig(threshold=threshold, compare=compare))
+    assert _fed(metric, p, y, w) == pytest.approx(expected, rel=1e-12)
 
 
-def test_accuracy_counts_the_threshold_as_positive() -> None:
-    metric = Accuracy()
-    metric.update(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
-    assert float(metric.compute()) == 0.5
+def test_accuracy_at_the_threshold_follows_torchmetrics_by_default() -> None:
+    # issue 18's case: p = [.5, .5, .5], y = [1, 1, 0]; torchmetrics (TorchEasyRec's accuracy)
+    # predicts positive only above the threshold: 1 of 3 right
+    preds, target = torch.tensor([0.5, 0.5, 0.5]), torch.tensor([1.0, 1.0, 0.0])
+    expected = float(BinaryAccuracy(threshold=0.5)(preds, target.long()))
+    assert expected == pytest.approx(1 / 3)
+    for metric, value in ((Accuracy(), 1 / 3), (Accuracy(compare=">"), 1 / 3), (Accuracy(compare=">="), 2 / 3)):
+        metric.update(preds, target)
+        assert float(metric.compute()) == pytest.approx(value, abs=1e-15)
+    assert float(_fed(Accuracy(), preds, target, torch.ones(3))) == pytest.approx(expected, abs=1e-7)
+
+
+def test_accuracy_matches_torchmetrics_on_random_rows() -> None:
+    p, y, _ = _binary(3000, 9)
+    p = torch.round(p * 20) / 20
+    for threshold in (0.5, 0.25, 0.05):
+        ours = _fed(Accuracy(threshold=threshold), p, y, torch.ones_like(p))
+        assert ours == pytest.approx(float(BinaryAccuracy(threshold=threshold)(p, y.long())), abs=1e-6)
 
 
 def test_regression_errors() -> None:
@@ -174,6 +193,8 @@ def test_configs() -> None:
         LogLossConfig(eps=0.0)
     with pytest.raises(ValueError, match="threshold"):
         AccuracyConfig(threshold=1.5)
+    with pytest.raises(ValueError, match="compare"):
+        AccuracyConfig(compare="=>")
     NoOptionsConfig()
 
 

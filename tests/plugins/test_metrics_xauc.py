@@ -157,7 +157,7 @@ def test_float64_storage_keeps_close_values_apart() -> None:
     assert float(metric.compute()) == pytest.approx(1.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("size", [2, 4, 8, 256])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 7, 8, 100, 256, 257, 1000])
 def test_dominance_counts_ordered_pairs(size: int) -> None:
     g = torch.Generator().manual_seed(size)
     ranks = torch.randperm(size, generator=g).to(torch.int32)
@@ -184,3 +184,98 @@ def test_bad_input_and_config() -> None:
         XAUCConfig(num_samples=0)
     metric = build_xauc(XAUCConfig(mode="sampled", num_samples=10, seed=2))
     assert (metric.mode, metric.num_samples, metric.seed) == ("sampled", 10, 2)
+
+
+# --- TorchEasyRec compatibility: ties = "wrong", averaging = "per_batch" ---------------------
+
+
+def _torcheasyrec_in_batch(preds: torch.Tensor, target: torch.Tensor) -> float:
+    """TorchEasyRec's in_batch_xauc, as its source states it: over all pairs i < j of the
+    batch, the mean of [(t_i - t_j)(p_i - p_j) > 0]."""
+    i, j = torch.triu_indices(preds.numel(), preds.numel(), offset=1)
+    return float((((target[i] - target[j]) * (preds[i] - preds[j])) > 0).double().mean())
+
+
+def _reference_wrong(preds, target, weight=None) -> float:
+    """Every unordered pair of distinct rows, weighted w_i w_j; only strict agreement scores."""
+    p, y = np.asarray(preds, np.float64), np.asarray(target, np.float64)
+    w = np.ones_like(p) if weight is None else np.asarray(weight, np.float64)
+    keep = w > 0
+    p, y, w = p[keep], y[keep], w[keep]
+    upper = np.triu(np.ones((len(p), len(p)), bool), k=1)
+    ww = w[:, None] * w[None, :] * upper
+    agree = (y[:, None] - y[None, :]) * (p[:, None] - p[None, :]) > 0
+    return float((ww * agree).sum() / ww.sum())
+
+
+def test_ties_wrong_hand_computed() -> None:
+    # the 6 pairs of test_tie_policy: (0,1) tied targets, (1,2) tied predictions and (1,3)
+    # discordant score 0; (0,2), (0,3), (2,3) score 1 -> 3/6 (the default rule: 3.5/5)
+    preds = torch.tensor([0.1, 0.5, 0.5, 0.3])
+    target = torch.tensor([1.0, 1.0, 4.0, 2.0])
+    assert exact_xauc(preds, target, ties="wrong") == 0.5
+    assert exact_xauc(preds, target) == pytest.approx(0.7)
+    assert exact_xauc(preds, target, ties="wrong") == _torcheasyrec_in_batch(preds, target)
+    # a tied target alone is 0 under TorchEasyRec's rule, left out under the default one
+    assert exact_xauc(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([1.0, 1.0, 2.0]), ties="wrong") == pytest.approx(2 / 3)
+    assert exact_xauc(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([1.0, 1.0, 2.0])) == 1.0
+
+
+@pytest.mark.parametrize(("n", "seed", "p_decimals", "y_levels"), [(2, 0, 1, 2), (3, 1, 0, 3), (65, 3, 1, 6), (700, 4, 1, 6), (900, 5, 3, 1000)])
+def test_ties_wrong_matches_brute_force(n: int, seed: int, p_decimals: int, y_levels: int) -> None:
+    p, y, w = _data(n, seed, p_decimals, y_levels)
+    assert exact_xauc(p, y, ties="wrong") == pytest.approx(_torcheasyrec_in_batch(p, y), abs=1e-12)
+    for weight in (None, w):
+        expected = _reference_wrong(p, y, weight)
+        assert exact_xauc(p, y, weight, ties="wrong") == pytest.approx(expected, abs=1e-12)
+        metric = XAUC(ties="wrong")
+        metric.update(p[: n // 2], y[: n // 2], None if weight is None else weight[: n // 2])
+        metric.update(p[n // 2 :], y[n // 2 :], None if weight is None else weight[n // 2 :])
+        assert float(metric.compute()) == pytest.approx(expected, abs=1e-12)
+
+
+def test_in_batch_per_batch_is_torcheasyrecs_mean_of_batch_values() -> None:
+    p, y, _ = _data(600, 8, 1, 5)
+    sizes = [50, 200, 7, 343]
+    batches = list(zip(torch.split(p, sizes), torch.split(y, sizes)))
+    expected = float(np.mean([_torcheasyrec_in_batch(bp, by) for bp, by in batches]))
+    metric = build_xauc(XAUCConfig(mode="in_batch", ties="wrong", averaging="per_batch"))
+    pooled = XAUC(mode="in_batch", ties="wrong")
+    for bp, by in batches:
+        metric.update(bp, by)
+        pooled.update(bp, by)
+    assert float(metric.compute()) == pytest.approx(expected, abs=1e-12)
+    # pooling weighs the batches by their pairs: a different number on unequal batches
+    pairs = [s * (s - 1) / 2 for s in sizes]
+    values = [_torcheasyrec_in_batch(bp, by) for bp, by in batches]
+    assert float(pooled.compute()) == pytest.approx(np.dot(values, pairs) / sum(pairs), abs=1e-12)
+    assert abs(float(pooled.compute()) - expected) > 1e-4
+
+
+def test_per_batch_skips_batches_without_a_counted_pair() -> None:
+    metric = XAUC(mode="in_batch", averaging="per_batch")  # default ties: tied targets left out
+    metric.update(torch.tensor([0.1, 0.9]), torch.tensor([1.0, 2.0]))  # 1.0
+    metric.update(torch.tensor([0.1, 0.9]), torch.tensor([3.0, 3.0]))  # no comparable pair
+    metric.update(torch.tensor([0.9, 0.1, 0.5]), torch.tensor([1.0, 2.0, 3.0]))  # 1 of 3
+    metric.update(torch.tensor([0.5]), torch.tensor([1.0]))  # one row: no pair
+    assert float(metric.compute()) == pytest.approx((1.0 + 1 / 3) / 2, abs=1e-15)
+
+
+def test_sampled_ties_wrong_estimates_the_exact_value() -> None:
+    p, y, w = _data(400, 11, 1, 4)
+    exact = exact_xauc(p, y, w, ties="wrong")
+    metric = XAUC(mode="sampled", num_samples=400_000, seed=1, ties="wrong")
+    metric.update(p, y, w)
+    assert float(metric.compute()) == pytest.approx(exact, abs=0.01)
+    assert abs(exact - exact_xauc(p, y, w)) > 0.05  # the rules differ on these tied targets
+
+
+def test_compat_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="ties"):
+        XAUCConfig(ties="half")
+    with pytest.raises(ValueError, match="in_batch"):
+        XAUCConfig(averaging="per_batch")
+    with pytest.raises(ValueError, match="in_batch"):
+        XAUC(mode="sampled", averaging="per_batch")
+    with pytest.raises(ValueError, match="ties"):
+        exact_xauc(torch.rand(3), torch.rand(3), ties="keep")

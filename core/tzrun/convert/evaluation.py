@@ -160,20 +160,11 @@ def _metric(node: Node, task: _Task, outputs: Outputs, into: list[dict[str, Any]
         if name == "grouped_xauc":
             if metric.has("max_pairs_per_group"):
                 metric.values("max_pairs_per_group", "int")
-            node.note(name, "exact per-group XAUC over all pairs (TorchEasyRec samples up to max_pairs_per_group "
-                            "pairs per group, with replacement)")
+            out["ties"] = "wrong"
+            node.note(name, "exact per-group XAUC over all pairs, with TorchEasyRec's tie rule (ties = \"wrong\"); "
+                            "TorchEasyRec samples up to max_pairs_per_group pairs per group, with replacement")
     elif name == "xauc":
-        out = {"type": "xauc"}
-        if metric.value("in_batch", "bool"):
-            out["mode"] = "in_batch"
-            node.note(name, "in-batch pairs pooled over batches, tied targets left out (TorchEasyRec: the mean of "
-                            "per-batch values, tied targets counted wrong)")
-        else:
-            for key in ("sample_ratio", "max_pairs"):
-                if metric.has(key):
-                    metric.values(key, _F)
-            node.note(name, "the exact XAUC over all pairs (TorchEasyRec samples pairs with replacement; for an "
-                            "estimate set mode = \"sampled\" and num_samples)")
+        out = _xauc(node, metric)
     else:
         out = {"type": "normalized_entropy"}
         metric.copy(out, {"eta": ("eps", _F)})
@@ -185,6 +176,25 @@ def _metric(node: Node, task: _Task, outputs: Outputs, into: list[dict[str, Any]
     into.append(placed)
     if not train:
         outputs.names[result_name + task.suffix] = placed.get("name", placed["type"])
+
+
+def _xauc(node: Node, metric: Node) -> dict[str, Any]:
+    """TorchEasyRec's ``xauc``: its tie rule (``ties = "wrong"``: every pair in the denominator,
+    tied targets or predictions score 0) and, in batch, its mean of per-batch values."""
+    out: dict[str, Any] = {"type": "xauc"}
+    if metric.value("in_batch", "bool"):
+        out.update(mode="in_batch", ties="wrong", averaging="per_batch")
+        node.note("xauc", "in-batch XAUC with TorchEasyRec's rules: tied pairs counted wrong (ties = \"wrong\") "
+                          "and the mean of per-batch values (averaging = \"per_batch\")")
+        return out
+    for key in ("sample_ratio", "max_pairs"):
+        if metric.has(key):
+            metric.values(key, _F)
+    out["ties"] = "wrong"
+    node.note("xauc", "the exact XAUC over all pairs with TorchEasyRec's tie rule (ties = \"wrong\"), the value "
+                      "TorchEasyRec estimates by sampling pairs with replacement (for a seeded estimate set "
+                      "mode = \"sampled\" and num_samples)")
+    return out
 
 
 def _task_outputs(node: Node, task: _Task, outputs: Outputs) -> None:

@@ -8,9 +8,10 @@ This module provides the metric ``grouped_xauc``:
 * :func:`build_grouped_xauc` - builds the metric from :class:`GroupedXAUCConfig`.
 
 **Definition.** ``XAUC_g`` is the exact XAUC (:mod:`tzrun_plugins.metrics.xauc`, same tie
-policy: pairs with equal targets left out, equal predictions count one half) over the pairs
-of rows inside group ``g``. A group is *valid* when it has at least one pair with different
-targets; the result is::
+rules: by default pairs with equal targets left out, equal predictions count one half;
+``ties = "wrong"`` for TorchEasyRec's rule) over the pairs of rows inside group ``g``. A group
+is *valid* when it has at least one pair that counts (one with different targets; with
+``ties = "wrong"``, any two rows); the result is::
 
     GXAUC = sum_{valid g} lambda_g XAUC_g / sum_{valid g} lambda_g
 
@@ -27,34 +28,40 @@ over ranks.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from torch import Tensor
 
+from tzrun_plugins.metrics._inputs import weighted_rows
 from tzrun_plugins.metrics._pairs import pair_counts
 from tzrun_plugins.metrics._segments import dense_ids
-from tzrun_plugins.metrics._states import NO_ROWS, GroupedRowMetric
+from tzrun_plugins.metrics._states import NO_ROWS, GroupedRowMetric, half_if_undefined
 from tzrun_plugins.metrics.options import GroupedXAUCConfig
+from tzrun_plugins.metrics.xauc import agreement
 
 __all__ = ["GroupedXAUC", "GroupedXAUCConfig", "build_grouped_xauc", "grouped_exact_xauc"]
 
 
 def build_grouped_xauc(cfg: GroupedXAUCConfig) -> GroupedXAUC:
     """Build the ``grouped_xauc`` metric from its options."""
-    return GroupedXAUC(weight_by_size=cfg.weight_by_size)
+    return GroupedXAUC(weight_by_size=cfg.weight_by_size, ties=cfg.ties)
 
 
 def _grouped_xauc(
-    preds: Tensor, target: Tensor, weight: Tensor | None, group: Tensor, weight_by_size: bool
+    preds: Tensor, target: Tensor, weight: Tensor | None, group: Tensor, weight_by_size: bool, ties: str = "drop"
 ) -> Tensor | str:
     """GXAUC of checked rows, or why it is undefined."""
     if preds.numel() == 0:
         return NO_ROWS
     counts = pair_counts(preds, target, weight, dense_ids(group))
-    valid = counts.comparable > 0
+    agree, total = agreement(counts, ties)
+    valid = total > 0
     if not bool(valid.any()):
+        if ties == "wrong":
+            return "no group has two rows (with positive weight)"
         return "no group has two rows (with positive weight) with different targets"
-    xauc = (counts.concordant[valid] + 0.5 * counts.tied[valid]) / counts.comparable[valid]
+    xauc = agree[valid] / total[valid]
     if not weight_by_size:
         return xauc.mean()
     rows = counts.rows[valid]
@@ -67,6 +74,7 @@ def grouped_exact_xauc(
     group: Tensor,
     weight: Tensor | None = None,
     weight_by_size: bool = True,
+    ties: str = "drop",
 ) -> float:
     """Grouped XAUC of one set of rows (see the module docstring for the definition).
 
@@ -76,6 +84,7 @@ def grouped_exact_xauc(
         group: Integer group keys, same shape.
         weight: Optional finite non-negative sample weights; rows of weight 0 are ignored.
         weight_by_size: Weight each group by its number of rows (default) instead of 1.
+        ties: ``"drop"`` (default) or ``"wrong"`` (TorchEasyRec's rule).
 
     Returns:
         The GXAUC in ``[0, 1]``; ``0.5`` with a :class:`RuntimeWarning` if no group is valid.
@@ -84,7 +93,11 @@ def grouped_exact_xauc(
         ValueError: On invalid input (see :func:`tzrun_plugins.metrics.xauc.exact_xauc`) or
             non-integer group keys.
     """
-    return GroupedXAUC.of_rows(preds, target, group, weight, weight_by_size)
+    GroupedXAUCConfig(weight_by_size=weight_by_size, ties=ties)  # validates
+    preds, target, weight, keys = weighted_rows("grouped_xauc", preds, target, weight, labels="real", group=group)
+    assert keys is not None
+    result = _grouped_xauc(preds, target, weight, keys, weight_by_size, ties)
+    return float(half_if_undefined(result, preds.device, GroupedXAUC.title))
 
 
 class GroupedXAUC(GroupedRowMetric):
@@ -102,13 +115,20 @@ class GroupedXAUC(GroupedRowMetric):
 
     name, title, labels = "grouped_xauc", "grouped XAUC", "real"
 
-    def __init__(self, weight_by_size: bool = True, **kwargs: Any) -> None:
+    def __init__(self, weight_by_size: bool = True, ties: str = "drop", **kwargs: Any) -> None:
         """Create the metric.
 
         Args:
             weight_by_size: Weight each group's XAUC by its number of rows (default) or by 1.
+            ties: ``"drop"`` (default) or ``"wrong"`` (TorchEasyRec's rule).
             **kwargs: Passed to :class:`torchmetrics.Metric`.
+
+        Raises:
+            ValueError: On another tie rule.
         """
+        GroupedXAUCConfig(weight_by_size=weight_by_size, ties=ties)  # validates
         super().__init__(weight_by_size, **kwargs)
+        self.ties = ties
+        self.grouped_value = functools.partial(_grouped_xauc, ties=ties)  # type: ignore[method-assign]
 
     grouped_value = staticmethod(_grouped_xauc)

@@ -19,6 +19,7 @@ from tzrun_plugins.metrics.options import (
     GroupedXAUCConfig,
     LogLossConfig,
     NoOptionsConfig,
+    RelativeL1Config,
     TopKConfig,
     XAUCConfig,
 )
@@ -55,13 +56,20 @@ def tzrun_register_metrics(register: tzrun.RegisterMetrics) -> None:
     register("calibration", config=NoOptionsConfig, build=_lazy("pointwise", "build_calibration"),
              description="sum of weighted probabilities / sum of weighted labels", prediction="probs")
     register("accuracy", config=AccuracyConfig, build=_lazy("pointwise", "build_accuracy"),
-             description="weighted share of rows with (prob >= threshold) == label", prediction="probs")
+             description="weighted share of rows with (prob > threshold) == label; compare = '>=' for >=",
+             prediction="probs")
     register("mae", config=NoOptionsConfig, build=_lazy("pointwise", "build_mae"),
              description="weighted mean absolute error", prediction="logits")
     register("mse", config=NoOptionsConfig, build=_lazy("pointwise", "build_mse"),
              description="weighted mean squared error", prediction="logits")
     register("rmse", config=NoOptionsConfig, build=_lazy("pointwise", "build_rmse"),
              description="square root of the weighted mean squared error", prediction="logits")
+    register("relative_l1", config=RelativeL1Config, build=_lazy("sid", "build_relative_l1"),
+             description="mean |t - p| / (max(|t|, |p|) + eps) over all elements (TorchEasyRec's SID rel_loss)",
+             prediction="logits")
+    register("unique_ratio", config=NoOptionsConfig, build=_lazy("sid", "build_unique_ratio"),
+             description="mean over batches of the share of distinct code rows (TorchEasyRec's unique_sid_ratio)",
+             prediction="codes")
     register("recall_at_k", config=TopKConfig, build=_lazy("retrieval", "build_recall_at_k"),
              description="share of positives in the top k of a [B, C] score matrix (in-batch or given)",
              prediction="similarity")

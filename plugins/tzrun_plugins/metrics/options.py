@@ -13,9 +13,14 @@ __all__ = [
     "GroupedXAUCConfig",
     "LogLossConfig",
     "NoOptionsConfig",
+    "RelativeL1Config",
     "TopKConfig",
     "XAUCConfig",
+    "TIE_RULES",
 ]
+
+TIE_RULES = ("drop", "wrong")
+"""The values of the XAUC metrics' ``ties`` option."""
 
 
 def _check_thresholds(thresholds: object) -> None:
@@ -90,6 +95,25 @@ class XAUCConfig:
     """``"sampled"`` mode: number of pairs drawn (pairs with equal targets are then dropped)."""
     seed: int = attrs.field(default=0, validator=_non_negative_int)
     """``"sampled"`` mode: seed of the pair sampler; the same rows give the same value."""
+    ties: Literal["drop", "wrong"] = attrs.field(default="drop", validator=attrs.validators.in_(TIE_RULES))
+    """``"drop"`` (default): pairs with equal targets are left out; a pair with equal
+    predictions counts 1/2 (so XAUC equals the AUC on 0/1 targets). ``"wrong"``:
+    TorchEasyRec's rule: every pair of rows counts in the denominator and scores 1 only when
+    predictions and targets order it strictly the same way (equal targets or equal
+    predictions score 0)."""
+    averaging: Literal["pooled", "per_batch"] = attrs.field(
+        default="pooled", validator=attrs.validators.in_(("pooled", "per_batch"))
+    )
+    """``"in_batch"`` mode only. ``"pooled"`` (default): the pairs of all batches pooled,
+    ``sum_b num_b / sum_b den_b``. ``"per_batch"``: TorchEasyRec's mean of the batches' XAUCs
+    (batches without a counted pair are skipped)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.averaging != "pooled" and self.mode != "in_batch":
+            raise ValueError(
+                f'averaging = "{self.averaging}" applies to mode = "in_batch" only (mode is "{self.mode}")',
+                attrs.fields(type(self)).averaging,
+            )
 
 
 @attrs.frozen
@@ -99,6 +123,10 @@ class GroupedXAUCConfig:
     weight_by_size: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     """``true`` (default): each group's XAUC weighted by its number of rows (of positive
     weight). ``false``: the plain mean over groups."""
+    ties: Literal["drop", "wrong"] = attrs.field(default="drop", validator=attrs.validators.in_(TIE_RULES))
+    """As ``xauc``'s ``ties``: ``"drop"`` (default) leaves pairs with equal targets out and
+    counts equal predictions 1/2; ``"wrong"`` is TorchEasyRec's rule (every pair of the group
+    in the denominator, ties score 0; a group is valid with two rows)."""
 
 
 @attrs.frozen
@@ -109,12 +137,29 @@ class LogLossConfig:
     """Probabilities are clamped to ``[eps, 1 - eps]`` (in float64) before the logarithm."""
 
 
+def _non_negative_finite(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not (0.0 <= value < float("inf")):
+        raise ValueError(f"{attribute.name} must be finite and >= 0, got {value!r}")
+
+
+@attrs.frozen
+class RelativeL1Config:
+    """TOML options of the metric ``relative_l1``."""
+
+    eps: float = attrs.field(default=1e-4, validator=_non_negative_finite)
+    """Added to the denominator ``max(|t|, |p|)`` (TorchEasyRec's ``epsilon``, 1e-4)."""
+
+
 @attrs.frozen
 class AccuracyConfig:
     """TOML options of the metric ``accuracy``."""
 
     threshold: float = attrs.field(default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)])
-    """A row is predicted positive when its probability is ``>= threshold``."""
+    """The probability a row is compared with (see ``compare``)."""
+    compare: Literal[">", ">="] = attrs.field(default=">", validator=attrs.validators.in_((">", ">=")))
+    """``">"`` (default, the rule of torchmetrics, which TorchEasyRec uses): a row is predicted
+    positive when ``p > threshold``. ``">="``: when ``p >= threshold`` (tzrec-run's rule up
+    to 0.1.0)."""
 
 
 @attrs.frozen

@@ -14,7 +14,8 @@ metric                 labels      value
 ``normalized_entropy`` ``[0, 1]``  ``log_loss / H(b)``, ``b = sum w_i y_i / sum w_i``,
                                    ``H(b) = -b log b - (1-b) log(1-b)``
 ``calibration``        ``[0, 1]``  ``sum w_i p_i / sum w_i y_i``
-``accuracy``           ``{0, 1}``  ``sum w_i [(p_i >= threshold) == y_i] / sum w_i``
+``accuracy``           ``{0, 1}``  ``sum w_i [(p_i > threshold) == y_i] / sum w_i`` (``>=`` with
+                                   ``compare = ">="``)
 ``mae``                real        ``sum w_i |p_i - y_i| / sum w_i``
 ``mse``                real        ``sum w_i (p_i - y_i)^2 / sum w_i``
 ``rmse``               real        ``sqrt(mse)``
@@ -169,13 +170,33 @@ class Accuracy(_WeightedSums):
     name, labels, probabilities, terms = "accuracy", "binary", True, ("correct",)
     higher_is_better = True
 
-    def __init__(self, threshold: float = 0.5, **kwargs: Any) -> None:
-        """Create the metric; a row is predicted positive when ``p >= threshold``."""
+    def __init__(self, threshold: float = 0.5, compare: str = ">", **kwargs: Any) -> None:
+        """Create the metric.
+
+        Args:
+            threshold: The probability rows are compared with.
+            compare: ``">"`` (torchmetrics' rule): a row is predicted positive when
+                ``p > threshold``; ``">="``: when ``p >= threshold``.
+            **kwargs: Passed to :class:`torchmetrics.Metric`.
+
+        Raises:
+            ValueError: On another ``compare`` or a threshold outside ``[0, 1]``.
+        """
+        AccuracyConfig(threshold=threshold, compare=compare)  # validates
         super().__init__(**kwargs)
-        self.threshold = threshold
+        self.threshold, self.compare = threshold, compare
+
+    def update(self, preds: Tensor, target: Tensor, weight: Tensor | None = None) -> None:
+        """Add a batch of rows (see :meth:`_WeightedSums.update`). The threshold is compared
+        in the predictions' own dtype, as torchmetrics does (``0.3`` is ``0.3f`` for float32)."""
+        preds = torch.as_tensor(preds)
+        dtype = preds.dtype if preds.is_floating_point() else torch.float64
+        self._cut = float(torch.tensor(self.threshold, dtype=dtype))
+        super().update(preds, target, weight)
 
     def _row_terms(self, preds: Tensor, target: Tensor) -> dict[str, Tensor]:
-        return {"correct": ((preds >= self.threshold).to(torch.float64) == target).to(torch.float64)}
+        positive = preds > self._cut if self.compare == ">" else preds >= self._cut
+        return {"correct": (positive.to(torch.float64) == target).to(torch.float64)}
 
     def compute(self) -> Tensor:
         """``sum w [correct] / sum w`` over all ranks' rows."""
@@ -237,7 +258,7 @@ def build_calibration(cfg: NoOptionsConfig) -> Calibration:
 
 def build_accuracy(cfg: AccuracyConfig) -> Accuracy:
     """Build ``accuracy``."""
-    return Accuracy(threshold=cfg.threshold)
+    return Accuracy(threshold=cfg.threshold, compare=cfg.compare)
 
 
 def build_mae(cfg: NoOptionsConfig) -> MAE:
