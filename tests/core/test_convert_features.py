@@ -223,7 +223,7 @@ def test_dssm_writes_towers_similarity_and_temperature_with_torcheasyrecs_defaul
         "user_hidden_units": [512, 256, 128], "item_features": ["adgroup_id", "cate_id", "price"],
         "item_hidden_units": [512, 256, 128], "output_dim": 64, "similarity": "inner_product", "temperature": 1.0}
     assert conversion.tree["losses"] == [{"type": "in_batch_softmax"}]
-    assert "graph-based negative samplers have no equivalent" in reported(conversion)["data_config.negative_sampler"]
+    assert "add [data.sampler] type" in reported(conversion)["data_config.negative_sampler"]
     assert "in-batch negatives" in noted(conversion)["model_config.dssm.in_batch_negative"]
     checked(conversion, tzrun_pm)
     euclid = convert_pipeline_config(DSSM_TAOBAO.replace("output_dim: 64", "output_dim: 64 similarity: EUCLID"), "d.config")

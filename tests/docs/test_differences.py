@@ -47,6 +47,8 @@ PAGE = "differences.md"
 NOT_DIFFERENCES: Mapping[tuple[str, str], str] = {
     ("relative_l1", "eps"): "the same default as TorchEasyRec's epsilon",
     ("exponential_decay", "decay_size"): "in the table as 'schedule checks' (no option gives the crash)",
+    ("pareto", "min_weights"): "TorchEasyRec's pareto_min_loss_weight, with the same meaning",
+    ("negative", "item_id"): "TorchEasyRec's item_id_field, with the same meaning",
 }
 
 _OPTION = re.compile(

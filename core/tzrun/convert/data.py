@@ -65,8 +65,9 @@ def convert_data(node: Node, data: dict[str, Any]) -> None:
     for name, reason in _DATA_NOT_CONVERTED.items():
         node.skip(name, reason)
     for name in _SAMPLERS:
-        node.skip(name, "graph-based negative samplers have no equivalent; two-tower models use in-batch negatives "
-                        "(docs/models.md#dssm)")
+        node.skip(name, "not converted: the converted two-tower model trains on in-batch negatives; to sample "
+                        "negatives from an item table, add [data.sampler] type = \"negative\" with the sampled_softmax "
+                        "loss (docs/retrieval.md; graph-based and hard-negative samplers have no equivalent)")
     node.rest()
 
 

@@ -77,8 +77,8 @@ def _loss(node: Node, task: _Task, outputs: Outputs) -> None:
     elif name == "softmax_cross_entropy" and task.match:
         out = {"type": "in_batch_softmax"}
         loss.skip("label_smoothing", "ignored by TorchEasyRec's matching models too")
-        node.note(name, "matching model: in_batch_softmax over the batch's other items (tzrec-run has no negative "
-                        "sampler; docs/models.md#dssm)")
+        node.note(name, "matching model: in_batch_softmax over the batch's other items (sampled negatives: "
+                        "[data.sampler] and sampled_softmax, docs/retrieval.md)")
     elif name == "softmax_cross_entropy":
         out = {"type": "softmax_cross_entropy"}
         if task.num_class:
@@ -139,8 +139,8 @@ def _metric(node: Node, task: _Task, outputs: Outputs, into: list[dict[str, Any]
         out = {"type": "recall_at_k", "k": k}
         if task.match:
             out["in_batch"] = True
-            node.note(name, "over the batch's other items as candidates (in_batch = true): tzrec-run has no "
-                            "negative sampler")
+            node.note(name, "over the batch's other items as candidates (in_batch = true); with [data.sampler], "
+                            "sampled = true scores the sampled items instead (docs/retrieval.md)")
         result_name, base_name = f"recall@{k}", f"recall_at_{k}"
     elif name in ("mean_absolute_error", "mean_squared_error"):
         out = {"type": "mae" if name == "mean_absolute_error" else "mse"}
