@@ -128,7 +128,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
-    from tzrun.scaffold import new_plugin
+    from tzrun.tools.scaffold import new_plugin
 
     for path in new_plugin(args.name, [k.strip() for k in args.kind.split(",") if k.strip()], args.out):
         print(path)
@@ -140,7 +140,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
         return EXIT_CONFIG
     if args.dataset == "taobao":
-        from tzrun.data.synth_taobao import synth_taobao
+        from tzrun.tools.synth_taobao import synth_taobao
 
         taobao = synth_taobao(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
         print(
@@ -149,13 +149,13 @@ def cmd_synth(args: argparse.Namespace) -> int:
             + ", ".join(f"{label} {auc:.4f}" for label, auc in taobao.bayes_auc.items())
         )
         return 0
-    from tzrun.data.synth import synth_criteo
+    from tzrun.tools.synth import synth_criteo
 
     if args.format == "text":
         import shutil
         from pathlib import Path
 
-        from tzrun.data.criteo_text import parquet_to_criteo_text
+        from tzrun.tools.criteo_text import parquet_to_criteo_text
 
         out = Path(args.out)
         staging = out / ".parquet"
@@ -197,7 +197,7 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from tzrun.plot import plot_run
+    from tzrun.tools.plot import plot_run
 
     for path in plot_run(args.model_dir, args.out):
         print(path)
@@ -205,7 +205,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from tzrun.convert import convert_file, summary_lines
+    from tzrun.tools.convert import convert_file, summary_lines
 
     conversion = convert_file(args.pipeline_config)
     if args.out:

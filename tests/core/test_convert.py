@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REPO
 from tests.core.torcheasyrec_examples import DEEPFM_CRITEO, EXAMPLES
 from tzrun.cli import main
-from tzrun.convert import Identifier, ProtoTextError, convert_pipeline_config, parse_text_proto
+from tzrun.tools.convert import Identifier, ProtoTextError, convert_pipeline_config, parse_text_proto
 from tzrun.runner.records import emit_toml
 from tzrun.testing import load_config_text
 

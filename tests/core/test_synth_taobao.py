@@ -1,4 +1,4 @@
-"""Tests of tzrun.data.synth_taobao: the synthetic Taobao-shaped data with click and buy labels."""
+"""Tests of tzrun.tools.synth_taobao: the synthetic Taobao-shaped data with click and buy labels."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tzrun.data.synth_taobao import (
+from tzrun.tools.synth_taobao import (
     DENSE_COLUMNS,
     ITEM_CARDINALITIES,
     LABEL_COLUMNS,

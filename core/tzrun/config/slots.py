@@ -1,6 +1,6 @@
 """Where the core schema holds component tables, what kind each is, and which of its keys
 tzrec-run reads itself: the one table the config loader (:mod:`tzrun.config.load`) and the
-generated configuration reference (:mod:`tzrun.reference`) both follow."""
+generated configuration reference (:mod:`tzrun.tools.reference`) both follow."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Slot:
 
 #: Every place in :class:`~tzrun.config.schema.RunConfig` that holds a component, by schema path
 #: (array levels without brackets), as the loader resolves them. A ``Component``
-#: field missing here makes :func:`tzrun.reference.config_reference` raise.
+#: field missing here makes :func:`tzrun.tools.reference.config_reference` raise.
 COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
     "model": Slot("model"),
     "data.reader": Slot("reader"),

@@ -166,7 +166,7 @@ _DESCRIPTION = (
     + f" (2-5% of rows). bias is calibrated to a {_TARGET_POSITIVE_RATE} positive rate. "
     "bayes_auc is the AUC of the true click probability on the eval split: the best any model "
     "can reach there. All parameters come from numpy.random.default_rng(seed); see the "
-    "docstring of tzrun.data.synth for the details."
+    "docstring of tzrun.tools.synth for the details."
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from tzrun.convert.nodes import Node
+from tzrun.tools.convert.nodes import Node
 
 __all__ = ["Group", "Groups", "read_groups"]
 

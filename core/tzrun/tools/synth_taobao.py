@@ -50,7 +50,7 @@ Retrieval: with ``data.sample_weight = "click"`` (clicked rows only, as TorchEas
 positive-only ``dssm_taobao`` samples), a two-tower model ranks each user's clicked ad among
 the other clicked ads of the batch; random ranking gives recall@k = k / (clicked rows per batch).
 
-Determinism as in :mod:`tzrun.data.synth`: parameters from ``numpy.random.default_rng(seed)``,
+Determinism as in :mod:`tzrun.tools.synth`: parameters from ``numpy.random.default_rng(seed)``,
 rows in blocks of 16,384 from ``default_rng(SeedSequence(seed, spawn_key=(split, block)))``.
 """
 
@@ -67,8 +67,8 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
-from tzrun.data.synth_taobao_items import write_taobao_items
-from tzrun.data.synth import (
+from tzrun.tools.synth_taobao_items import write_taobao_items
+from tzrun.tools.synth import (
     _auc,
     _block_rng,
     _checked_arguments,
@@ -141,7 +141,7 @@ _DESCRIPTION = (
     "b + affinity + user effects + ad quality + brand + pid - price)); buy ~ click * Bernoulli("
     "sigmoid(b' + affinity/2 + brand + user + price sensitivity by pvalue_level)). "
     "click_50_seq holds ads drawn from the user's interests. bayes_auc[label] is the AUC of the "
-    "true probability of the label on the eval split. See the docstring of tzrun.data.synth_taobao."
+    "true probability of the label on the eval split. See the docstring of tzrun.tools.synth_taobao."
 )
 
 

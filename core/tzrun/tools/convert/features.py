@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from tzrun.convert.groups import Groups
-from tzrun.convert.nodes import Finding, Node
-from tzrun.convert.train import constraints
+from tzrun.tools.convert.groups import Groups
+from tzrun.tools.convert.nodes import Finding, Node
+from tzrun.tools.convert.train import constraints
 
 __all__ = ["FeatureSet", "convert_features"]
 

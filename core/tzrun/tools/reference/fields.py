@@ -12,7 +12,7 @@ from typing import Any, Literal, Mapping, Union
 import attrs
 
 from tzrun.config.schema import Component
-from tzrun.reference.docstrings import code_span, table_cell
+from tzrun.tools.reference.docstrings import code_span, table_cell
 
 __all__ = [
     "TABLE_HEAD",
