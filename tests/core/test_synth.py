@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tzrun.tools import synth
+from tzrun.tools import synth, synth_common
 from tzrun.tools.synth import (
     CRITEO_CARDINALITIES,
     CRITEO_NUM_DENSE,
@@ -214,25 +214,25 @@ def test_auc_matches_sklearn_with_ties() -> None:
         labels = rng.random(n) < 0.3
         noise = rng.standard_normal(n)
         scores = labels + noise if levels is None else np.round((labels + noise) * levels / 4)
-        assert synth._auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
-        assert synth._auc(scores.astype(np.float32), labels.astype(np.int8)) == pytest.approx(
+        assert synth_common.auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+        assert synth_common.auc(scores.astype(np.float32), labels.astype(np.int8)) == pytest.approx(
             roc_auc_score(labels, scores.astype(np.float32)), abs=1e-12
         )
 
 
 def test_auc_edge_cases() -> None:
-    assert synth._auc(np.array([0.1, 0.9]), np.array([0, 1])) == 1.0
-    assert synth._auc(np.array([0.9, 0.1]), np.array([0, 1])) == 0.0
-    assert synth._auc(np.ones(4), np.array([0, 1, 0, 1])) == 0.5
-    assert np.isnan(synth._auc(np.arange(3.0), np.zeros(3)))
+    assert synth_common.auc(np.array([0.1, 0.9]), np.array([0, 1])) == 1.0
+    assert synth_common.auc(np.array([0.9, 0.1]), np.array([0, 1])) == 0.0
+    assert synth_common.auc(np.ones(4), np.array([0, 1, 0, 1])) == 0.5
+    assert np.isnan(synth_common.auc(np.arange(3.0), np.zeros(3)))
 
 
 def test_bayes_auc_is_auc_of_true_logits() -> None:
     model = synth._build_model(0)
-    block = synth._generate_block(model, synth._block_rng(0, synth._SPLIT_EVAL, 0))
+    block = synth._generate_block(model, synth_common.block_rng(0, synth._SPLIT_EVAL, 0))
     labels = block.table_columns[LABEL_COLUMN]
     assert 0.2 <= labels.mean() <= 0.3
-    assert 0.76 <= synth._auc(block.logit, labels) <= 0.82
+    assert 0.76 <= synth_common.auc(block.logit, labels) <= 0.82
 
 
 def test_does_not_import_torch() -> None:

@@ -65,19 +65,27 @@ With seed 0 the positive rate is about 0.25 and the Bayes AUC about 0.79.
 
 from __future__ import annotations
 
-import json
 import math
-import operator
 import os
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-import attrs
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from tzrun.tools.synth_report import SynthReport, read_report
+from tzrun.tools.synth_common import (
+    REPORT_FILE,
+    auc,
+    block_rng,
+    checked_arguments,
+    clear_split,
+    sigmoid,
+    write_part,
+    write_report,
+)
 
 __all__ = [
     "CRITEO_NUM_DENSE",
@@ -131,7 +139,6 @@ DENSE_COLUMNS: tuple[str, ...] = tuple(f"int_{i}" for i in range(CRITEO_NUM_DENS
 SPARSE_COLUMNS: tuple[str, ...] = tuple(f"cat_{i}" for i in range(CRITEO_NUM_SPARSE))
 LABEL_COLUMN: str = "label"
 
-REPORT_FILE: str = "synth.json"
 
 # Ground-truth model constants (immutable; documented in the module docstring).
 _BLOCK_ROWS = 16_384
@@ -168,88 +175,6 @@ _DESCRIPTION = (
     "can reach there. All parameters come from numpy.random.default_rng(seed); see the "
     "docstring of tzrun.tools.synth for the details."
 )
-
-
-def _float_to_json(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
-
-
-def _float_from_json(value: Any) -> float:
-    return float("nan") if value is None else float(value)
-
-
-@attrs.frozen
-class SynthReport:
-    """What :func:`synth_criteo` wrote, and the best AUC achievable on it.
-
-    Attributes:
-        out_dir: the directory holding ``train/``, ``eval/`` and ``synth.json``.
-        train_rows: rows in ``train/``.
-        eval_rows: rows in ``eval/``.
-        seed: the seed the data and the ground-truth model were drawn from.
-        positive_rate: the fraction of label 1 in the train split.
-        bayes_auc: AUC of the true click probability against the drawn labels of the eval
-            split: the ceiling for any model evaluated on it (NaN when the eval split holds a
-            single class).
-        bayes_auc_train: the same on the train split.
-        cardinalities: the number of ids of each of the 26 categorical columns.
-    """
-
-    out_dir: str
-    train_rows: int
-    eval_rows: int
-    seed: int
-    positive_rate: float
-    bayes_auc: float
-    bayes_auc_train: float
-    cardinalities: tuple[int, ...] = attrs.field(converter=tuple)
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the report as a JSON-serializable dict (NaN AUCs become None)."""
-        return {
-            "out_dir": self.out_dir,
-            "train_rows": self.train_rows,
-            "eval_rows": self.eval_rows,
-            "seed": self.seed,
-            "positive_rate": _float_to_json(self.positive_rate),
-            "bayes_auc": _float_to_json(self.bayes_auc),
-            "bayes_auc_train": _float_to_json(self.bayes_auc_train),
-            "cardinalities": list(self.cardinalities),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SynthReport:
-        """Build a report from :meth:`to_json` output; unknown keys are ignored.
-
-        Args:
-            data: a dict as returned by :meth:`to_json` (or read from ``synth.json``).
-
-        Returns:
-            The report.
-
-        Raises:
-            ValueError: a field is missing.
-        """
-        try:
-            return cls(
-                out_dir=str(data["out_dir"]),
-                train_rows=int(data["train_rows"]),
-                eval_rows=int(data["eval_rows"]),
-                seed=int(data["seed"]),
-                positive_rate=_float_from_json(data["positive_rate"]),
-                bayes_auc=_float_from_json(data["bayes_auc"]),
-                bayes_auc_train=_float_from_json(data["bayes_auc_train"]),
-                cardinalities=tuple(int(c) for c in data["cardinalities"]),
-            )
-        except KeyError as e:
-            raise ValueError(
-                f"synthetic data report is missing the field {e.args[0]!r}; regenerate it with "
-                "`tzrec-run data synth criteo`"
-            ) from None
-
-
-# --------------------------------------------------------------------------------------------
-# Ground-truth model
 
 
 @dataclass(frozen=True)
@@ -326,7 +251,7 @@ def _build_model(seed: int) -> _Model:
     # Calibrate on a fixed sample of the same model: the dense standardization, the scale of
     # each of the three parts of the logit (so the Bayes AUC hardly depends on the seed), and
     # the bias (so the positive rate does not).
-    raw = _draw_raw(model, _block_rng(seed, _SPLIT_CALIBRATION, 0), _CALIBRATION_ROWS)
+    raw = _draw_raw(model, block_rng(seed, _SPLIT_CALIBRATION, 0), _CALIBRATION_ROWS)
     log_dense = np.log1p(raw.dense.astype(np.float64))
     dense_std = log_dense.std(axis=1)
     model = dataclasses.replace(
@@ -356,19 +281,11 @@ def _calibrate_bias(logit: np.ndarray, target: float) -> float:
     lo, hi = -30.0, 30.0
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        if _sigmoid(logit + mid).mean() < target:
+        if sigmoid(logit + mid).mean() < target:
             lo = mid
         else:
             hi = mid
     return 0.5 * (lo + hi)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
-
-
-def _block_rng(seed: int, split: int, block: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(split, block)))
 
 
 def _draw_raw(model: _Model, rng: np.random.Generator, n: int) -> _Raw:
@@ -421,7 +338,7 @@ class _Block:
 def _generate_block(model: _Model, rng: np.random.Generator) -> _Block:
     raw = _draw_raw(model, rng, _BLOCK_ROWS)
     logit = _logit(model, raw)
-    label = (rng.random(_BLOCK_ROWS) < _sigmoid(logit)).astype(np.int8)
+    label = (rng.random(_BLOCK_ROWS) < sigmoid(logit)).astype(np.int8)
     columns: dict[str, np.ndarray] = {LABEL_COLUMN: label, "dense": raw.dense}
     for name, column, rank in zip(SPARSE_COLUMNS, model.columns, raw.ranks):
         columns[name] = column.perm[rank]
@@ -438,7 +355,7 @@ def _iter_pieces(
         pieces = []
         for block_index in range(file_start // _BLOCK_ROWS, (file_stop - 1) // _BLOCK_ROWS + 1):
             if cached is None or cached[0] != block_index:
-                cached = (block_index, _generate_block(model, _block_rng(seed, split, block_index)))
+                cached = (block_index, _generate_block(model, block_rng(seed, split, block_index)))
             block_start = block_index * _BLOCK_ROWS
             lo = max(file_start, block_start) - block_start
             hi = min(file_stop, block_start + _BLOCK_ROWS) - block_start
@@ -477,114 +394,14 @@ def _write_split(
     row_group_size: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Write one split's part files; return its true logits and labels."""
-    _clear_split(split_dir)
+    clear_split(split_dir)
     schema = _schema()
     logits, labels = [], []
     for index, pieces in enumerate(_iter_pieces(model, seed, split, rows, rows_per_file)):
-        _write_part(_to_table(pieces, schema), split_dir, index, row_group_size)
+        write_part(_to_table(pieces, schema), split_dir, index, row_group_size)
         logits += [p.logit for p in pieces]
         labels += [p.table_columns[LABEL_COLUMN] for p in pieces]
     return np.concatenate(logits), np.concatenate(labels)
-
-
-def _clear_split(split_dir: Path) -> None:
-    """Create ``split_dir`` and delete the part files of an earlier generation in it."""
-    split_dir.mkdir(parents=True, exist_ok=True)
-    for stale in split_dir.glob("part-*.parquet"):
-        stale.unlink()
-
-
-def _write_part(table: pa.Table, split_dir: Path, index: int, row_group_size: int) -> None:
-    """Write ``split_dir/part-INDEX.parquet``; it appears under that name only once complete."""
-    final = split_dir / f"part-{index:05d}.parquet"
-    tmp = split_dir / f".{final.name}.tmp"
-    pq.write_table(table, tmp, row_group_size=row_group_size)
-    os.replace(tmp, final)
-
-
-def _write_report(out: Path, document: dict[str, Any]) -> None:
-    """Write ``out/synth.json`` last and atomically: it only ever describes complete data."""
-    tmp = out / f".{REPORT_FILE}.tmp"
-    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / REPORT_FILE)
-
-
-# --------------------------------------------------------------------------------------------
-# AUC
-
-
-def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Exact ROC AUC (Mann-Whitney U with average ranks for ties), in float64.
-
-    Args:
-        scores: higher means more likely positive; any real dtype, shape [n].
-        labels: 0/1 (or bool), shape [n].
-
-    Returns:
-        The AUC, or NaN when ``labels`` holds a single class.
-    """
-    scores = np.asarray(scores, dtype=np.float64).ravel()
-    positive = np.asarray(labels).ravel().astype(bool)
-    n = scores.size
-    n_pos = int(positive.sum())
-    n_neg = n - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    order = np.argsort(scores, kind="stable")
-    sorted_scores = scores[order]
-    new_group = np.empty(n, dtype=bool)
-    new_group[0] = True
-    np.not_equal(sorted_scores[1:], sorted_scores[:-1], out=new_group[1:])
-    starts = np.flatnonzero(new_group)
-    stops = np.append(starts[1:], n)
-    # 1-based ranks start+1 .. stop share their average (start + 1 + stop) / 2.
-    average_rank = np.repeat((starts + stops + 1) / 2.0, stops - starts)
-    rank_sum = float(average_rank[positive[order]].sum())
-    return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (float(n_pos) * float(n_neg))
-
-
-# --------------------------------------------------------------------------------------------
-# Public entry points
-
-
-def _check_int(name: str, value: Any, minimum: int, hint: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}; {hint}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise ValueError(
-            f"{name} must be an integer >= {minimum}, got {value!r} "
-            f"({type(value).__name__}); {hint}"
-        ) from None
-    if number < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {number}; {hint}")
-    return number
-
-
-def _checked_arguments(
-    out_dir: str | os.PathLike[str], rows: Any, eval_rows: Any, seed: Any, rows_per_file: Any, row_group_size: Any
-) -> tuple[Path, int, int, int, int, int]:
-    """``(out, rows, eval_rows, seed, rows_per_file, row_group_size)`` of a ``synth_*`` function,
-    checked, with ``eval_rows`` defaulted; creates ``out_dir`` and removes its ``synth.json`` (so
-    that it never describes data being rewritten).
-
-    Raises:
-        ValueError: an argument is out of range, or ``out_dir`` is an existing file.
-    """
-    rows = _check_int("rows", rows, 1, "pass the number of train rows, e.g. rows=500_000")
-    if eval_rows is None:
-        eval_rows = max(rows // 10, 1000)
-    eval_rows = _check_int("eval_rows", eval_rows, 1, "pass the number of eval rows, or None for max(rows // 10, 1000)")
-    seed = _check_int("seed", seed, 0, "pass a non-negative integer such as seed=0")
-    rows_per_file = _check_int("rows_per_file", rows_per_file, 1, "pass the maximum rows per parquet file, e.g. 250_000")
-    row_group_size = _check_int("row_group_size", row_group_size, 1, "pass the rows per parquet row group, e.g. 32_768")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir {str(out)!r} is a file; pass a directory (it is created)")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_FILE).unlink(missing_ok=True)
-    return out, rows, eval_rows, seed, rows_per_file, row_group_size
 
 
 def synth_criteo(
@@ -618,7 +435,7 @@ def synth_criteo(
     Raises:
         ValueError: an argument is out of range, or ``out_dir`` is an existing file.
     """
-    out, rows, eval_rows, seed, rows_per_file, row_group_size = _checked_arguments(
+    out, rows, eval_rows, seed, rows_per_file, row_group_size = checked_arguments(
         out_dir, rows, eval_rows, seed, rows_per_file, row_group_size
     )
     model = _build_model(seed)
@@ -634,8 +451,8 @@ def synth_criteo(
         eval_rows=eval_rows,
         seed=seed,
         positive_rate=float(train_label.mean()),
-        bayes_auc=_auc(eval_logit, eval_label),
-        bayes_auc_train=_auc(train_logit, train_label),
+        bayes_auc=auc(eval_logit, eval_label),
+        bayes_auc_train=auc(train_logit, train_label),
         cardinalities=CRITEO_CARDINALITIES,
     )
     document = {
@@ -649,43 +466,5 @@ def synth_criteo(
         "null_columns": [DENSE_COLUMNS[d] for d in _NULL_DENSE_COLUMNS],
         "bias": model.bias,
     }
-    _write_report(out, document)
+    write_report(out, document)
     return report
-
-
-def read_report(out_dir: str | os.PathLike[str]) -> SynthReport:
-    """Read the report :func:`synth_criteo` wrote to ``out_dir/synth.json``.
-
-    Args:
-        out_dir: the directory passed to :func:`synth_criteo`.
-
-    Returns:
-        The report.
-
-    Raises:
-        FileNotFoundError: there is no ``synth.json`` (generation never finished).
-        ValueError: ``synth.json`` is not a valid report.
-    """
-    return SynthReport.from_json(_read_document(out_dir, "criteo"))
-
-
-def _read_document(out_dir: str | os.PathLike[str], dataset: str) -> dict[str, Any]:
-    """The JSON object of ``out_dir/synth.json``, written by ``tzrec-run data synth DATASET``.
-
-    Raises:
-        FileNotFoundError: there is no ``synth.json`` (generation never finished).
-        ValueError: ``synth.json`` is not a JSON object.
-    """
-    path = Path(out_dir) / REPORT_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{str(path)!r} not found: {str(out_dir)!r} holds no complete synthetic data set; "
-            f"generate one with `tzrec-run data synth {dataset} --rows N --out {out_dir}`"
-        )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{str(path)!r} is not valid JSON ({e}); regenerate the data") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{str(path)!r} does not hold a JSON object; regenerate the data")
-    return data

@@ -63,20 +63,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 import pyarrow as pa
 
 from tzrun.tools.synth_taobao_items import write_taobao_items
-from tzrun.tools.synth import (
-    _auc,
-    _block_rng,
-    _checked_arguments,
-    _clear_split,
-    _read_document,
-    _sigmoid,
-    _write_part,
-    _write_report,
+from tzrun.tools.synth_taobao_report import TaobaoSynthReport, read_taobao_report
+from tzrun.tools.synth_common import (
+    auc,
+    block_rng,
+    checked_arguments,
+    clear_split,
+    sigmoid,
+    write_part,
+    write_report,
 )
 
 __all__ = [
@@ -143,79 +142,6 @@ _DESCRIPTION = (
     "click_50_seq holds ads drawn from the user's interests. bayes_auc[label] is the AUC of the "
     "true probability of the label on the eval split. See the docstring of tzrun.tools.synth_taobao."
 )
-
-
-@attrs.frozen
-class TaobaoSynthReport:
-    """What :func:`synth_taobao` wrote, and the best AUC of each label on it.
-
-    Attributes:
-        out_dir: the directory holding ``train/``, ``eval/`` and ``synth.json``.
-        train_rows: rows in ``train/``.
-        eval_rows: rows in ``eval/``.
-        seed: the seed the data and the ground-truth model were drawn from.
-        click_rate: the fraction of ``click`` 1 in the train split.
-        buy_rate: the fraction of ``buy`` 1 in the train split.
-        bayes_auc: per label, the AUC of its true probability on the eval split (NaN when the
-            split holds a single class).
-        bayes_auc_train: the same on the train split.
-    """
-
-    out_dir: str
-    train_rows: int
-    eval_rows: int
-    seed: int
-    click_rate: float
-    buy_rate: float
-    bayes_auc: dict[str, float]
-    bayes_auc_train: dict[str, float]
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the report as a JSON-serializable dict (NaN AUCs become None)."""
-        def clean(values: dict[str, float]) -> dict[str, float | None]:
-            return {k: None if math.isnan(v) else float(v) for k, v in values.items()}
-
-        return {
-            "out_dir": self.out_dir,
-            "train_rows": self.train_rows,
-            "eval_rows": self.eval_rows,
-            "seed": self.seed,
-            "click_rate": self.click_rate,
-            "buy_rate": self.buy_rate,
-            "bayes_auc": clean(self.bayes_auc),
-            "bayes_auc_train": clean(self.bayes_auc_train),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TaobaoSynthReport:
-        """Build a report from :meth:`to_json` output; unknown keys are ignored.
-
-        Raises:
-            ValueError: a field is missing.
-        """
-        def auc(values: dict[str, Any]) -> dict[str, float]:
-            return {k: float("nan") if v is None else float(v) for k, v in values.items()}
-
-        try:
-            return cls(
-                out_dir=str(data["out_dir"]),
-                train_rows=int(data["train_rows"]),
-                eval_rows=int(data["eval_rows"]),
-                seed=int(data["seed"]),
-                click_rate=float(data["click_rate"]),
-                buy_rate=float(data["buy_rate"]),
-                bayes_auc=auc(data["bayes_auc"]),
-                bayes_auc_train=auc(data["bayes_auc_train"]),
-            )
-        except KeyError as e:
-            raise ValueError(
-                f"synthetic data report is missing the field {e.args[0]!r}; regenerate it with "
-                "`tzrec-run data synth taobao`"
-            ) from None
-
-
-# --------------------------------------------------------------------------------------------
-# Ground-truth model
 
 
 @dataclass(frozen=True)
@@ -353,7 +279,7 @@ def _build_model(seed: int) -> _Model:
         click_bias=0.0,
         buy_bias=0.0,
     )
-    rows = _draw_rows(model, _block_rng(seed, _SPLIT_CALIBRATION, 0), _CALIBRATION_ROWS)
+    rows = _draw_rows(model, block_rng(seed, _SPLIT_CALIBRATION, 0), _CALIBRATION_ROWS)
     log_pv = np.log1p(rows.user_pv.astype(np.float64))
     model = dataclasses.replace(model, log_pv_mean=float(log_pv.mean()), log_pv_std=float(log_pv.std()))
     parts = _click_parts(model, rows)
@@ -361,11 +287,11 @@ def _build_model(seed: int) -> _Model:
     buy_parts = _buy_parts(model, rows)
     model = dataclasses.replace(model, buy_scale={k: math.sqrt(_BUY_VARIANCES[k] / buy_parts[k].var()) for k in _BUY_VARIANCES})
     click_logit, buy_logit = _logits(model, rows)
-    click_bias = _bisect(lambda b: _sigmoid(click_logit + b).mean(), _CLICK_RATE)
-    p_click = _sigmoid(click_logit + click_bias)
-    buy_bias = _bisect(lambda b: (p_click * _sigmoid(buy_logit + b)).sum() / p_click.sum(), _BUY_GIVEN_CLICK)
+    click_bias = _bisect(lambda b: sigmoid(click_logit + b).mean(), _CLICK_RATE)
+    p_click = sigmoid(click_logit + click_bias)
+    buy_bias = _bisect(lambda b: (p_click * sigmoid(buy_logit + b)).sum() / p_click.sum(), _BUY_GIVEN_CLICK)
     # item_ctr_7d: the ad's click rate over a simulated week of 200 impressions (noisy quality)
-    quality_rate = _sigmoid(click_bias + model.scale["item"] * (item_quality + model.brand_click[brand]))
+    quality_rate = sigmoid(click_bias + model.scale["item"] * (item_quality + model.brand_click[brand]))
     item_ctr = (rng.binomial(200, quality_rate) / 200.0).astype(np.float32)
     return dataclasses.replace(model, click_bias=click_bias, buy_bias=buy_bias, item_ctr=item_ctr)
 
@@ -444,10 +370,10 @@ def _schema() -> pa.Schema:
 
 def _block(model: _Model, seed: int, split: int, index: int) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One block of rows: the table, the true click and buy probabilities, the labels."""
-    rng = _block_rng(seed, split, index)
+    rng = block_rng(seed, split, index)
     rows = _draw_rows(model, rng, _BLOCK_ROWS)
     click_logit, buy_logit = _logits(model, rows)
-    p_click, p_buy_given_click = _sigmoid(click_logit), _sigmoid(buy_logit)
+    p_click, p_buy_given_click = sigmoid(click_logit), sigmoid(buy_logit)
     click = (rng.random(_BLOCK_ROWS) < p_click).astype(np.int8)
     buy = (click.astype(bool) & (rng.random(_BLOCK_ROWS) < p_buy_given_click)).astype(np.int8)
     arrays: list[pa.Array] = [pa.array(click), pa.array(buy)]
@@ -464,11 +390,11 @@ def _write_split(
     model: _Model, seed: int, split: int, split_dir: Path, rows: int, rows_per_file: int, row_group_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Write one split's part files; return the true click and buy probabilities and labels."""
-    _clear_split(split_dir)
+    clear_split(split_dir)
     blocks = [_block(model, seed, split, b) for b in range(-(-rows // _BLOCK_ROWS))]
     whole = pa.concat_tables(b[0] for b in blocks).slice(0, rows)
     for index, start in enumerate(range(0, rows, rows_per_file)):
-        _write_part(whole.slice(start, rows_per_file), split_dir, index, row_group_size)
+        write_part(whole.slice(start, rows_per_file), split_dir, index, row_group_size)
     return tuple(np.concatenate([b[k] for b in blocks])[:rows] for k in (1, 2, 3, 4))  # type: ignore[return-value]
 
 
@@ -500,7 +426,7 @@ def synth_taobao(
     Raises:
         ValueError: an argument is out of range, or ``out_dir`` is an existing file.
     """
-    out, rows, eval_rows, seed, rows_per_file, row_group_size = _checked_arguments(
+    out, rows, eval_rows, seed, rows_per_file, row_group_size = checked_arguments(
         out_dir, rows, eval_rows, seed, rows_per_file, row_group_size
     )
     model = _build_model(seed)
@@ -510,7 +436,7 @@ def synth_taobao(
 
     def aucs(split: tuple[np.ndarray, ...]) -> dict[str, float]:
         p_click, p_buy, click, buy = split
-        return {"click": _auc(p_click, click), "buy": _auc(p_buy, buy)}
+        return {"click": auc(p_click, click), "buy": auc(p_buy, buy)}
 
     report = TaobaoSynthReport(
         out_dir=str(out),
@@ -533,15 +459,5 @@ def synth_taobao(
         "sequence_column": SEQUENCE_COLUMN,
         "context_columns": {"pid": list(PIDS)},
     }
-    _write_report(out, document)
+    write_report(out, document)
     return report
-
-
-def read_taobao_report(out_dir: str | os.PathLike[str]) -> TaobaoSynthReport:
-    """Read the report :func:`synth_taobao` wrote to ``out_dir/synth.json``.
-
-    Raises:
-        FileNotFoundError: there is no ``synth.json`` (generation never finished).
-        ValueError: ``synth.json`` is not a valid report.
-    """
-    return TaobaoSynthReport.from_json(_read_document(out_dir, "taobao"))
