@@ -20,6 +20,15 @@ The wall time of each process (start-up and set-up included) is shown for inform
     python benchmarks/compare_deepfm.py                       # 200k rows, 60 steps, 3 rounds, 1 process
     python benchmarks/compare_deepfm.py --nproc-per-node 2 --rounds 5
 
+``--handwritten-input memory`` feeds the hand-written loop batches built before its clock
+starts (the ceiling: a loop that pays nothing for input), while tzrec-run reads Parquet as
+always; the ratio then includes everything tzrec-run's input costs. ``--cardinalities kaggle``
+generates data whose 26 id columns have the Criteo Kaggle data's cardinalities capped at 1M
+(zipf ids; 6.6M rows in all) and sizes both models' tables to match:
+
+    python benchmarks/compare_deepfm.py --cardinalities kaggle --batch-size 8192 --steps 40 \
+        --handwritten-input memory --handwritten-malloc tuned --data /tmp/tzrun_bench_kaggle
+
 The data is generated with ``tzrec-run data synth criteo`` unless ``--data`` already holds a
 ``synth.json``. Run it on an otherwise idle machine: timings under CPU contention mean nothing.
 """
@@ -52,23 +61,36 @@ def tzrec_run() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "tzrun"]
 
 
-def ensure_data(data: Path, rows: int) -> None:
+def ensure_data(data: Path, rows: int, cardinalities: str = "example") -> list[int]:
+    """Make the synthetic data unless ``data`` has it; returns its 26 cardinalities."""
     report = data / "synth.json"
     if report.exists():
-        have = json.loads(report.read_text()).get("train_rows")
+        document = json.loads(report.read_text())
+        have = document.get("train_rows")
         note = "" if have == rows else f" (it has {have} train rows, not --rows {rows}; delete it or pass another --data to regenerate)"
         print(f"data: using {data}{note}")
-        return
-    print(f"data: generating {rows} rows into {data} ...", flush=True)
+        return [int(c) for c in document["cardinalities"]]
+    print(f"data: generating {rows} rows into {data} ({cardinalities} cardinalities) ...", flush=True)
+    if cardinalities == "kaggle":
+        from tzrun.tools.synth import kaggle_cardinalities, synth_criteo
+
+        return list(synth_criteo(data, rows=rows, cardinalities=kaggle_cardinalities(1_000_000)).cardinalities)
     subprocess.run([*tzrec_run(), "data", "synth", "criteo", "--rows", str(rows), "--out", str(data)], check=True)
+    return [int(c) for c in json.loads(report.read_text())["cardinalities"]]
 
 
-def framework_config(work: Path, steps: int) -> Path:
-    """The example with ``num_epochs = 1`` replaced by ``num_steps = steps``: the config needs
-    exactly one of the two, and a ``--set`` override cannot delete a key."""
+def framework_config(work: Path, steps: int, table_rows: list[int] | None = None) -> Path:
+    """The example with ``num_epochs = 1`` replaced by ``num_steps = steps`` (the config needs
+    exactly one of the two, and a ``--set`` override cannot delete a key), and its features'
+    ``num_buckets`` replaced by ``table_rows`` when given."""
     text, n = re.subn(r"(?m)^num_epochs\s*=\s*1\s*$", f"num_steps = {steps}", EXAMPLE.read_text())
     if n != 1:
         raise SystemExit(f"{EXAMPLE}: expected one 'num_epochs = 1' line; update {__file__}")
+    if table_rows is not None:
+        sizes = iter(table_rows)
+        text, n = re.subn(r"(?m)^num_buckets = \d+$", lambda _: f"num_buckets = {next(sizes)}", text)
+        if n != len(table_rows):
+            raise SystemExit(f"{EXAMPLE}: expected {len(table_rows)} num_buckets lines, found {n}; update {__file__}")
     path = work / "deepfm_criteo_bench.toml"
     path.write_text(text)
     return path
@@ -156,23 +178,31 @@ def main() -> None:
         "--handwritten-malloc", choices=["default", "tuned"], default="default",
         help="glibc allocator of the hand-written loop: glibc's defaults, or the settings tzrec-run applies "
              "(train.tune_malloc) through glibc's MALLOC_*_ variables (default: default)")
+    parser.add_argument("--handwritten-input", choices=["parquet", "memory"], default="parquet",
+                        help="the hand-written loop reads Parquet in a DataLoader worker (default), or trains on "
+                             "batches built in memory before its clock starts")
+    parser.add_argument("--cardinalities", choices=["example", "kaggle"], default="example",
+                        help="the id columns' cardinalities when generating data: the example's small ones "
+                             "(default), or the Criteo Kaggle data's capped at 1M")
     parser.add_argument("--framework-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an extra --set for tzrec-run train, e.g. train.tune_malloc=false (repeatable)")
     args = parser.parse_args()
 
     data = args.data.resolve()
-    ensure_data(data, args.rows)
+    table_rows = ensure_data(data, args.rows, args.cardinalities)
     busy = busy_fraction()
     if busy is not None and busy > 0.2:
         print(f"WARNING: {busy:.0%} of the {os.cpu_count()} CPU(s) busy before starting; the timings will be skewed")
 
     work = Path(tempfile.mkdtemp(prefix="tzrun_bench_"))
-    config = framework_config(work, args.steps)
+    config = framework_config(work, args.steps, table_rows)
     nproc = args.nproc_per_node
     hand_cmd = [
         str(HANDWRITTEN), "--data", str(data / "train"), "--batch-size", str(args.batch_size),
-        "--steps", str(args.steps), "--warmup-steps", "0",
+        "--steps", str(args.steps), "--warmup-steps", "0", "--table-rows", ",".join(map(str, table_rows)),
     ]
+    if args.handwritten_input == "memory":
+        hand_cmd.append("--in-memory")
     if nproc > 1:
         hand_cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *hand_cmd]
     else:
@@ -197,7 +227,7 @@ def main() -> None:
         fw_cmd += ["--nproc-per-node", str(nproc)]
 
     print(f"work dir: {work}")
-    print(f"hand-written: {' '.join(hand_cmd)}  (glibc malloc: {args.handwritten_malloc})")
+    print(f"hand-written: {' '.join(hand_cmd)}  (glibc malloc: {args.handwritten_malloc}; input: {args.handwritten_input})")
     print(f"framework:    {' '.join(fw_cmd)}")
     print(
         f"{args.rounds} round(s), {args.steps} steps of {args.batch_size} rows per rank on {nproc} process(es); "
@@ -238,7 +268,8 @@ def main() -> None:
         f"SUMMARY handwritten_median={statistics.median(hands):.1f} framework_median={statistics.median(fws):.1f} "
         f"ratio_median={statistics.median(ratios):.4f} ratio_min={min(ratios):.4f} ratio_max={max(ratios):.4f} "
         f"rounds={len(rows)} nproc={nproc} steps={args.steps} batch_size={args.batch_size} "
-        f"handwritten_malloc={args.handwritten_malloc} framework_set={','.join(args.framework_set) or '-'}"
+        f"handwritten_malloc={args.handwritten_malloc} handwritten_input={args.handwritten_input} "
+        f"cardinalities={args.cardinalities} framework_set={','.join(args.framework_set) or '-'}"
     )
     if args.keep:
         print(f"logs and configs kept in {work}")

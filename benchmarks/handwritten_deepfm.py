@@ -13,6 +13,11 @@ it is what a competent TorchRec user would write for the same model on the same 
   ``[B, 13]`` = ``log1p(int_*)`` with nulls as 0, a ``KeyedJaggedTensor`` with one id per row
   for each of ``cat_0..cat_25``, labels float32. The data is re-read (a new DataLoader
   iterator, as for a new epoch) when a rank runs out of it.
+* ``--in-memory``: the batches of the timed steps are read and built before the clock starts
+  and then fed from a list: the loop pays nothing for its input (the baseline for "how fast can
+  the model train at all").
+* ``--table-rows N,N,...``: the 26 tables' sizes (default the example's; ``compare_deepfm.py
+  --cardinalities kaggle`` passes the data's own, from its ``synth.json``).
 * Model: DeepFM as ``tzrun_plugins.models.deepfm`` with the example's settings: a "deep"
   EmbeddingBagCollection with one dim-16 table per id feature, a "wide" one with one dim-4
   table per id feature, FM over the deep embeddings, deep MLP [256, 128, 64] over
@@ -203,14 +208,14 @@ def mlp(in_features: int, units: list[int]) -> nn.Sequential:
 
 
 class DeepFM(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, sparse: list[tuple[str, int]]) -> None:
         super().__init__()
         meta = torch.device("meta")
         self.deep_ebc = EmbeddingBagCollection(
             tables=[
                 EmbeddingBagConfig(name=f"{name}_emb", num_embeddings=n, embedding_dim=EMBEDDING_DIM,
                                    feature_names=[name], pooling=PoolingType.SUM)
-                for name, n in SPARSE
+                for name, n in sparse
             ],
             device=meta,
         )
@@ -218,11 +223,11 @@ class DeepFM(nn.Module):
             tables=[
                 EmbeddingBagConfig(name=f"{name}_emb_wide", num_embeddings=n, embedding_dim=WIDE_DIM,
                                    feature_names=[name])
-                for name, n in SPARSE
+                for name, n in sparse
             ],
             device=meta,
         )
-        self.deep = mlp(len(DENSE) + len(SPARSE) * EMBEDDING_DIM, DEEP_UNITS)
+        self.deep = mlp(len(DENSE) + len(sparse) * EMBEDDING_DIM, DEEP_UNITS)
         self.final = mlp(WIDE_DIM + EMBEDDING_DIM + DEEP_UNITS[-1], FINAL_UNITS)
         self.output = nn.Linear(FINAL_UNITS[-1], 1)
 
@@ -262,6 +267,10 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=0, help="first steps left out of the timing")
     parser.add_argument("--log-every", type=int, default=25, help="print the mean loss every N steps (rank 0)")
     parser.add_argument("--print-plan", action="store_true", help="print the sharding plan (rank 0)")
+    parser.add_argument("--in-memory", action="store_true",
+                        help="read and build the timed steps' batches before the clock starts, then feed them from memory")
+    parser.add_argument("--table-rows", default=",".join(str(n) for _, n in SPARSE),
+                        help="the 26 tables' sizes, comma-separated (default: the example's)")
     parser.add_argument("--print-step-times", action="store_true",
                         help="print the seconds each progress() call took (rank 0; diagnostics)")
     args = parser.parse_args()
@@ -290,7 +299,10 @@ def main() -> None:
         worker_init_fn=single_threaded_worker,
     )
 
-    model = WithLoss(DeepFM())
+    table_rows = [int(n) for n in args.table_rows.split(",")]
+    if len(table_rows) != len(SPARSE_NAMES):
+        parser.error(f"--table-rows needs {len(SPARSE_NAMES)} sizes, got {len(table_rows)}")
+    model = WithLoss(DeepFM(list(zip(SPARSE_NAMES, table_rows))))
     for ebc in (model.model.deep_ebc, model.model.wide_ebc):
         apply_optimizer_in_backward(RowWiseAdagrad, ebc.parameters(), {"lr": 0.05, "eps": 1e-8})
     constraints = {
@@ -318,12 +330,15 @@ def main() -> None:
         lambda params: torch.optim.Adam(params, lr=1e-3),
     )
     optimizer = CombinedOptimizer([dmp.fused_optimizer, dense_optimizer])
+    feed = itertools.islice(endless(loader), args.steps)
+    if args.in_memory:
+        feed = iter(list(feed))  # every batch read and built before the clock starts
     dist.barrier()
 
     # ---- timed part (with --warmup-steps 0: pipeline creation, DataLoader start, all steps)
     started = time.perf_counter()
     pipeline = TrainPipelineSparseDist(dmp, optimizer, device, execute_all_batches=True)
-    batches = itertools.islice(endless(loader), args.steps)
+    batches = feed
     step, loss_sum, logged = 0, None, 0
     step_times, last = [], started
     while True:

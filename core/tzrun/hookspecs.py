@@ -17,10 +17,12 @@ are registered on the run's own plugin manager for that run only. The loop, with
 
     pm = make_plugin_manager(); registries = collect_registries(pm)      # tzrun_register_*
     config = load_config(path, registries)                               # two passes
-    init process group; build model (meta device), planner, DMP, optimizers, schedules
+    session = Session.start(config, ...)     # init process group; the run's parts, built once:
+                                             # model (meta device), planner, DMP, optimizers, schedules
+    trainer = Trainer(session)               # the loop below, method by method
     stages = build [[train.stages]]; register each on pm (called in config order)
     if resuming:
-        load checkpoint; stage.load_state_dict(saved[stage name])
+        one dcp.load of trainer.state(); stage.load_state_dict(saved[stage name])
         tzrun_after_checkpoint_load(run, step, state)          # once    [every rank] sync ok
     tzrun_before_train(run)                                    # once    [every rank] sync ok
     try:
@@ -41,7 +43,8 @@ are registered on the run's own plugin manager for that run only. The loop, with
                 evaluate -> metrics over all ranks; append to eval_results.jsonl
                 tzrun_after_eval(run, step, result)            # per boundary [every rank] sync ok
             tzrun_before_checkpoint_save(run, step, state)     # per boundary [every rank] sync ok
-            save checkpoint (torch.distributed.checkpoint, stage states included), marker last
+            save checkpoint (one torch.distributed.checkpoint save of trainer.state(), stage
+                             states included), marker last
             record the best checkpoint (eval.best_metric), prune old ones
             ranks agree on run.stop_requested (any rank asking stops all)
         tzrun_after_train(run, step)                           # once    [every rank] sync ok
@@ -333,4 +336,6 @@ def tzrun_after_train(run: RunContext, step: int) -> None:
 @hookspec
 def tzrun_on_train_error(run: RunContext, error: BaseException) -> None:
     """Called on every rank where training raised, before the error propagates. Must not
-    raise and must not issue collectives (other ranks may be gone)."""
+    raise and must not issue collectives (other ranks may be gone). Each plugin's
+    implementation is called on its own, like every lifecycle hook: one that raises is logged
+    and disabled, the others still run, and the original error is the one that propagates."""

@@ -140,13 +140,15 @@ class NaNAtStep:
         n = self.n
 
         class Loss(torch.nn.Module):
-            calls = 0
+            def __init__(self):
+                super().__init__()
+                self.calls = 0  # per instance: the component check before training builds its own
 
             def forward(self, logits, label, weight):
                 if self.training:
-                    Loss.calls += 1
+                    self.calls += 1
                 value = torch.nn.functional.binary_cross_entropy_with_logits(logits, label, weight)
-                return value * float("nan") if Loss.calls == n and self.training else value
+                return value * float("nan") if self.calls == n and self.training else value
 
         register("nan_at", config=Options, build=lambda cfg: Loss())
 
@@ -220,3 +222,29 @@ def test_resuming_with_another_plugin_set_warns(tmp_path, criteo_dir, caplog):
         train(load_config(raw, registries), raw, pm, registries, resume=True)
     assert "the plugin set changed since the checkpoint" in caplog.text
     assert "losses" in caplog.text and "other_plugin" in caplog.text
+
+
+def test_every_plugin_hears_of_a_failed_run_even_when_one_raises_in_its_clean_up(tmp_path, criteo_dir):
+    from tzrun.errors import NonFiniteLossError
+
+    seen = []
+
+    class BrokenCleanUp:
+        @tzrun.hookimpl
+        def tzrun_on_train_error(self, run, error):
+            raise RuntimeError("broken clean-up")
+
+    class CleanUp:
+        @tzrun.hookimpl
+        def tzrun_on_train_error(self, run, error):
+            seen.append(type(error).__name__)
+
+    # called in registration order: the broken one first, and the next one still runs
+    pm = make_plugin_manager(plugins=[("nan", NaNAtStep(2)), ("broken", BrokenCleanUp()), ("clean", CleanUp())])
+    registries = collect_registries(pm)
+    text = CONFIG.format(model_dir=tmp_path / "err", train=criteo_dir / "train")
+    raw = parse_config(text, "<test>", ['losses=[{type = "nan_at"}]', "train.num_steps=4"])
+    with pytest.warns(RuntimeWarning, match="broken.*raised in tzrun_on_train_error: RuntimeError: broken clean-up"):
+        with pytest.raises(NonFiniteLossError, match="step 2 "):  # the run's own error, not the plugin's
+            train(load_config(raw, registries), raw, pm, registries)
+    assert seen == ["NonFiniteLossError"]

@@ -187,3 +187,22 @@ def test_progress_auto_mode_uses_lines_off_a_terminal(monkeypatch, caplog):
     with caplog.at_level("INFO", logger="tzrun.progress"):
         stage.tzrun_after_train_log(run, _log(5))
     assert stage.bar is None and "step 5/10 epoch 0  loss=0.50000" in caplog.text
+
+
+def test_overwrite_removes_what_the_stages_declare_they_write(tmp_path, tzrun_pm):
+    # the core knows no stage's directory: --overwrite asks each stage (register(..., outputs=fn))
+    from tzrun.runner.model_dir import claim_model_dir, run_outputs
+    from tzrun.testing import load_config_text, tiny_config_text
+
+    text = tiny_config_text(tmp_path / "data", tmp_path / "run").replace(
+        "stages = []", 'stages = [{ type = "tensorboard", log_dir = "tb_custom" }, { type = "metrics_log" }]')
+    cfg, registries = load_config_text(text, tzrun_pm)
+    outputs = run_outputs(cfg, registries)
+    # this config's own places, and each stage's default place (an earlier run may have used it)
+    assert {"tb_custom", "tensorboard", "profiler", "metrics.jsonl", "checkpoints", "eval_results.jsonl"} <= set(outputs)
+    run = tmp_path / "run"
+    for name in ("tb_custom/train", "tensorboard/train", "profiler", "notes/keep"):
+        (run / name).mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("{}\n")
+    claim_model_dir(run, cfg, registries, overwrite=True, resume=False, rank=0)
+    assert sorted(p.name for p in run.iterdir()) == ["notes"]  # what no one declares is left alone

@@ -91,6 +91,8 @@ __all__ = [
     "CRITEO_NUM_DENSE",
     "CRITEO_NUM_SPARSE",
     "CRITEO_CARDINALITIES",
+    "KAGGLE_CARDINALITIES",
+    "kaggle_cardinalities",
     "DENSE_COLUMNS",
     "SPARSE_COLUMNS",
     "LABEL_COLUMN",
@@ -134,6 +136,19 @@ CRITEO_CARDINALITIES: tuple[int, ...] = (
     105,  # cat_24  (C25:     105)
     2000,  # cat_25  (C26: 142,572)
 )
+
+#: The cardinalities of the Criteo Kaggle display-advertising data (C1..C26), for
+#: ``synth_criteo(cardinalities=kaggle_cardinalities(cap))``: tables of the real sizes.
+KAGGLE_CARDINALITIES: tuple[int, ...] = (
+    1460, 583, 10_131_227, 2_202_608, 305, 24, 12_517, 633, 3, 93_145, 5_683, 8_351_593, 3_194,
+    27, 14_992, 5_461_306, 10, 5_652, 2_173, 4, 7_046_547, 18, 15, 286_181, 105, 142_572,
+)
+
+
+def kaggle_cardinalities(cap: int = 1_000_000) -> tuple[int, ...]:
+    """:data:`KAGGLE_CARDINALITIES`, each capped at ``cap`` rows (as a hashed table would be)."""
+    return tuple(min(c, cap) for c in KAGGLE_CARDINALITIES)
+
 
 DENSE_COLUMNS: tuple[str, ...] = tuple(f"int_{i}" for i in range(CRITEO_NUM_DENSE))
 SPARSE_COLUMNS: tuple[str, ...] = tuple(f"cat_{i}" for i in range(CRITEO_NUM_SPARSE))
@@ -208,11 +223,11 @@ class _Raw:
     null: np.ndarray  # bool [13, n]
 
 
-def _build_model(seed: int) -> _Model:
+def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIES) -> _Model:
     rng = np.random.default_rng(seed)
     columns = []
     damps = []
-    for card in CRITEO_CARDINALITIES:
+    for card in cardinalities:
         alpha = rng.uniform(*_ZIPF_ALPHA_RANGE)
         weight = np.arange(1, card + 1, dtype=np.float64) ** -alpha
         prob = weight / weight.sum()
@@ -226,8 +241,8 @@ def _build_model(seed: int) -> _Model:
         damps.append(damp)
     pair_vectors = []
     for a, b in _PAIRS:
-        u_a = rng.standard_normal((CRITEO_CARDINALITIES[a], _INTERACTION_DIM))
-        u_b = rng.standard_normal((CRITEO_CARDINALITIES[b], _INTERACTION_DIM))
+        u_a = rng.standard_normal((cardinalities[a], _INTERACTION_DIM))
+        u_b = rng.standard_normal((cardinalities[b], _INTERACTION_DIM))
         pair_vectors.append((u_a * damps[a][:, None], u_b * damps[b][:, None]))
     dense_mu = rng.uniform(*_DENSE_MU_RANGE, size=CRITEO_NUM_DENSE)
     dense_sigma = rng.uniform(*_DENSE_SIGMA_RANGE, size=CRITEO_NUM_DENSE)
@@ -412,6 +427,7 @@ def synth_criteo(
     seed: int = 0,
     rows_per_file: int = 250_000,
     row_group_size: int = 32_768,
+    cardinalities: tuple[int, ...] = CRITEO_CARDINALITIES,
 ) -> SynthReport:
     """Write a synthetic Criteo-shaped data set with a known Bayes AUC.
 
@@ -428,6 +444,9 @@ def synth_criteo(
         seed: non-negative seed of the ground-truth model and of the rows.
         rows_per_file: at most this many rows per parquet file, >= 1.
         row_group_size: rows per parquet row group, >= 1.
+        cardinalities: ids of each of the 26 categorical columns (default: the small
+            :data:`CRITEO_CARDINALITIES` of the examples; :func:`kaggle_cardinalities` for tables
+            of the real data's sizes).
 
     Returns:
         The report also written to ``out_dir/synth.json``.
@@ -438,7 +457,10 @@ def synth_criteo(
     out, rows, eval_rows, seed, rows_per_file, row_group_size = checked_arguments(
         out_dir, rows, eval_rows, seed, rows_per_file, row_group_size
     )
-    model = _build_model(seed)
+    cardinalities = tuple(int(c) for c in cardinalities)
+    if len(cardinalities) != CRITEO_NUM_SPARSE or min(cardinalities) < 1:
+        raise ValueError(f"cardinalities: {CRITEO_NUM_SPARSE} positive counts expected, got {cardinalities}")
+    model = _build_model(seed, cardinalities)
     train_logit, train_label = _write_split(
         model, seed, _SPLIT_TRAIN, out / "train", rows, rows_per_file, row_group_size
     )
@@ -453,7 +475,7 @@ def synth_criteo(
         positive_rate=float(train_label.mean()),
         bayes_auc=auc(eval_logit, eval_label),
         bayes_auc_train=auc(train_logit, train_label),
-        cardinalities=CRITEO_CARDINALITIES,
+        cardinalities=cardinalities,
     )
     document = {
         **report.to_json(),
