@@ -7,7 +7,7 @@ callback each registration hook receives (see :mod:`tzrun.hookspecs`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -70,7 +70,11 @@ __all__ = [
     "ClosedFormLR",
 ]
 
-#: Public names whose modules import numpy or pyarrow: loaded on first use, so that
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from tzrun.data.hashing import is_hashable
+    from tzrun.lr_schedule import ClosedFormLR
+
+#: Public names whose modules import numpy, pyarrow or torch: loaded on first use, so that
 #: ``import tzrun`` (every plugin's ``hooks.py``) stays light.
 _LAZY = {"is_hashable": "tzrun.data.hashing", "ClosedFormLR": "tzrun.lr_schedule"}
 
