@@ -254,3 +254,60 @@ def test_every_plugin_hears_of_a_failed_run_even_when_one_raises_in_its_clean_up
     assert seen == ["NonFiniteLossError"]
     assert any(re.search("broken.*raised in tzrun_on_train_error: RuntimeError: broken clean-up", str(w.message))
                for w in caught)
+
+
+def _as_written_by_0_1_0(path: Path) -> None:
+    """Rewrite a checkpoint in tzrec-run 0.1.0's layout: the schedules, the update path and
+    the rank's state in their own files beside ``state/``, the train metrics in ``meta.json``,
+    a manifest (and marker) that lists them."""
+    from tzrun.files import write_atomic
+    from tzrun.runner.checkpoint import read_saved
+    from tzrun.runner.manifest import describe_files, listed_files, manifest_bytes, marker_bytes
+
+    torch.save(read_saved(path, "schedules"), path / "schedules.pt")
+    torch.save(read_saved(path, "update"), path / "update.pt")
+    (path / "ranks").mkdir()
+    torch.save(read_saved(path, "rank.0"), path / "ranks" / "rank-0.pt")
+    meta = json.loads((path / "meta.json").read_text())
+    meta["train_metrics"] = read_saved(path, "train_metrics")
+    (path / "meta.json").write_text(json.dumps(meta, indent=2))
+    # state/ held the model and the optimizers only: drop the other entries from DCP's index
+    import pickle
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    metadata = FileSystemReader(str(path / "state")).read_metadata()
+    for key in [k for k in metadata.state_dict_metadata if not k.startswith(("model.", "optimizer."))]:
+        del metadata.state_dict_metadata[key]
+    with open(path / "state" / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    manifest = manifest_bytes(meta["step"], describe_files(path, listed_files(path)))
+    write_atomic(path / "manifest.json", manifest)
+    write_atomic(path / "COMPLETE", marker_bytes(meta["step"], manifest))
+
+
+def test_a_checkpoint_of_tzrec_run_0_1_0_still_resumes_exactly(tmp_path, criteo_dir):
+    whole = Losses()
+    _train(tmp_path, criteo_dir, "whole", whole)
+    first = Losses(signal_at=7)
+    assert _train(tmp_path, criteo_dir, "old", first).steps == 7
+    _as_written_by_0_1_0(tmp_path / "old" / "checkpoints" / "step-7")
+    rest = Losses()
+    resumed = _train(tmp_path, criteo_dir, "old", rest, resume=True)
+    assert resumed.steps == 18
+    assert {**first.steps, **rest.steps} == whole.steps  # the same loss and lr at every step
+    assert rest.metrics[18] == whole.metrics[18]  # the train metric's value and window carried over
+
+
+def test_tzrec_run_evaluate_reads_a_checkpoint_of_0_1_0(tmp_path, criteo_dir):
+    from tzrun.runner.checkpoint_eval import evaluate_checkpoint
+
+    _train(tmp_path, criteo_dir, "old", Losses(), "train.num_steps=5", f'data.eval_input="{criteo_dir / "eval"}"')
+    trained = json.loads((tmp_path / "old" / "eval_results.jsonl").read_text().splitlines()[-1])
+    _as_written_by_0_1_0(tmp_path / "old" / "checkpoints" / "step-5")
+    pm = make_plugin_manager(plugins=[("losses", Losses())])
+    registries = collect_registries(pm)
+    raw = parse_config(CONFIG.format(model_dir=tmp_path / "old", train=criteo_dir / "train"), "<test>",
+                       [*OVERRIDES, "train.num_steps=5", f'data.eval_input="{criteo_dir / "eval"}"'])
+    done = evaluate_checkpoint(load_config(raw, registries), raw, pm, registries, "latest")
+    assert done.result.step == 5 and done.result.metrics == {k: v for k, v in trained.items() if k not in ("step", "rows")}

@@ -75,6 +75,8 @@ __all__ = [
     "load_planner",
     "load_model_state",
     "read_saved",
+    "is_legacy",
+    "read_legacy_entries",
     "init_lazy_states",
     "remove_incomplete_checkpoints",
 ]
@@ -408,6 +410,34 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
         raise CheckpointError(f"{path}: does not hold everything this run loads (written by another kind of run "
                               f"or an older tzrec-run): {str(error).strip().splitlines()[-1]}") from error
     return read_meta(path)
+
+
+def is_legacy(path: Path) -> bool:
+    """Whether the checkpoint was written by tzrec-run 0.1.0, which kept the schedules, the
+    update path and each rank's state in files beside ``state/`` (``state/`` held the model
+    and the optimizers only)."""
+    return (Path(path) / "schedules.pt").is_file()
+
+
+def read_legacy_entries(path: Path, rank: int, same_world_size: bool) -> dict[str, Any]:
+    """The entries a current checkpoint keeps in ``state/`` (``loop``, ``schedules``,
+    ``update``, ``train_metrics``, ``stages``, and ``rank.<R>`` when the world size is the
+    same), read from a 0.1.0 checkpoint's own files (its manifest verified them)."""
+    import torch
+
+    path = Path(path)
+    meta = read_meta(path)
+    entries: dict[str, Any] = {
+        "loop": {"step": meta["step"], "epoch": meta.get("epoch", 0), "data": meta.get("data")},
+        "schedules": torch.load(path / "schedules.pt", weights_only=False),
+        "update": torch.load(path / "update.pt", weights_only=False) if (path / "update.pt").is_file() else {},
+        "train_metrics": meta.get("train_metrics", {}),
+        "stages": meta.get("stages", {}),
+    }
+    rank_file = path / "ranks" / f"rank-{rank}.pt"
+    if same_world_size and rank_file.is_file():
+        entries[f"rank.{rank}"] = torch.load(rank_file, weights_only=False)
+    return entries
 
 
 def read_saved(path: Path, key: str) -> Any:
