@@ -57,3 +57,22 @@ def test_sigterm_to_the_launcher_stops_every_rank_with_exit_75_and_resume_finish
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"step-{step}" in resumed.stderr and "resuming from" in resumed.stderr
     assert _results(model_dir)[-1]["step"] == 400
+
+
+def test_two_ranks_refuse_a_model_dir_a_live_run_holds_together_with_exit_2(criteo_dir, tmp_path):
+    import json
+    import os
+    import socket
+
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / LOCK_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                                   "started": time.time(), "command": "tzrec-run train a.toml"}))
+    config = tmp_path / "run.toml"
+    config.write_text(EXAMPLE.read_text())
+    proc = subprocess.run([sys.executable, "-m", "tzrun", "train", str(config),
+                           *_sets(example_overrides(criteo_dir, model_dir, *STEPS)), "--nproc-per-node", "2"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]  # every rank refused (2), not torchrun's failure (1)
+    assert f"is in use by another run (host {socket.gethostname()}, pid {os.getpid()}" in proc.stderr
+    assert sorted(p.name for p in model_dir.iterdir()) == [LOCK_FILE]
