@@ -11,7 +11,6 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import warnings
 from typing import Mapping, Sequence
@@ -227,7 +226,9 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *restarts,
                "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
-    return subprocess.call(command, env=launch_environment(os.environ, args.nproc_per_node))
+    from tzrun.launch import run_torchrun
+
+    return run_torchrun(command, launch_environment(os.environ, args.nproc_per_node), args.nproc_per_node)
 
 
 def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[str, str]:
@@ -319,6 +320,9 @@ def console_main() -> None:
     """
     argv = sys.argv[1:]
     code = main(argv)
+    from tzrun.launch import record_exit_code
+
+    record_exit_code(code)
     if argv and argv[0] in ("train", "evaluate"):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -127,6 +127,60 @@ def test_a_damaged_file_is_named_at_load_with_the_previous_checkpoint(trained, c
         load_checkpoint(path, {"model": trained[1].model})
 
 
+def _flip_byte(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "flipped-and-empty", "digest-removed"])
+def test_a_damaged_marker_makes_the_checkpoint_incomplete_never_unverified(trained, criteo_dir, tmp_path, damage):
+    model_dir = tmp_path / "copy"
+    shutil.copytree(trained[0], model_dir)
+    path = model_dir / "checkpoints" / "step-8"
+    marker = path / MARKER
+    previous = next(p for s, p in list_checkpoints(model_dir) if s < 8)
+    if damage == "empty":
+        marker.write_bytes(b"")
+    elif damage == "truncated":
+        marker.write_bytes(marker.read_bytes()[:30])  # "step 8\nmanifest sha256 " and part of the digest
+    elif damage == "flipped-and-empty":  # a corrupted shard must not load because the marker is damaged too
+        _flip_byte(path / "state" / "__0_0.distcp")
+        marker.write_bytes(b"")
+    else:
+        marker.write_text("step 8\n")  # what a marker written before manifests holds, next to a manifest
+    assert check_checkpoint(path).state == "incomplete"
+    assert [s for s, _ in list_checkpoints(model_dir)] == [int(previous.name.split("-")[1])]  # --resume skips it
+    with pytest.raises(IncompleteCheckpointError, match=r"step-8: not a complete checkpoint \(its COMPLETE marker"):
+        load_checkpoint(path, {"model": trained[1].model})
+    with pytest.raises(IncompleteCheckpointError, match=r"step-8: not a complete checkpoint \(its COMPLETE marker"):
+        _evaluate(model_dir, criteo_dir, str(path), f'model_dir="{model_dir}"')
+    inspected = run_cli(["ckpt", "inspect", str(path)])
+    assert inspected.returncode == 1 and "not checked: incomplete (its COMPLETE marker" in inspected.stdout
+    assert "state       incomplete" in inspected.stdout
+
+
+def test_a_checkpoint_written_before_manifests_loads_only_when_allowed(trained, criteo_dir, tmp_path, monkeypatch):
+    model_dir = tmp_path / "copy"
+    shutil.copytree(trained[0], model_dir)
+    path = model_dir / "checkpoints" / "step-8"
+    (path / "manifest.json").unlink()
+    (path / MARKER).write_text("step 8\n")
+    assert check_checkpoint(path).state == "unverified" and 8 in dict(list_checkpoints(model_dir))
+    monkeypatch.delenv("TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS", raising=False)
+    with pytest.raises(CheckpointError, match=r"step-8: written before checkpoint manifests .* set "
+                                              r"TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1 to load it anyway"):
+        _evaluate(model_dir, criteo_dir, str(path), f'model_dir="{model_dir}"')
+    inspected = run_cli(["ckpt", "inspect", str(path)])
+    assert "manifest    none (written before manifests" in inspected.stdout
+    monkeypatch.setenv("TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS", "1")
+    done = _evaluate(model_dir, criteo_dir, str(path), f'model_dir="{model_dir}"')
+    assert done.result.step == 8 and done.result.metrics == {k: _results(trained[0])[3][k]
+                                                             for k in ("auc", "loss/binary_cross_entropy")}
+
+
 def test_evaluate_latest_reproduces_the_training_eval_and_records_it(trained, criteo_dir, tmp_path):
     model_dir = tmp_path / "copy"
     shutil.copytree(trained[0], model_dir)

@@ -46,10 +46,13 @@ from tzrun.runner.manifest import (
     ManifestStatus,
     check_checkpoint,
     describe_files,
+    ALLOW_UNVERIFIED_ENV,
     listed_files,
     manifest_bytes,
     marker_bytes,
+    marker_state,
     share_of,
+    unverified_allowed,
     verify_hashes_by_default,
 )
 
@@ -97,8 +100,10 @@ def checkpoint_step(path: Path) -> int | None:
 
 
 def is_complete(path: Path) -> bool:
-    """Whether ``path`` is a checkpoint whose save finished."""
-    return (Path(path) / MARKER).is_file()
+    """Whether ``path`` is a checkpoint whose save finished: its marker records the manifest's
+    digest, or (a checkpoint written before manifests) ``step N`` with no ``manifest.json``.
+    An empty, unreadable or otherwise damaged marker is not complete."""
+    return marker_state(Path(path))[0] != "incomplete"
 
 
 def list_checkpoints(model_dir: Path) -> list[tuple[int, Path]]:
@@ -131,12 +136,14 @@ def previous_checkpoint(path: Path) -> Path | None:
 
 def remove_incomplete_checkpoints(model_dir: Path) -> list[Path]:
     """Delete checkpoint directories without the completion marker (an interrupted save);
-    returns what was removed. Call on one rank only."""
+    returns what was removed. A directory with a damaged marker is left for inspection (it is
+    not listed, and a save of the same step replaces it). Call on one rank only."""
     root = Path(model_dir) / "checkpoints"
     removed = []
     if root.is_dir():
         for child in root.iterdir():
-            if _STEP_DIR.match(child.name) and not is_complete(child):
+            # only a missing marker means an interrupted save; a damaged one is kept to inspect
+            if _STEP_DIR.match(child.name) and not (child / MARKER).exists():
                 shutil.rmtree(child, ignore_errors=True)
                 removed.append(child)
     return removed
@@ -309,23 +316,30 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
         hashes: check SHA-256 hashes too (default: yes, unless ``TZRUN_CHECKPOINT_VERIFY=size``).
 
     Returns:
-        The status (``ok``, or ``unverified`` for a checkpoint written before manifests).
+        The status (``ok``, or ``unverified`` for a checkpoint written before manifests, which
+        loads only with ``TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1``).
 
     Raises:
-        IncompleteCheckpointError: when ``path`` has no completion marker.
-        CheckpointError: when a file is missing, truncated or corrupted; names the file and
-            the previous complete checkpoint.
+        IncompleteCheckpointError: when ``path`` has no completion marker, or an empty,
+            unreadable or damaged one.
+        CheckpointError: when a file is missing, truncated or corrupted (names the file and
+            the previous complete checkpoint), or for a checkpoint without a manifest and no opt-in.
     """
     import torch.distributed as dist
 
     path = Path(path)
     if hashes is None:
         hashes = verify_hashes_by_default()
-    if not is_complete(path):
+    state, reason = marker_state(path)
+    if state == "incomplete":
         previous = previous_checkpoint(path) if path.exists() else None
         raise IncompleteCheckpointError(
-            f"{path}: not a complete checkpoint (no {MARKER} marker: its save never finished, or it is not a "
-            f"checkpoint directory). {_earlier_hint(path, previous) if previous else ''}".rstrip()
+            f"{path}: not a complete checkpoint ({reason}). {_earlier_hint(path, previous) if previous else ''}".rstrip()
+        )
+    if state == "unverified" and not unverified_allowed():
+        raise CheckpointError(
+            f"{path}: written before checkpoint manifests (its {MARKER} has no manifest digest and there is no "
+            f"{MANIFEST}), so its files cannot be verified; set {ALLOW_UNVERIFIED_ENV}=1 to load it anyway"
         )
     rank, world_size = _group()
     status = check_checkpoint(path, hashes=hashes, share=(rank, world_size))
@@ -337,7 +351,8 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
     if problems:
         raise CheckpointError(_damaged_message(path, problems))
     if status.state == "unverified" and rank == 0:
-        log.warning("%s has no %s (written by an earlier tzrec-run): its files are not verified", path, MANIFEST)
+        log.warning("%s has no %s (written by an earlier tzrec-run): its files are not verified (%s=1)", path,
+                    MANIFEST, ALLOW_UNVERIFIED_ENV)
     return status
 
 

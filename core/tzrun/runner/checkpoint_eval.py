@@ -25,7 +25,6 @@ from tzrun.interfaces import EvalResult
 from tzrun.registry import Registries
 from tzrun.plugins import PluginManager
 from tzrun.runner.checkpoint import (
-    MARKER,
     Blob,
     is_complete,
     is_legacy,
@@ -36,6 +35,7 @@ from tzrun.runner.checkpoint import (
     read_meta,
     verify_checkpoint,
 )
+from tzrun.runner.manifest import marker_state
 from tzrun.runner.evaluate import append_eval_result, evaluate
 from tzrun.runner.session import Session
 from tzrun.runner.records import config_differences
@@ -94,7 +94,7 @@ def resolve_checkpoint(model_dir: Path, which: str) -> Path:
     if not is_complete(path):
         previous = previous_checkpoint(path)
         hint = f"; the previous complete one is {previous}" if previous else ""
-        raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker: its save never finished){hint}")
+        raise IncompleteCheckpointError(f"{path}: not a complete checkpoint ({marker_state(path)[1]}){hint}")
     return path
 
 

@@ -172,9 +172,9 @@ def _manifest_line(m: dict[str, Any]) -> str:
         how = "sizes and SHA-256" if m["hashed"] else "sizes only"
         return f"ok ({m['files']} files, {_human(m['size'])}; {how} checked)"
     if state == "unverified":
-        return "none (written before manifests; files not verified)"
+        return "none (written before manifests; files not verified; loads only with TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1)"
     if state == "incomplete":
-        return "not checked: incomplete (no COMPLETE marker; the save never finished)"
+        return f"not checked: incomplete ({m['problems'][0] if m['problems'] else 'no COMPLETE marker'})"
     return "DAMAGED\n" + "\n".join(f"  {p}" for p in m["problems"])
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -23,6 +24,7 @@ __all__ = [
     "MARKER",
     "MANIFEST",
     "VERIFY_ENV",
+    "ALLOW_UNVERIFIED_ENV",
     "FileEntry",
     "ManifestStatus",
     "listed_files",
@@ -31,6 +33,8 @@ __all__ = [
     "marker_bytes",
     "share_of",
     "check_checkpoint",
+    "marker_state",
+    "unverified_allowed",
     "verify_hashes_by_default",
 ]
 
@@ -39,7 +43,12 @@ MARKER = "COMPLETE"
 MANIFEST = "manifest.json"
 #: ``size`` checks only file sizes at load (no hashing); anything else, or unset, checks hashes too.
 VERIFY_ENV = "TZRUN_CHECKPOINT_VERIFY"
+#: ``1`` accepts checkpoints written before manifests (a ``COMPLETE`` with ``step N`` only and no
+#: ``manifest.json``): their files cannot be verified, so loading them takes this explicit opt-in.
+ALLOW_UNVERIFIED_ENV = "TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS"
 _CHUNK = 1 << 20
+_STEP_LINE = re.compile(r"^step \d+$")
+_DIGEST_LINE = re.compile(r"^manifest sha256 ([0-9a-f]{64})$")
 
 
 @attrs.frozen
@@ -58,7 +67,9 @@ class ManifestStatus:
 
     Attributes:
         state: ``ok``; ``damaged`` (see ``problems``); ``unverified`` (complete, written
-            before manifests existed); ``incomplete`` (no completion marker).
+            before manifests existed: ``step N`` only and no ``manifest.json``);
+            ``incomplete`` (no completion marker, or one that is empty, unreadable or lacks
+            the manifest's digest; ``problems`` says which).
         files: files the manifest lists.
         size: their bytes in total.
         hashed: whether hashes were checked (not only sizes).
@@ -74,6 +85,11 @@ class ManifestStatus:
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable dict."""
         return {**attrs.asdict(self), "problems": list(self.problems)}
+
+
+def unverified_allowed() -> bool:
+    """Whether checkpoints written before manifests may load (``TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1``)."""
+    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def verify_hashes_by_default() -> bool:
@@ -133,11 +149,38 @@ def marker_bytes(step: int, manifest: bytes) -> bytes:
     return f"step {step}\nmanifest sha256 {hashlib.sha256(manifest).hexdigest()}\n".encode()
 
 
-def _marker_manifest_hash(marker: str) -> str | None:
-    for line in marker.splitlines():
-        if line.startswith("manifest sha256 "):
-            return line.split()[-1]
-    return None
+def marker_state(root: Path) -> tuple[str, str | None]:
+    """What a checkpoint's completion marker says, without trusting a damaged one.
+
+    Args:
+        root: the checkpoint directory.
+
+    Returns:
+        ``("complete", digest)`` for a marker that records the manifest's SHA-256;
+        ``("unverified", None)`` for a marker of a checkpoint written before manifests
+        (``step N`` alone, and no ``manifest.json`` beside it); ``("incomplete", reason)``
+        otherwise: no marker, an empty or unreadable one, or one without the digest although
+        ``manifest.json`` exists (a damaged marker must not switch verification off).
+    """
+    root = Path(root)
+    try:
+        text = (root / MARKER).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return "incomplete", f"no {MARKER} marker: its save never finished, or it is not a checkpoint directory"
+    except (OSError, UnicodeDecodeError) as error:
+        return "incomplete", f"its {MARKER} marker is unreadable ({error})"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "incomplete", f"its {MARKER} marker is empty"
+    for line in lines:
+        match = _DIGEST_LINE.match(line)
+        if match:
+            return "complete", match.group(1)
+    if (root / MANIFEST).exists():
+        return "incomplete", f"its {MARKER} marker does not record the SHA-256 of the {MANIFEST} beside it (damaged)"
+    if len(lines) == 1 and _STEP_LINE.match(lines[0]):
+        return "unverified", None
+    return "incomplete", f"its {MARKER} marker is damaged (neither `step N` nor the manifest's SHA-256)"
 
 
 def check_checkpoint(root: Path, *, hashes: bool = True, share: tuple[int, int] | None = None) -> ManifestStatus:
@@ -153,13 +196,12 @@ def check_checkpoint(root: Path, *, hashes: bool = True, share: tuple[int, int] 
         The status; ``problems`` name each file relative to ``root``.
     """
     root = Path(root)
-    marker = root / MARKER
-    if not marker.is_file():
-        return ManifestStatus("incomplete")
-    expected = _marker_manifest_hash(marker.read_text(encoding="utf-8", errors="replace"))
-    manifest = root / MANIFEST
-    if expected is None:
+    state, expected = marker_state(root)
+    if state == "incomplete":
+        return ManifestStatus("incomplete", problems=(str(expected),))
+    if state == "unverified" or expected is None:
         return ManifestStatus("unverified")
+    manifest = root / MANIFEST
     if not manifest.is_file():
         return ManifestStatus("damaged", problems=(f"{MANIFEST}: missing (the completion marker lists one)",))
     content = manifest.read_bytes()

@@ -40,6 +40,7 @@ from tzrun.runner.checkpoint import (
 from tzrun.runner.evaluate import append_eval_result, evaluate, trim_eval_results
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.model_dir import claim_model_dir
+from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.position import DataPosition, ResumePoint
 from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
 from tzrun.runner.retention import prune_checkpoints, record_best
@@ -130,6 +131,7 @@ class Trainer:
         self.last_eval: EvalResult | None = None
         self.last_checkpoint: Path | None = None
         self.stopped_by: str | None = None
+        self.run_lock: RunLock | None = None
         self.train_seconds = 0.0
         self._stage_state: dict[str, Any] = {}
         self._loaded_loop: dict[str, Any] = {}
@@ -142,7 +144,11 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Set the run up, train it to the end (or a stop), and report."""
         resume_from = self.claim_model_dir()
-        self.set_up()
+        try:
+            self.set_up()
+        except BaseException:
+            self.release_run_lock()
+            raise
         started = time.perf_counter()
         try:
             self.start_from(resume_from)
@@ -159,16 +165,28 @@ class Trainer:
         finally:
             self.signals.restore()
             self.stages.unregister()
+            self.release_run_lock()
         return self.result(time.perf_counter() - started)
 
     def claim_model_dir(self) -> Path | None:
         """Apply the model-dir policy (:func:`~tzrun.runner.model_dir.claim_model_dir`); the
         ranks meet before anyone writes. Returns the checkpoint to resume from, if any."""
         s = self.session
-        resume_from = claim_model_dir(s.model_dir, self.cfg, s.registries, overwrite=self.overwrite,
-                                      resume=self.resume, rank=self.info.rank)
+        self.run_lock = claim_run_lock(s.model_dir, self.info.rank, self.info.world_size)  # before any write
+        try:
+            resume_from = claim_model_dir(s.model_dir, self.cfg, s.registries, overwrite=self.overwrite,
+                                          resume=self.resume, rank=self.info.rank)
+        except BaseException:
+            self.release_run_lock()
+            raise
         torch.distributed.barrier()
         return resume_from
+
+    def release_run_lock(self) -> None:
+        """Remove the model dir's run lock (rank 0 holds it; the other ranks hold nothing)."""
+        if self.run_lock is not None:
+            self.run_lock.release()
+            self.run_lock = None
 
     def set_up(self) -> None:
         """Build what the loop uses: the model and its update path, the stages, the metrics."""
