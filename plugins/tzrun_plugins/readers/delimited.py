@@ -359,7 +359,7 @@ class CsvReader:
         import csv
 
         try:
-            text = line.decode("utf-8").rstrip("\r\n")
+            text = line.decode("utf-8-sig").rstrip("\r\n")  # "-sig": a UTF-8 BOM is not part of the first name
             quoting = {"quotechar": self.cfg.quote_char} if self.cfg.quote_char else {"quoting": csv.QUOTE_NONE}
             names = tuple(n.strip() for n in next(csv.reader([text], delimiter=self.cfg.delimiter, **quoting)))
         except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
