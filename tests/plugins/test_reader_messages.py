@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tzrun.config.schema import DenseFeatureConfig, FeaturesConfig, SparseFeatureConfig
+from tzrun.data.features import BatchBuilder, feature_specs
+from tzrun.data.loader import RankInput
 from tzrun.errors import DataError
 from tzrun_plugins.readers.delimited import CsvConfig, CsvReader
 
@@ -29,3 +32,20 @@ def test_a_utf8_bom_before_a_headerless_first_row_is_not_part_of_its_first_field
     groups = reader.row_groups(str(tmp_path / "excel.csv"))
     table = next(iter(reader.read(groups[0], 0, 2, ["label"])))
     assert table.column("label").to_pylist() == [1, 0]
+
+
+def _pass(reader, path: Path, features: FeaturesConfig, labels=("label",), batch_size: int = 4) -> list:
+    builder = BatchBuilder(feature_specs(features), list(labels), None)
+    columns = builder.specs.columns(list(labels), None)
+    return list(RankInput(reader, str(path), batch_size, 0, columns, builder, 0, 1).one_pass())
+
+
+def test_text_ids_for_num_buckets_name_the_column_file_and_column_types(tmp_path: Path):
+    (tmp_path / "in.csv").write_text("label,item\n1,7\n0,3\n")
+    features = FeaturesConfig(sparse=(SparseFeatureConfig("item_id", column="item", num_buckets=10),))
+    with pytest.raises(DataError) as caught:
+        _pass(CsvReader(CsvConfig(column_types={"label": "int64"})), tmp_path / "in.csv", features)
+    message = str(caught.value)
+    assert "in.csv: column 'item' (feature 'item_id') has type string; num_buckets needs integer ids" in message
+    assert 'data.reader.column_types = { item = "int64" }' in message
+    assert "hash_bucket_size" in message
