@@ -4,8 +4,11 @@ values and null labels named by file, line and column."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tzrun.config.schema import DenseFeatureConfig, FeaturesConfig, SparseFeatureConfig
@@ -13,6 +16,7 @@ from tzrun.data.features import BatchBuilder, feature_specs
 from tzrun.data.loader import RankInput
 from tzrun.errors import DataError
 from tzrun_plugins.readers.delimited import CsvConfig, CsvReader
+from tzrun_plugins.readers.parquet import ParquetConfig, ParquetReader
 
 BOM = b"\xef\xbb\xbf"
 
@@ -49,3 +53,32 @@ def test_text_ids_for_num_buckets_name_the_column_file_and_column_types(tmp_path
     assert "in.csv: column 'item' (feature 'item_id') has type string; num_buckets needs integer ids" in message
     assert 'data.reader.column_types = { item = "int64" }' in message
     assert "hash_bucket_size" in message
+
+
+def test_a_directory_of_part_files_names_what_it_holds_and_data_reader_suffixes(tmp_path: Path):
+    for i in range(7):
+        pq.write_table(pa.table({"label": [1.0, 0.0]}), tmp_path / f"part-{i:05d}")
+    (tmp_path / "_SUCCESS").write_text("")
+    with pytest.raises(DataError) as caught:
+        ParquetReader(ParquetConfig()).row_groups(str(tmp_path))
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path}: no input files found: no name ends in '.parquet', '.pq' ")
+    assert "(the directory has: part-00000, part-00001, part-00002, part-00003, part-00004, ... (7 files))" in message
+    assert "data.reader.suffixes" in message
+    assert "_SUCCESS" not in message
+    groups = ParquetReader(ParquetConfig(suffixes=("",))).row_groups(str(tmp_path))
+    assert [g.path for g in groups] == [str(tmp_path / f"part-{i:05d}") for i in range(7)]
+
+
+def test_a_directory_of_gzipped_csv_says_that_compressed_text_is_not_read(tmp_path: Path):
+    (tmp_path / "day_0.csv.gz").write_bytes(gzip.compress(b"label\n1\n"))
+    with pytest.raises(DataError) as caught:
+        CsvReader(CsvConfig()).row_groups(str(tmp_path))
+    message = str(caught.value)
+    assert "no name ends in '.csv', '.tsv', '.txt' (the directory has: day_0.csv.gz)" in message
+    assert "data.reader.suffixes" in message and "decompress them first" in message
+
+
+def test_an_empty_directory_says_so(tmp_path: Path):
+    with pytest.raises(DataError, match=r"no input files found: the directory has no files \(looked for names ending in '.csv'"):
+        CsvReader(CsvConfig()).row_groups(str(tmp_path))

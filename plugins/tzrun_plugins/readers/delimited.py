@@ -45,6 +45,17 @@ COLUMN_TYPES: Mapping[str, pa.DataType] = {
 }
 
 _SCAN_BYTES = 8 << 20
+_COMPRESSED = (".gz", ".bz2", ".zst", ".xz", ".lz4", ".zip")
+
+
+def _compressed_hint(seen: Sequence[str]) -> str:
+    """For a directory of compressed text: why ``suffixes`` does not help."""
+    if not any(name.endswith(_COMPRESSED) for name in seen):
+        return ""
+    return (
+        "; but compressed files are not read even then: the csv reader splits files at byte offsets, "
+        "which a compressed stream does not have, so decompress them first"
+    )
 _NEWLINE, _CR = 10, 13
 
 
@@ -190,7 +201,7 @@ class CsvReader:
             DataError: when nothing matches, a file cannot be read or is compressed.
         """
         groups = []
-        for path in list_files(input_path, self.cfg.suffixes):
+        for path in list_files(input_path, self.cfg.suffixes, _compressed_hint):
             index = self._scan(path)
             groups.extend(RowGroup(path, i, int(n)) for i, n in enumerate(index.rows))
         return groups
