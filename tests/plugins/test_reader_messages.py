@@ -82,3 +82,43 @@ def test_a_directory_of_gzipped_csv_says_that_compressed_text_is_not_read(tmp_pa
 def test_an_empty_directory_says_so(tmp_path: Path):
     with pytest.raises(DataError, match=r"no input files found: the directory has no files \(looked for names ending in '.csv'"):
         CsvReader(CsvConfig()).row_groups(str(tmp_path))
+
+
+DENSE = FeaturesConfig(dense=(DenseFeatureConfig("price"),))
+
+
+def test_an_infinite_csv_value_names_file_line_and_column(tmp_path: Path):
+    (tmp_path / "in.csv").write_text("label,price\n1,0.5\n\n0,2\n1,3\n0,inf\n1,1\n")
+    reader = CsvReader(CsvConfig(column_types={"label": "float32", "price": "float32"}, rows_per_group=2))
+    with pytest.raises(DataError) as caught:
+        _pass(reader, tmp_path / "in.csv", DENSE)
+    assert str(caught.value).startswith(
+        f"{tmp_path / 'in.csv'}: line 6: column 'price' (dense feature 'price') has 1 infinite value(s)"
+    )
+
+
+def test_a_null_csv_label_names_file_line_and_column_also_from_a_data_worker(tmp_path: Path):
+    (tmp_path / "a.csv").write_text("label,price\n1,0.5\n0,2\n")
+    (tmp_path / "b.csv").write_text("label,price\n1,0.5\n0,2\n1,1\n,4\n")
+    reader = CsvReader(CsvConfig(column_types={"label": "float32", "price": "float32"}))
+    builder = BatchBuilder(feature_specs(DENSE), ["label"], None)
+    for workers in (0, 1):
+        rank_input = RankInput(reader, str(tmp_path), 4, workers, ["price", "label"], builder, 0, 1)
+        with pytest.raises(DataError) as caught:
+            list(rank_input.one_pass())
+        assert f"{tmp_path / 'b.csv'}: line 5: column 'label' has 1 null value(s)" in str(caught.value)
+
+
+def test_a_bad_parquet_row_is_named_by_its_row_in_the_file_even_shuffled(tmp_path: Path):
+    labels = [1.0] * 30
+    labels[23] = None
+    pq.write_table(pa.table({"label": labels, "price": [1.0] * 30}), tmp_path / "t.parquet", row_group_size=10)
+    builder = BatchBuilder(feature_specs(DENSE), ["label"], None)
+    for shuffle_rows in (0, 30):
+        rank_input = RankInput(
+            ParquetReader(ParquetConfig(batch_rows=4)), str(tmp_path), 8, 0, ["price", "label"], builder, 0, 1,
+            shuffle_buffer_rows=shuffle_rows,
+        )
+        with pytest.raises(DataError) as caught:
+            list(rank_input.one_pass())
+        assert f"t.parquet: row 23 (counting from 0): column 'label' has 1 null value(s)" in str(caught.value)

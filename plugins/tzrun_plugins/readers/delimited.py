@@ -244,6 +244,18 @@ class CsvReader:
             piece = data[int(bounds[lo]) : int(bounds[hi])]
             yield from self._parse(piece, index.names, columns, group.path, line_of[lo:hi]).to_batches()
 
+    def describe_row(self, group: RowGroup, row: int) -> str:
+        """``line N``: the 1-based line of row ``row`` of ``group`` (named in errors)."""
+        index = self._index.get(group.path) or self._scan(group.path)
+        with open(group.path, "rb") as f:
+            f.seek(int(index.offsets[group.index]))
+            data = f.read(int(index.offsets[group.index + 1] - index.offsets[group.index]))
+        buf = np.frombuffer(data, np.uint8)
+        starts, _, tail = _row_starts(buf, 0, 0, 0)
+        if _is_row(data[tail:]):
+            starts = np.append(starts, tail)
+        return f"line {int(_line_numbers(buf, starts[row : row + 1], int(index.lines[group.index]))[0])}"
+
     def _parse(
         self, piece: bytes, names: Sequence[str], columns: Sequence[str], path: str, lines: np.ndarray
     ) -> pa.Table:

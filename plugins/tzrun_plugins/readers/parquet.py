@@ -116,6 +116,11 @@ class ParquetReader:
             groups.extend(RowGroup(path, i, metadata.row_group(i).num_rows) for i in range(metadata.num_row_groups))
         return groups
 
+    def describe_row(self, group: RowGroup, row: int) -> str:
+        """``row N``: the 0-based index in its file of row ``row`` of ``group`` (named in errors)."""
+        metadata = pq.ParquetFile(group.path).metadata
+        return f"row {sum(metadata.row_group(i).num_rows for i in range(group.index)) + row} (counting from 0)"
+
     def read(self, group: RowGroup, start: int, stop: int, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, stop)`` of ``group``, only ``columns``, at most ``batch_rows`` per batch.
 
