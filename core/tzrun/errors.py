@@ -22,6 +22,7 @@ __all__ = [
     "AmbiguousComponentError",
     "ConformanceError",
     "DataError",
+    "BadRowError",
     "NonFiniteLossError",
     "CheckpointError",
     "IncompleteCheckpointError",
@@ -169,6 +170,20 @@ class ConformanceError(TzrunError):
 
 class DataError(TzrunError):
     """Input data does not match the config: names the file and the column."""
+
+
+class BadRowError(DataError):
+    """A bad value in a row of a batch (``data.on_bad_row = "error"``). The input stream
+    that built the batch names the row's file and line (or row) in its stead.
+
+    Attributes:
+        batch_row: the position of the first bad row in the batch.
+        detail: the message after the file's name.
+    """
+
+    def __init__(self, message: str, batch_row: int = 0, detail: str = "") -> None:
+        super().__init__(message)  # message alone: torch re-raises a DataLoader worker's error so
+        self.batch_row, self.detail = batch_row, detail or message
 
 
 class NonFiniteLossError(TzrunError):

@@ -263,7 +263,10 @@ class Reader(Protocol):
         self, group: RowGroup, start: int, stop: int, columns: Sequence[str]
     ) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, stop)`` of ``group``, only ``columns``, as record batches in order.
-        Raises ``DataError`` naming the file and the column when a column is missing."""
+        Raises ``DataError`` naming the file and the column when a column is missing.
+
+        A reader may also have ``describe_row(group, row) -> str``: how an error names row
+        ``row`` of ``group`` (``"line 151"``); without it errors say ``"row R of row group G"``."""
 
 
 class ItemSampler(Protocol):

@@ -5,6 +5,8 @@ through the ``tzrun`` entry points like any plugin.
 ``TZRUN_TEST_FAULT`` holds comma-separated faults, each ``KIND@STEP[:RANK[:SIGNAL]]``:
 
 * ``signal@5:1:SIGTERM``: rank 1 sends itself SIGTERM right after training step 5;
+* ``signal-group@4:0:SIGINT``: rank 0 sends SIGINT to its whole process group (its data
+  workers too), as a terminal's Ctrl-C does (run the job in a session of its own);
 * ``kill-during-save@6:0``: rank 0 SIGKILLs itself while writing the checkpoint of step 6,
   after the state is on disk and before the completion marker.
 
@@ -60,6 +62,8 @@ class Faults:
         for kind, at, rank, name in faults():
             if kind == "signal" and at == step.step and rank == run.rank:
                 os.kill(os.getpid(), getattr(signal, name))
+            if kind == "signal-group" and at == step.step and rank == run.rank:
+                os.killpg(os.getpgid(0), getattr(signal, name))
 
 
 PLUGIN = Faults()

@@ -24,6 +24,8 @@ from typing import Any, Iterator, Sequence
 import attrs
 import pyarrow as pa
 
+from tzrun.data.origin import RowOrigin, Run, located, take_runs
+from tzrun.errors import DataError
 from tzrun.interfaces import Reader, RowGroup
 
 __all__ = [
@@ -326,12 +328,18 @@ class BatchStream:
         if first >= last:
             return
         build_at = getattr(self.builder, "build_at", None)
-        for index, (table, source) in enumerate(self._iter_tables(first, last, origin, epoch), first):
-            yield self.builder(table, source) if build_at is None else build_at(table, source, epoch, index)
+        for index, (table, source, rows) in enumerate(self._iter_tables(first, last, origin, epoch), first):
+            try:
+                batch = self.builder(table, source) if build_at is None else build_at(table, source, epoch, index)
+            except DataError as exc:
+                raise located(exc, rows, self.reader) from None
+            yield batch
 
-    def _iter_tables(self, first: int, last: int, origin: int | None, epoch: int) -> Iterator[tuple[pa.Table, str]]:
+    def _iter_tables(
+        self, first: int, last: int, origin: int | None, epoch: int
+    ) -> Iterator[tuple[pa.Table, str, RowOrigin]]:
         """The rows of batches ``first`` to ``last - 1`` (see :meth:`iter_run`), one table per
-        batch, each with the file(s) it came from."""
+        batch, each with the file(s) it came from and where each of its rows came from."""
         if self.shuffle is None:
             yield from self._iter_rows(first * self.batch_size, min(last * self.batch_size, self.split.num_rows))
             return
@@ -340,23 +348,25 @@ class BatchStream:
                 continue
             yield from self._iter_window(w0, w1, max(first, w0), epoch)
 
-    def _iter_window(self, w0: int, w1: int, first: int, epoch: int) -> Iterator[tuple[pa.Table, str]]:
+    def _iter_window(self, w0: int, w1: int, first: int, epoch: int) -> Iterator[tuple[pa.Table, str, RowOrigin]]:
         """The rows of the batches ``first`` to ``w1 - 1`` of the shuffled window of batches ``[w0, w1)``."""
         assert self.shuffle is not None
         lo, hi = w0 * self.batch_size, min(w1 * self.batch_size, self.split.num_rows)
-        parts, sources = [], []
-        for record_batch, path in self._iter_record_batches(lo, hi):
+        parts, sources, runs = [], [], []
+        for record_batch, path, run in self._iter_record_batches(lo, hi):
             parts.append(record_batch)
             sources.append(path)
+            runs.append(run)
         source = ", ".join(dict.fromkeys(sources))
-        order = self.shuffle.permutation(epoch, _global_row(self.split.rows, lo), hi - lo)
-        window = pa.Table.from_batches(parts).take(pa.array(order[(first - w0) * self.batch_size :]))
+        order = self.shuffle.permutation(epoch, _global_row(self.split.rows, lo), hi - lo)[(first - w0) * self.batch_size :]
+        window = pa.Table.from_batches(parts).take(pa.array(order))
         for start in range(0, window.num_rows, self.batch_size):
-            yield window.slice(start, self.batch_size), source
+            rows = RowOrigin(tuple(runs), order[start : start + self.batch_size])
+            yield window.slice(start, self.batch_size), source, rows
 
-    def _iter_record_batches(self, row: int, stop_row: int) -> Iterator[tuple[pa.RecordBatch, str]]:
+    def _iter_record_batches(self, row: int, stop_row: int) -> Iterator[tuple[pa.RecordBatch, str, Run]]:
         """Rows ``[row, stop_row)`` of this rank as the reader's record batches, in order,
-        each with the file it came from."""
+        each with the file and the rows of its group it came from."""
         offset = 0
         for segment in self.split.segments:
             lo, hi = max(row, offset), min(stop_row, offset + segment.num_rows)
@@ -365,23 +375,27 @@ class BatchStream:
                 continue
             start = segment.start + (lo - (offset - segment.num_rows))
             for record_batch in self.reader.read(segment.group, start, start + (hi - lo), self.columns):
-                yield record_batch, segment.group.path
+                yield record_batch, segment.group.path, Run(segment.group, start, record_batch.num_rows)
+                start += record_batch.num_rows
 
-    def _iter_rows(self, row: int, stop_row: int) -> Iterator[tuple[pa.Table, str]]:
+    def _iter_rows(self, row: int, stop_row: int) -> Iterator[tuple[pa.Table, str, RowOrigin]]:
         """Rows ``[row, stop_row)`` of this rank in order, cut into batches' tables."""
         pending: list[pa.RecordBatch] = []
+        runs: list[Run] = []
         pending_rows, source = 0, ""
-        for record_batch, source in self._iter_record_batches(row, stop_row):
+        for record_batch, source, run in self._iter_record_batches(row, stop_row):
             pending.append(record_batch)
+            runs.append(run)
             pending_rows += record_batch.num_rows
             while pending_rows >= self.batch_size:
                 table = pa.Table.from_batches(pending)
-                yield table.slice(0, self.batch_size), source
+                head, runs = take_runs(runs, self.batch_size)
+                yield table.slice(0, self.batch_size), source, RowOrigin(tuple(head))
                 rest = table.slice(self.batch_size)
                 pending = rest.to_batches()
                 pending_rows = rest.num_rows
         if pending_rows:
-            yield pa.Table.from_batches(pending), source
+            yield pa.Table.from_batches(pending), source, RowOrigin(tuple(runs))
 
     def torch_dataset(
         self, runs: Sequence[tuple[int, int]], origins: Sequence[int] | None = None, epoch: int = 0

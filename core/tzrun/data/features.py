@@ -35,7 +35,7 @@ from tzrun.config.schema import FeaturesConfig
 from tzrun.data.hashing import fnv1a_64, hash_to_buckets, is_hashable
 from tzrun.data.ids import JaggedIds, jagged_ids
 from tzrun.data.vocab import read_vocab_file
-from tzrun.errors import DataError
+from tzrun.errors import BadRowError, DataError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SparseFeature
 
 if TYPE_CHECKING:
@@ -112,10 +112,8 @@ class _BadRows:
         """Rows ``bad`` (a mask over the batch's rows) have ``problem`` (``"<column>: <what>"``);
         ``message(count)`` is the error's text after the file name."""
         if not self.skip:
-            raise DataError(
-                f"{self.source}: {message(int(np.count_nonzero(bad)))}, "
-                'or set data.on_bad_row = "skip" to leave such rows out'
-            )
+            detail = f'{message(int(np.count_nonzero(bad)))}, or set data.on_bad_row = "skip" to leave such rows out'
+            raise BadRowError(f"{self.source}: {detail}", int(np.flatnonzero(bad)[0]), detail)
         seen = self.masks.get(problem)
         self.masks[problem] = bad if seen is None else seen | bad
 

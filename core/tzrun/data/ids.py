@@ -118,10 +118,18 @@ def _to_ids(flat: pa.Array, feature: SparseFeature, where: str) -> np.ndarray:
     if feature.separator is not None and _is_text(flat.type):
         flat = _parsed(flat, pa.int64(), where, "an integer id")
     if not pa.types.is_integer(flat.type):
-        raise DataError(
-            f"{where} has type {flat.type}; num_buckets needs integer ids (use hash_bucket_size or vocab for strings)"
-        )
+        raise DataError(f"{where} has type {flat.type}; num_buckets needs integer ids ({_integer_fix(flat.type, feature)})")
     return np.array(flat.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
+
+
+def _integer_fix(typ: pa.DataType, feature: SparseFeature) -> str:
+    """What to do when a ``num_buckets`` feature's column is not made of integers."""
+    if _is_text(typ):
+        return (
+            "a csv column is read as text unless declared: if it holds integer ids, declare its type, e.g. "
+            f'data.reader.column_types = {{ {feature.column} = "int64" }}; for other strings use hash_bucket_size or vocab'
+        )
+    return "cast the column to integers, or use hash_bucket_size or boundaries"
 
 
 def _weights(column: pa.Array, feature: SparseFeature, source: str, lengths: np.ndarray, keep: np.ndarray) -> np.ndarray:

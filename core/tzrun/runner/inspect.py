@@ -133,11 +133,13 @@ def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
     plan summary, learning rates, data position, plugin set, manifest status, best marker.
 
     Raises:
-        CheckpointError: when ``path`` is not a directory.
+        CheckpointError: when ``path`` is not a directory, or is a model dir (it has
+            ``checkpoints/``) rather than one of its checkpoints.
     """
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory")
+    _refuse_model_dir(path)
     meta = _meta_or_none(path) or {}
     status = check_checkpoint(path, hashes=hashes)
     step = meta.get("step", checkpoint_step(path))
@@ -164,6 +166,24 @@ def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
         "plugins": [{k: p.get(k) for k in ("name", "distribution", "version")} for p in meta.get("plugins", [])],
         "config_source": meta.get("config_source"),
     }
+
+
+def _refuse_model_dir(path: Path) -> None:
+    """A model dir given where a checkpoint is expected: say so, with its checkpoints."""
+    if not (path / "checkpoints").is_dir() or is_complete(path):
+        return
+    rows = list_checkpoint_dirs(path)
+    complete = [r for r in rows if r.complete]
+    if not complete:
+        held = "it has no complete checkpoint yet"
+    else:
+        names = ", ".join(r.name for r in complete[-5:])
+        held = f"its complete checkpoints: {'..., ' if len(complete) > 5 else ''}{names}"
+    example = path / "checkpoints" / (complete[-1].name if complete else "step-N")
+    raise CheckpointError(
+        f"{path}: is a model dir, not a checkpoint ({held}); "
+        f"list them with `tzrec-run ckpt ls {path}`, or inspect one with `tzrec-run ckpt inspect {example}`"
+    )
 
 
 def _manifest_line(m: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@ an earlier one (``--overwrite``), and what an earlier run's outputs are."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_d
 from tzrun.runner.retention import BEST_FILE
 
 __all__ = ["CORE_OUTPUTS", "run_outputs", "claim_model_dir"]
+
+log = logging.getLogger(__name__)
 
 #: What the core itself writes into a model dir (stages declare their own: ``register(..., outputs=fn)``).
 CORE_OUTPUTS = ("checkpoints", "predictions", "plots", EVAL_RESULTS, BEST_FILE, RESOLVED_TOML, RESOLVED_JSON, ENV_FILE,
@@ -50,24 +53,44 @@ def _remove(model_dir: Path, relative: list[str]) -> None:
             path.unlink(missing_ok=True)
 
 
+def _replaces_a_run_that_saved_nothing(model_dir: Path, cfg: RunConfig, rank: int) -> bool:
+    """Whether the run recorded in ``model_dir`` is replaced without ``--overwrite``: it
+    differs from ``cfg`` only in ``[[features]]`` and saved no checkpoint (a retry after
+    fixing a feature). Anything else that differs is refused.
+
+    Raises:
+        TzrunError: naming the differences, when the model dir holds another run.
+    """
+    differences = owner_differences(model_dir, cfg)
+    if not differences:
+        return False
+    saved_nothing = latest_checkpoint(model_dir) is None
+    if saved_nothing and all(d.startswith("features") for d in differences):
+        if rank == 0:
+            log.warning("%s: replacing the records of an earlier run that saved no checkpoint and had other [[features]]:\n%s",
+                        model_dir, "\n".join(f"  {d}" for d in differences))
+        return True
+    why = " (it saved no checkpoint, but its [model] differs)" if saved_nothing else ""
+    raise TzrunError(
+        f"{model_dir} holds another run{why} ({RESOLVED_JSON} differs in [model] or [[features]]):\n"
+        + "\n".join(f"  {d}" for d in differences)
+        + "\npass --overwrite to replace that run, or --model-dir to train elsewhere"
+    )
+
+
 def claim_model_dir(model_dir: Path, cfg: RunConfig, registries: Registries, *, overwrite: bool, resume: bool,
                     rank: int) -> Path | None:
     """Apply the policy for a model dir that already has checkpoints, or records of another run
-    (another ``[model]`` or ``[[features]]``); returns the checkpoint to resume from, if any.
+    (another ``[model]`` or ``[[features]]``; a run that saved no checkpoint and differs only
+    in ``[[features]]`` is replaced as with ``overwrite``); returns the checkpoint to resume
+    from, if any.
     Rank 0 removes what an interrupted save left behind, or with ``overwrite`` the earlier
     run's outputs. Every rank calls it; the caller makes the ranks meet before anyone writes.
 
     Raises:
         TzrunError: for another run's model dir, or checkpoints without ``resume``/``overwrite``.
     """
-    if not overwrite:
-        differences = owner_differences(model_dir, cfg)
-        if differences:
-            raise TzrunError(
-                f"{model_dir} holds another run ({RESOLVED_JSON} differs in [model] or [[features]]):\n"
-                + "\n".join(f"  {d}" for d in differences)
-                + "\npass --overwrite to replace that run, or --model-dir to train elsewhere"
-            )
+    replace = overwrite or _replaces_a_run_that_saved_nothing(model_dir, cfg, rank)
     existing = latest_checkpoint(model_dir)
     if existing is not None and not (overwrite or resume):
         raise TzrunError(
@@ -75,7 +98,7 @@ def claim_model_dir(model_dir: Path, cfg: RunConfig, registries: Registries, *, 
             "from it, --overwrite to start over in it, or --model-dir to train elsewhere"
         )
     if rank == 0:
-        if overwrite:
+        if replace:
             _remove(model_dir, run_outputs(cfg, registries))
         else:
             remove_incomplete_checkpoints(model_dir)

@@ -45,6 +45,17 @@ COLUMN_TYPES: Mapping[str, pa.DataType] = {
 }
 
 _SCAN_BYTES = 8 << 20
+_COMPRESSED = (".gz", ".bz2", ".zst", ".xz", ".lz4", ".zip")
+
+
+def _compressed_hint(seen: Sequence[str]) -> str:
+    """For a directory of compressed text: why ``suffixes`` does not help."""
+    if not any(name.endswith(_COMPRESSED) for name in seen):
+        return ""
+    return (
+        "; but compressed files are not read even then: the csv reader splits files at byte offsets, "
+        "which a compressed stream does not have, so decompress them first"
+    )
 _NEWLINE, _CR = 10, 13
 
 
@@ -190,7 +201,7 @@ class CsvReader:
             DataError: when nothing matches, a file cannot be read or is compressed.
         """
         groups = []
-        for path in list_files(input_path, self.cfg.suffixes):
+        for path in list_files(input_path, self.cfg.suffixes, _compressed_hint):
             index = self._scan(path)
             groups.extend(RowGroup(path, i, int(n)) for i, n in enumerate(index.rows))
         return groups
@@ -232,6 +243,18 @@ class CsvReader:
             hi = min(stop, lo + self.cfg.batch_rows)
             piece = data[int(bounds[lo]) : int(bounds[hi])]
             yield from self._parse(piece, index.names, columns, group.path, line_of[lo:hi]).to_batches()
+
+    def describe_row(self, group: RowGroup, row: int) -> str:
+        """``line N``: the 1-based line of row ``row`` of ``group`` (named in errors)."""
+        index = self._index.get(group.path) or self._scan(group.path)
+        with open(group.path, "rb") as f:
+            f.seek(int(index.offsets[group.index]))
+            data = f.read(int(index.offsets[group.index + 1] - index.offsets[group.index]))
+        buf = np.frombuffer(data, np.uint8)
+        starts, _, tail = _row_starts(buf, 0, 0, 0)
+        if _is_row(data[tail:]):
+            starts = np.append(starts, tail)
+        return f"line {int(_line_numbers(buf, starts[row : row + 1], int(index.lines[group.index]))[0])}"
 
     def _parse(
         self, piece: bytes, names: Sequence[str], columns: Sequence[str], path: str, lines: np.ndarray
@@ -359,7 +382,7 @@ class CsvReader:
         import csv
 
         try:
-            text = line.decode("utf-8").rstrip("\r\n")
+            text = line.decode("utf-8-sig").rstrip("\r\n")  # "-sig": a UTF-8 BOM is not part of the first name
             quoting = {"quotechar": self.cfg.quote_char} if self.cfg.quote_char else {"quoting": csv.QUOTE_NONE}
             names = tuple(n.strip() for n in next(csv.reader([text], delimiter=self.cfg.delimiter, **quoting)))
         except (UnicodeDecodeError, csv.Error, StopIteration) as exc:

@@ -3,15 +3,15 @@
 Row groups are the unit of splitting; a read decodes ``batch_rows`` rows at a time of one
 row group's column chunks, and stops at the last row asked for, so memory stays bounded by
 one row group's compressed columns, whatever the file sizes. A directory is searched
-recursively for ``.parquet`` and ``.pq`` files (names starting with ``.`` or ``_`` are
-skipped); a glob may use ``**``.
+recursively for files ending in ``suffixes`` (``.parquet`` and ``.pq``; names starting with
+``.`` or ``_`` are skipped); a glob may use ``**``.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import attrs
 import pyarrow as pa
@@ -36,26 +36,39 @@ class ParquetConfig:
             and hashing on id columns with repeated values). A column whose values are nearly
             all distinct reads about 2x slower this way; set false for data made only of those.
             Features see the same values either way.
+        suffixes: file endings read when the input is a directory (``[""]`` reads every file,
+            e.g. Spark's or Hive's ``part-00000``).
     """
 
     batch_rows: int = attrs.field(default=65536, validator=attrs.validators.gt(0))
     dictionary_strings: bool = True
+    suffixes: tuple[str, ...] = (".parquet", ".pq")
 
 
-def list_files(input_path: str, suffixes: Sequence[str]) -> list[str]:
+def list_files(input_path: str, suffixes: Sequence[str], hint: Callable[[Sequence[str]], str] | None = None) -> list[str]:
     """The files of ``input_path`` (a file, a directory searched recursively for ``suffixes``,
     or a glob), sorted so every rank sees the same order.
 
+    Args:
+        input_path: a file, a directory or a glob.
+        suffixes: the endings of the files read from a directory (``data.reader.suffixes``).
+        hint: given the names of the files a directory holds when none ends in ``suffixes``,
+            what to add to the error (what the reader can or cannot read of them).
+
     Raises:
-        DataError: when nothing matches.
+        DataError: when nothing matches; for a directory, naming a few of the files it holds,
+            the suffixes looked for and ``data.reader.suffixes``.
     """
     if os.path.isdir(input_path):
-        files = [
-            os.path.join(root, name)
+        seen = [
+            os.path.join(root, name)[len(input_path) :].lstrip(os.sep)
             for root, _, names in os.walk(input_path)
             for name in names
-            if name.endswith(tuple(suffixes)) and not name.startswith((".", "_"))
+            if not name.startswith((".", "_"))
         ]
+        files = [os.path.join(input_path, name) for name in seen if name.endswith(tuple(suffixes))]
+        if not files:
+            raise DataError(_no_files_in_directory(input_path, sorted(seen), suffixes, hint))
     elif any(ch in input_path for ch in "*?["):
         files = [f for f in glob.glob(input_path, recursive=True) if os.path.isfile(f)]
     else:
@@ -66,6 +79,19 @@ def list_files(input_path: str, suffixes: Sequence[str]) -> list[str]:
             f"{'/'.join(suffixes)} files, or a glob)"
         )
     return sorted(files)
+
+
+def _no_files_in_directory(
+    directory: str, seen: Sequence[str], suffixes: Sequence[str], hint: Callable[[Sequence[str]], str] | None
+) -> str:
+    looked_for = ", ".join(repr(s) for s in suffixes)
+    if not seen:
+        return f"{directory}: no input files found: the directory has no files (looked for names ending in {looked_for})"
+    shown = ", ".join(seen[:5]) + (f", ... ({len(seen)} files)" if len(seen) > 5 else "")
+    return (
+        f"{directory}: no input files found: no name ends in {looked_for} (the directory has: {shown}); "
+        'set data.reader.suffixes to the endings to read (suffixes = [""] reads every file)' + (hint(seen) if hint else "")
+    )
 
 
 class ParquetReader:
@@ -82,13 +108,18 @@ class ParquetReader:
             DataError: when nothing matches or a file is not readable Parquet.
         """
         groups = []
-        for path in list_files(input_path, (".parquet", ".pq")):
+        for path in list_files(input_path, self.cfg.suffixes):
             try:
                 metadata = pq.ParquetFile(path).metadata
             except (OSError, pa.ArrowException) as exc:
                 raise DataError(f"{path}: not a readable Parquet file: {exc}") from None
             groups.extend(RowGroup(path, i, metadata.row_group(i).num_rows) for i in range(metadata.num_row_groups))
         return groups
+
+    def describe_row(self, group: RowGroup, row: int) -> str:
+        """``row N``: the 0-based index in its file of row ``row`` of ``group`` (named in errors)."""
+        metadata = pq.ParquetFile(group.path).metadata
+        return f"row {sum(metadata.row_group(i).num_rows for i in range(group.index)) + row} (counting from 0)"
 
     def read(self, group: RowGroup, start: int, stop: int, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, stop)`` of ``group``, only ``columns``, at most ``batch_rows`` per batch.

@@ -1,0 +1,38 @@
+"""A model dir where a checkpoint is expected, and a model dir left by a run that saved
+nothing (issue 17, point 7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tzrun.errors import CheckpointError
+from tzrun.runner.inspect import describe_checkpoint
+from tzrun.runner.manifest import MARKER
+
+
+def _model_dir(tmp_path: Path, complete: list[int], incomplete: list[int] = ()) -> Path:
+    model_dir = tmp_path / "run"
+    for step in [*complete, *incomplete]:
+        (model_dir / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    for step in complete:
+        (model_dir / "checkpoints" / f"step-{step}" / MARKER).write_text("")
+    return model_dir
+
+
+def test_ckpt_inspect_of_a_model_dir_says_it_is_one_and_names_its_checkpoints(tmp_path: Path):
+    model_dir = _model_dir(tmp_path, [4, 8], [12])
+    done = run_cli(["ckpt", "inspect", str(model_dir)])
+    assert done.returncode == 2
+    assert "never finished" not in done.stderr
+    assert f"{model_dir}: is a model dir, not a checkpoint (its complete checkpoints: step-4, step-8)" in done.stderr
+    assert f"tzrec-run ckpt ls {model_dir}" in done.stderr
+    assert f"tzrec-run ckpt inspect {model_dir / 'checkpoints' / 'step-8'}" in done.stderr
+
+
+def test_ckpt_inspect_of_a_model_dir_without_checkpoints(tmp_path: Path):
+    model_dir = _model_dir(tmp_path, [], [3])
+    with pytest.raises(CheckpointError, match=r"is a model dir, not a checkpoint \(it has no complete checkpoint yet\)"):
+        describe_checkpoint(model_dir)
