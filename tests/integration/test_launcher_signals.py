@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 STEPS = ("train.num_steps=400", "train.save_checkpoints_steps=1000", "data.num_workers=1")
 
 
-def test_sigterm_to_the_launcher_stops_every_rank_with_exit_75_and_resume_finishes(criteo_dir, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_launcher_stops_every_rank_with_exit_75_and_resume_finishes(criteo_dir, tmp_path, signum):
     model_dir = tmp_path / "run"
     config = tmp_path / "run.toml"
     config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
@@ -38,13 +39,13 @@ def test_sigterm_to_the_launcher_stops_every_rank_with_exit_75_and_resume_finish
         while not (model_dir / "metrics.jsonl").exists() and launcher.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)  # training started: the first train log (every 4 steps) is written
         assert launcher.poll() is None, launcher.communicate()[1][-3000:]
-        launcher.send_signal(signal.SIGTERM)  # the launcher only, as a scheduler does
+        launcher.send_signal(signum)  # the launcher only, as a scheduler does (or Ctrl-C to tzrec-run alone)
         out, err = launcher.communicate(timeout=60)
     finally:
         if launcher.poll() is None:
             launcher.kill()
     assert launcher.returncode == EXIT_STOPPED_BY_SIGNAL, err[-3000:]
-    stopped = re.search(r"stopped by SIGTERM at step (\d+); checkpoint: (\S+)", out)
+    stopped = re.search(rf"stopped by {signal.Signals(signum).name} at step (\d+); checkpoint: (\S+)", out)
     assert stopped, out + err[-3000:]
     step = int(stopped.group(1))
     assert 4 <= step < 400
