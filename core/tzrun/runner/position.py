@@ -20,7 +20,7 @@ import attrs
 
 from tzrun.data.dataset import merge_intervals, subtract_intervals
 
-__all__ = ["Layout", "EpochRun", "DataPosition", "ResumePoint", "plan_epochs", "TrainData"]
+__all__ = ["Layout", "EpochRun", "DataPosition", "ResumePoint", "plan_epochs", "checkpoint_boundaries", "TrainData"]
 
 Interval = tuple[int, int]
 
@@ -188,6 +188,15 @@ def plan_epochs(
             break  # an input without rows (the reader reports it before this)
         epoch, layout, start = epoch + 1, whole_layout, 0
     return plan
+
+
+def checkpoint_boundaries(start: int, total: int, every: int, epoch_ends: list[int], by_epoch: int | None) -> list[int]:
+    """The steps after ``start`` where a checkpoint (and an evaluation) is due."""
+    points = set(range(every, total, every)) if every else set()
+    if by_epoch:
+        points.update(end for i, end in enumerate(epoch_ends, 1) if i % by_epoch == 0)
+    points.add(total)
+    return sorted(p for p in points if start < p <= total)
 
 
 class TrainData:

@@ -41,7 +41,7 @@ from tzrun.runner.evaluate import append_eval_result, evaluate, trim_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.model_dir import claim_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
-from tzrun.runner.position import DataPosition, ResumePoint
+from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
 from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
 from tzrun.runner.retention import prune_checkpoints, record_best
 from tzrun.runner.session import Session, rng_state, set_rng_state
@@ -101,15 +101,6 @@ def train(cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registr
     """
     session = Session.start(cfg, raw, pm, registries)
     return Trainer(session, overwrite=overwrite, resume=resume, init_from=init_from).fit()
-
-
-def _boundaries(start: int, total: int, every: int, epoch_ends: list[int], by_epoch: int | None) -> list[int]:
-    """The steps after ``start`` where a checkpoint (and an evaluation) is due."""
-    points = set(range(every, total, every)) if every else set()
-    if by_epoch:
-        points.update(end for i, end in enumerate(epoch_ends, 1) if i % by_epoch == 0)
-    points.add(total)
-    return sorted(p for p in points if start < p <= total)
 
 
 class Trainer:
@@ -219,7 +210,7 @@ class Trainer:
             self._epoch_end_steps = set(epoch_ends)
         if not self.cfg.train.save_checkpoints_epochs:
             epoch_ends = []
-        self.boundaries = _boundaries(start.step, self.total, self.cfg.train.save_checkpoints_steps, epoch_ends,
+        self.boundaries = checkpoint_boundaries(start.step, self.total, self.cfg.train.save_checkpoints_steps, epoch_ends,
                                       self.cfg.train.save_checkpoints_epochs)
         self.stream = TimedIterator(tally_skipped(self.data.batches(start.step), self.skipped))
         self.window = LogWindow(self.stream, self.info.world_size)

@@ -11,7 +11,7 @@ With ``similarity = "cosine"`` both embeddings are L2-normalised. The outputs:
   against its own item (column 0) and the ``N`` items sampled for the batch (TorchEasyRec's
   similarity with a negative sampler), ``/ temperature``, which ``sampled_softmax`` and
   ``recall_at_k`` / ``hit_rate_at_k`` with ``sampled = true`` read. The sampled items are the
-  batch's rows after its own ``B = batch.weights.shape[0]`` (see :mod:`tzrun.data.sampling`); the
+  batch's rows after its own ``B = batch.weights.shape[0]`` (see docs/retrieval.md); the
   item tower runs on all ``B + N`` rows, the user tower on the first ``B``; with
   ``gather_negatives``, every rank's sampled items are the negatives (``[B, 1 + world_size * N]``);
 * ``user_embedding`` and ``item_embedding`` (``[B, output_dim]``).
