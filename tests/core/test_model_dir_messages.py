@@ -18,7 +18,7 @@ def _model_dir(tmp_path: Path, complete: list[int], incomplete: list[int] = ()) 
     for step in [*complete, *incomplete]:
         (model_dir / "checkpoints" / f"step-{step}").mkdir(parents=True)
     for step in complete:
-        (model_dir / "checkpoints" / f"step-{step}" / MARKER).write_text("")
+        (model_dir / "checkpoints" / f"step-{step}" / MARKER).write_text(f"step {step}\n")  # an empty marker is damage
     return model_dir
 
 
