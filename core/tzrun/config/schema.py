@@ -328,7 +328,7 @@ class TrainConfig:
         rank_timeout_s: with several ranks, a rank whose heartbeat (written every few seconds
             by a thread of its own, also during a long step or save) is older than this many
             seconds is declared lost and the job ends, naming it (a frozen or vanished rank;
-            see docs/training_loop.md, When a rank fails). Only a process that is frozen as a
+            see docs/howto/multi_process.md, When a rank fails). Only a process that is frozen as a
             whole stops beating, so the default of 60 s holds on every device; raise it where
             a host may pause longer (heavy swapping).
         collective_timeout_s: how long a collective (an all-reduce, a barrier, the sparse

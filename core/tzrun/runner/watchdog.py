@@ -148,8 +148,11 @@ class Watchdog:
         if self._own_failure_at is not None:
             return
         code = exit_code_of(error)
+        line = one_line(error, self.collective_timeout_s)
+        if "train.collective_timeout_s" in line:  # the traceback that follows does not say which key
+            log.error("%s", line)
         value = json.dumps({"rank": self.rank, "code": code, "type": type(error).__name__,
-                            "message": f"rank {self.rank} failed: {one_line(error, self.collective_timeout_s)}"})
+                            "message": f"rank {self.rank} failed: {line}"})
         try:
             stored = self.store.compare_set("failure", "", value)
             self.announced = self.rank != 0 and (stored.decode() if isinstance(stored, bytes) else stored) == value
@@ -231,7 +234,7 @@ class Watchdog:
         message = (f"rank {peer} stopped responding{where} (no heartbeat for {silent_s:.0f} s; "
                    f"train.rank_timeout_s = {self.rank_timeout_s:g})")
         self.store.compare_set("failure", "", json.dumps({"rank": peer, "code": EXIT_RANK_LOST, "message": message}))
-        if beat.get("host") == socket.gethostname() and beat.get("pid"):
+        if beat.get("host") == socket.gethostname() and beat.get("pid") and int(beat["pid"]) != os.getpid():
             _kill_frozen(int(beat["pid"]))
         _end(EXIT_RANK_LOST, message, self)
 
