@@ -270,6 +270,9 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
             init = InitFrom(args.init_from, args.init_map, args.init_optimizer,
                             tuple(args.init_allow_missing), tuple(args.init_allow_unexpected))
         result = train(cfg, raw, pm, registries, overwrite=args.overwrite, resume=args.resume, init_from=init)
+    except BaseException as error:
+        _fail_collectively(error)
+        raise
     finally:
         shutdown_distributed()
     if result.stopped_by is not None:
@@ -298,6 +301,9 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     try:
         done = evaluate_checkpoint(cfg, raw, pm, registries, args.checkpoint)
+    except BaseException as error:
+        _fail_collectively(error)
+        raise
     finally:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
@@ -342,8 +348,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             return launches[args.command](args, argv)
         return COMMANDS[args.command](args)
     except TzrunError as error:
-        print(f"tzrec-run: {_named_after_the_config(error, getattr(args, 'config', None))}", file=sys.stderr)
+        if not _announced_by_rank0(error):
+            print(f"tzrec-run: {_named_after_the_config(error, getattr(args, 'config', None))}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def _fail_collectively(error: BaseException) -> None:
+    """In a job of several ranks: tell the others (:mod:`tzrun.runner.watchdog`), so that they
+    stop within seconds and rank 0 prints this error once."""
+    from tzrun.runner.watchdog import fail_collectively
+
+    fail_collectively(error)
+
+
+def _announced_by_rank0(error: BaseException) -> bool:
+    """Whether rank 0 prints ``error`` for this rank (see :mod:`tzrun.runner.watchdog`)."""
+    from tzrun.runner.watchdog import announced_by_rank0
+
+    return announced_by_rank0(error)
 
 
 def _named_after_the_config(error: TzrunError, config: str | None) -> TzrunError:

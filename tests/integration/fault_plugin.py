@@ -8,7 +8,11 @@ through the ``tzrun`` entry points like any plugin.
 * ``signal-group@4:0:SIGINT``: rank 0 sends SIGINT to its whole process group (its data
   workers too), as a terminal's Ctrl-C does (run the job in a session of its own);
 * ``kill-during-save@6:0``: rank 0 SIGKILLs itself while writing the checkpoint of step 6,
-  after the state is on disk and before the completion marker.
+  after the state is on disk and before the completion marker;
+* ``raise@5:1``: rank 1 raises a ``DataError`` right after training step 5, and
+  ``raise-eval@6:1`` at the start of the evaluation of step 6 (both need
+  ``TZRUN_STRICT_PLUGINS=1``, or the plugin's error is only a warning);
+* ``stop@5:1``: rank 1 freezes itself (SIGSTOP) right after training step 5.
 
 Faults fire only in the first attempt of a job (``TORCHELASTIC_RESTART_COUNT`` unset or 0), so
 a run under ``torchrun --max-restarts`` recovers instead of failing again.
@@ -23,6 +27,15 @@ from pathlib import Path
 import tzrun
 
 ENV = "TZRUN_TEST_FAULT"
+#: A file the ``raise``, ``raise-eval`` and ``stop`` faults write the time they fire to (if set).
+STAMP_ENV = "TZRUN_TEST_FAULT_STAMP"
+
+
+def _stamp() -> None:
+    import time
+
+    if os.environ.get(STAMP_ENV):
+        Path(os.environ[STAMP_ENV]).write_text(f"{time.time()}\n")
 
 
 def faults() -> list[tuple[str, int, int, str]]:
@@ -36,6 +49,12 @@ def faults() -> list[tuple[str, int, int, str]]:
         parts = rest.split(":")
         out.append((kind, int(parts[0]), int(parts[1]) if len(parts) > 1 else 0, parts[2] if len(parts) > 2 else "SIGTERM"))
     return out
+
+
+def _data_error(message: str) -> Exception:
+    from tzrun.errors import DataError
+
+    return DataError(message)
 
 
 class Faults:
@@ -64,6 +83,19 @@ class Faults:
                 os.kill(os.getpid(), getattr(signal, name))
             if kind == "signal-group" and at == step.step and rank == run.rank:
                 os.killpg(os.getpgid(0), getattr(signal, name))
+            if kind == "raise" and at == step.step and rank == run.rank:
+                _stamp()
+                raise _data_error(f"part-1.csv, line 151, column 'I3': 'abc' is not a number (injected at step {at})")
+            if kind == "stop" and at == step.step and rank == run.rank:
+                _stamp()
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+    @tzrun.hookimpl
+    def tzrun_before_eval(self, run: tzrun.RunContext, step: int) -> None:
+        for kind, at, rank, _ in faults():
+            if kind == "raise-eval" and at == step and rank == run.rank:
+                _stamp()
+                raise _data_error(f"eval.csv, line 7, column 'label': 'x' is not a number (injected at step {at})")
 
 
 PLUGIN = Faults()

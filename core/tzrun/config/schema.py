@@ -325,6 +325,16 @@ class TrainConfig:
         cudnn_allow_tf32: set ``torch.backends.cudnn.allow_tf32`` (unset: torch's default).
         cuda_matmul_allow_tf32: set ``torch.backends.cuda.matmul.allow_tf32`` (unset: torch's
             default). Both only affect CUDA devices.
+        rank_timeout_s: with several ranks, a rank whose heartbeat (written every few seconds
+            by a thread of its own, also during a long step or save) is older than this many
+            seconds is declared lost and the job ends, naming it (a frozen or vanished rank;
+            see docs/howto/multi_process.md, When a rank fails). Only a process that is frozen as a
+            whole stops beating, so the default of 60 s holds on every device; raise it where
+            a host may pause longer (heavy swapping).
+        collective_timeout_s: how long a collective (an all-reduce, a barrier, the sparse
+            all-to-all) may wait for the other ranks before it fails, naming this key: a step,
+            an evaluation or a checkpoint save on one rank that takes longer than this while
+            the others wait must raise it (torch's own default is 1800 s).
     """
 
     sparse_optimizer: Component
@@ -348,6 +358,8 @@ class TrainConfig:
     tune_malloc: bool = True
     cudnn_allow_tf32: Optional[bool] = None
     cuda_matmul_allow_tf32: Optional[bool] = None
+    rank_timeout_s: float = attrs.field(default=60.0, validator=_positive)
+    collective_timeout_s: float = attrs.field(default=300.0, validator=_positive)
 
 
 @attrs.frozen

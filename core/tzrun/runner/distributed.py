@@ -38,8 +38,11 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def init_distributed(timeout_s: float = 1800.0) -> DistInfo:
+def init_distributed(timeout_s: float = 300.0) -> DistInfo:
     """Join (or, alone, create) the default process group.
+
+    Args:
+        timeout_s: how long a collective may wait for the other ranks (``train.collective_timeout_s``).
 
     Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set), joins with ``env://``; otherwise creates a
     one-process group on an in-memory store, since TorchRec's sharding needs one. CUDA uses
@@ -92,7 +95,8 @@ def _attempt_store(rank: int, world_size: int, timeout: datetime.timedelta) -> A
 def shutdown_distributed(timeout_s: float = 30.0) -> None:
     """Leave the process group (if any), all ranks together.
 
-    Ranks first meet at a barrier (gloo's ``monitored_barrier``, bounded by ``timeout_s``, so a
+    The rank's watchdog stops first (:mod:`tzrun.runner.watchdog`); a rank that failed
+    leaves at once. Ranks first meet at a barrier (gloo's ``monitored_barrier``, bounded by ``timeout_s``, so a
     rank that already failed cannot hold the others): a rank that tears gloo down while a peer
     is still finishing its last collective made that peer abort ("terminate called without an
     active exception") in a 2-rank test.
@@ -101,6 +105,10 @@ def shutdown_distributed(timeout_s: float = 30.0) -> None:
 
     import torch.distributed as dist
 
+    from tzrun.runner.watchdog import stop_watchdog
+
+    if stop_watchdog():  # this rank failed: the others are ending, meet no one
+        return
     if not dist.is_initialized():
         return
     if dist.get_world_size() > 1:

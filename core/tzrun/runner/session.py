@@ -37,6 +37,7 @@ from tzrun.runner.preflight import preflight
 from tzrun.runner.slots import MetricSlot, group_columns, metric_slots
 from tzrun.runner.stages import RunStages
 from tzrun.runner.train_metrics import TrainMetrics
+from tzrun.runner.watchdog import start_watchdog
 
 __all__ = ["Session", "seed_everything", "rng_state", "set_rng_state"]
 
@@ -85,10 +86,13 @@ class Session:
     @classmethod
     def start(cls, cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries) -> "Session":
         """Check the config as a whole, tune the allocator, join the process group and seed
-        the RNGs: the start of every command that trains or evaluates (collective)."""
+        the RNGs: the start of every command that trains or evaluates (collective). With several ranks,
+        each starts its watchdog (:mod:`tzrun.runner.watchdog`)."""
         preflight(cfg, registries, raw.source)
         tuned = tune_malloc() if cfg.train.tune_malloc else {}
-        session = cls(cfg, raw, pm, registries, init_distributed())
+        t = cfg.train
+        session = cls(cfg, raw, pm, registries, init_distributed(t.collective_timeout_s))
+        start_watchdog(session.info.rank, session.info.world_size, t.rank_timeout_s, t.collective_timeout_s)
         session.malloc_tuning = tuned
         seed_everything(cfg.train.seed)
         return session

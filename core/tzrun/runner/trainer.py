@@ -47,6 +47,7 @@ from tzrun.runner.retention import prune_checkpoints, record_best
 from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
 from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates
+from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
 
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 
@@ -151,6 +152,7 @@ class Trainer:
                 self.last_checkpoint = latest_checkpoint(self.session.model_dir)
             call_lifecycle(self.pm, "tzrun_after_train", run=self.run, step=self.step)
         except BaseException as error:
+            fail_collectively(error)  # the other ranks stop within seconds
             self.on_error(error)
             raise
         finally:
@@ -279,6 +281,8 @@ class Trainer:
         logging_now = step % self.cfg.train.log_every_n_steps == 0
         all_lrs = learning_rates(self.built.optimizers) if logging_now else {}  # before the schedules move them
         self.step_schedules(step)
+        if (watchdog := current_watchdog()) is not None:
+            watchdog.step = step  # shown when this rank stops responding
         if update.nonfinite_steps != self._nonfinite_seen:
             self._nonfinite_seen = update.nonfinite_steps
             log.warning("step %d: the loss is not finite; its update was skipped (%d such step(s) so far; "

@@ -1,0 +1,91 @@
+"""Failure is a collective fact (2-rank jobs under torchrun on CPU): an error on one rank, or a
+rank that freezes, ends the whole job within seconds, naming the rank, with the documented exit
+code, and leaves the last complete checkpoint usable (:mod:`tzrun.runner.watchdog`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import EXAMPLE, REPO, example_overrides
+from tests.integration import fault_plugin
+from tests.integration.test_train import _sets
+from tzrun.errors import EXIT_CONFIG
+from tzrun.runner.checkpoint import list_checkpoints
+from tzrun.runner.watchdog import EXIT_RANK_LOST
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
+
+STEPS = ("train.num_steps=10", "train.save_checkpoints_steps=3", "train.rank_timeout_s=8")
+
+
+def _run(criteo_dir, tmp_path, fault, *extra, timeout=120):
+    """Train 2 ranks with ``fault``; returns the process, the seconds from the fault to the
+    job's end, and the model dir."""
+    model_dir = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
+    env = {**os.environ, **fault_plugin.install(tmp_path / "site"), fault_plugin.ENV: fault,
+           fault_plugin.STAMP_ENV: str(tmp_path / "fault-time"),
+           "TZRUN_STRICT_PLUGINS": "1", "PYTHONFAULTHANDLER": "1"}
+    cmd = [sys.executable, "-m", "tzrun", "train", str(config),
+           *_sets(example_overrides(criteo_dir, model_dir, *STEPS, *extra)), "--nproc-per-node", "2"]
+    # a session of its own, so that cleanup reaches every process the job started
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        for number in (signal.SIGCONT, signal.SIGKILL):  # nothing is left behind, frozen or not
+            try:
+                os.killpg(proc.pid, number)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+    ended = time.time()
+    stamp = tmp_path / "fault-time"
+    seconds = ended - float(stamp.read_text()) if stamp.exists() else float("inf")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), seconds, model_dir
+
+
+def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_exit_2(criteo_dir, tmp_path):
+    proc, seconds, model_dir = _run(criteo_dir, tmp_path, "raise@4:1")
+    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    assert proc.stderr.count("tzrec-run: rank 1 failed: part-1.csv, line 151, column 'I3'") == 1, proc.stderr[-3000:]
+    assert "Traceback" not in _rank_lines(proc.stderr, 0)  # rank 0 only waited: no traceback of its own
+    # rank 0 waited in a collective: without the watchdog it would wait train.collective_timeout_s (300 s)
+    assert seconds < 30, seconds
+    assert [s for s, _ in list_checkpoints(model_dir)] == [3]
+
+
+def test_a_failure_while_rank_1_evaluates_stops_both_ranks(criteo_dir, tmp_path):
+    proc, seconds, _ = _run(criteo_dir, tmp_path, "raise-eval@3:1")
+    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    assert proc.stderr.count("tzrec-run: rank 1 failed: eval.csv, line 7") == 1, proc.stderr[-3000:]
+    assert seconds < 30, seconds
+
+
+def test_a_frozen_rank_is_named_and_the_job_ends_within_rank_timeout(criteo_dir, tmp_path):
+    proc, seconds, model_dir = _run(criteo_dir, tmp_path, "stop@5:1")
+    assert proc.returncode == EXIT_RANK_LOST, proc.stderr[-3000:]
+    match = re.search(r"tzrec-run: rank 1 stopped responding(?: at step [1-5])? \(no heartbeat for (\d+) s; "
+                      r"train.rank_timeout_s = 8\)", proc.stderr)
+    assert match, proc.stderr[-3000:]
+    assert 8 <= int(match.group(1)) <= 12
+    assert seconds < 8 + 10, seconds
+    assert [s for s, _ in list_checkpoints(model_dir)] == [3]
+    ls = subprocess.run([sys.executable, "-m", "tzrun", "ckpt", "ls", str(model_dir)], capture_output=True,
+                        text=True, timeout=60, cwd=REPO)
+    assert ls.returncode == 0 and "step-3" in ls.stdout, ls.stdout + ls.stderr
+
+
+def _rank_lines(stderr: str, rank: int) -> str:
+    """The lines torchrun prefixes with ``[rank]`` (none without ``--tee``) plus the lines the
+    logging format tags with ``[rank R]``."""
+    return "\n".join(line for line in stderr.splitlines() if f"[rank {rank}]" in line)
