@@ -101,3 +101,19 @@ def test_an_unknown_labels_option_is_a_plugin_error_naming_the_domains(tzrun_pm)
     with pytest.raises(Exception) as caught:
         collect_registries(tzrun_pm)
     assert "labels='probability'" in str(caught.value) and "'binary'" in str(caught.value)
+
+
+def test_check_reports_a_derived_label_missing_its_value_and_an_unknown_op():
+    from tests.integration.test_labels_e2e import CONFIG
+    from tzrun.config.load import load_config, parse_config
+    from tzrun.errors import ConfigError
+    from tzrun.plugins import make_plugin_manager
+
+    registries = collect_registries(make_plugin_manager())
+    overrides = ['data.derived_labels=[{name = "clicked", source = "rating", op = ">="}, '
+                 '{name = "liked", source = "rating", op = "=>", value = 4}]']
+    with pytest.raises(ConfigError) as caught:
+        load_config(parse_config(CONFIG.format(model_dir="m", train="t.csv"), "run.toml", overrides), registries)
+    message = str(caught.value)
+    assert "data.derived_labels[0].value: set op and value together" in message
+    assert "data.derived_labels[1].op: expected one of" in message
