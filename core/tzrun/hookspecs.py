@@ -143,6 +143,11 @@ def tzrun_register_losses(register: RegisterLosses) -> None:
     contribute nothing). ``group="none"`` (default), ``"optional"`` or ``"required"`` says
     whether the loss takes a group key: with one, ``forward`` also receives ``group=`` an int64
     key per row, read from the loss table's ``group_by`` column (a session, a user, a query).
+    ``labels=`` declares the labels the loss accepts: ``"binary"`` (0 or 1), ``"class_index"``
+    (a whole number >= 0, below the options' ``num_classes`` when they have one),
+    ``"non_negative"`` or ``"finite"``; the batch builder checks every batch's label column
+    against the strictest domain its losses and metrics declare, and reports a row outside it
+    (file, line, column) like any bad value. Unset, labels are only checked to be finite.
     The loss is computed in float32 (outside autocast's reduced precision).
     """
 
@@ -176,6 +181,7 @@ def tzrun_register_metrics(register: RegisterMetrics) -> None:
     whose ``compute()`` returns the value over all ranks' rows. Rows of weight 0 are padding
     and must not change the result. With ``group="required"`` (or ``"optional"``) the metric
     also receives ``group=`` an int64 key per row, read from the table's ``group_by`` column.
+    ``labels=`` declares the labels the metric accepts, as for losses (``"binary"`` for AUC).
     A config class may define a ``default_name`` property: the result name when the table sets
     no ``name`` (e.g. ``auc_binned200``), otherwise the type is used.
     """

@@ -54,6 +54,7 @@ class RegisterLosses(Protocol):
     def __call__(
         self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
         prediction: str = "logits", group: Literal["none", "optional", "required"] = "none",
+        labels: Optional[Literal["binary", "class_index", "non_negative", "finite"]] = None,
     ) -> None: ...
 
 
@@ -63,6 +64,7 @@ class RegisterMetrics(Protocol):
     def __call__(
         self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
         prediction: str = "probs", group: Literal["none", "optional", "required"] = "none",
+        labels: Optional[Literal["binary", "class_index", "non_negative", "finite"]] = None,
     ) -> None: ...
 
 

@@ -16,9 +16,13 @@ import attrs
 from tzrun.errors import AmbiguousComponentError, PluginError, UnknownComponentError
 from tzrun.plugins import PluginLoadFailure, PluginManager, canonical_name, report_failure
 
-__all__ = ["KINDS", "Kind", "Entry", "Registry", "Registries", "collect_registries"]
+__all__ = ["LABEL_DOMAINS", "KINDS", "Kind", "Entry", "Registry", "Registries", "collect_registries"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+#: what a loss or metric may declare with ``register(..., labels=...)``, from the least to the
+#: most demanding (see :mod:`tzrun.data.labels`)
+LABEL_DOMAINS = ("finite", "non_negative", "class_index", "binary")
 
 
 @attrs.frozen
@@ -52,10 +56,10 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("dense_optimizer", "tzrun_register_dense_optimizers", "dense optimizer", "dense optimizers",
                  reserved=frozenset({"type", "lr_schedule", "parts", "ema", "pattern"})),
             Kind("lr_scheduler", "tzrun_register_lr_schedulers", "lr schedule", "lr schedules"),
-            Kind("loss", "tzrun_register_losses", "loss", "losses", {"prediction": "logits", "group": "none"},
+            Kind("loss", "tzrun_register_losses", "loss", "losses", {"prediction": "logits", "group": "none", "labels": None},
                  frozenset({"type", "name", "label", "prediction", "weight", "group_by"})),
             Kind("loss_weighting", "tzrun_register_loss_weightings", "loss weighting", "loss weightings", {"check": None}),
-            Kind("metric", "tzrun_register_metrics", "metric", "metrics", {"prediction": "probs", "group": "none"},
+            Kind("metric", "tzrun_register_metrics", "metric", "metrics", {"prediction": "probs", "group": "none", "labels": None},
                  frozenset({"type", "name", "label", "prediction", "group_by"})),
             Kind("train_pipeline", "tzrun_register_train_pipelines", "train pipeline", "train pipelines"),
             Kind("stage", "tzrun_register_stages", "stage", "stages", {"check": None, "outputs": None}),
@@ -285,6 +289,11 @@ class _Registrar:
             raise PluginError(
                 f"plugin {who} registered {kind.label} '{name}' with group={extras['group']!r}; "
                 "use \"none\", \"optional\" or \"required\""
+            )
+        if extras.get("labels") is not None and extras["labels"] not in LABEL_DOMAINS:
+            raise PluginError(
+                f"plugin {who} registered {kind.label} '{name}' with labels={extras['labels']!r}; "
+                f"use one of {', '.join(map(repr, LABEL_DOMAINS))} (or leave it unset)"
             )
         if any(e.name == name for e in self.added):
             raise PluginError(f"plugin {who} registered {kind.label} '{name}' twice: register each name once")

@@ -47,6 +47,7 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
         add("data.num_workers", "must be 0 or more")
     if not data.labels:
         add("data.labels", "name at least one label column")
+    problems.extend(_check_derived_labels(cfg))
     if cfg.eval.num_steps is not None and cfg.eval.num_steps < 1:
         add("eval.num_steps", "must be at least 1 (leave it unset to evaluate the whole input)")
     if not cfg.losses:
@@ -141,6 +142,28 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
 
 #: The keys that say how a sparse feature's values become ids; exactly one is set.
 _ID_KINDS = ("num_buckets", "hash_bucket_size", "vocab", "vocab_file", "boundaries")
+
+
+def _check_derived_labels(cfg: RunConfig) -> list[ConfigProblem]:
+    """``[[data.derived_labels]]``: each says how it is computed, once, and is used."""
+    problems: list[ConfigProblem] = []
+    seen: set[str] = set()
+    used = set(cfg.data.labels)
+    for i, d in enumerate(cfg.data.derived_labels):
+        path = f"data.derived_labels[{i}]"
+        if (d.op is None) != (d.value is None):
+            problems.append(ConfigProblem(f"{path}.{'value' if d.op else 'op'}",
+                                          'set op and value together, e.g. op = ">=", value = 4'))
+        if d.op is None and d.value is None and d.map is None and d.cast is None:
+            problems.append(ConfigProblem(path, 'say how the label is computed: op and value, map, or cast'))
+        if d.default is not None and d.map is None:
+            problems.append(ConfigProblem(f"{path}.default", "default is the label of a value a map does not hold: set map"))
+        if d.name in seen:
+            problems.append(ConfigProblem(f"{path}.name", f"'{d.name}' is derived twice; give each a name of its own"))
+        seen.add(d.name)
+        if d.name not in used:
+            problems.append(ConfigProblem(f"{path}.name", f"'{d.name}' is not used: name it in data.labels"))
+    return problems
 
 
 def _table_size(feature: SparseFeatureConfig) -> int:

@@ -26,6 +26,7 @@ __all__ = [
     "PartFields",
     "EMAConfig",
     "GradScalerConfig",
+    "DerivedLabelConfig",
     "GradClippingConfig",
     "EmbeddingConstraintsConfig",
     "LossFields",
@@ -173,6 +174,35 @@ class TrainMetricFields(MetricFields):
 
 
 @attrs.frozen
+class DerivedLabelConfig:
+    """A ``[[data.derived_labels]]`` table: a label computed from another column when a batch is
+    read, named in ``data.labels`` (and in a loss's or metric's ``label``) like a column.
+
+    The source column is read, then ``cast``, then ``map``-ped, then compared with ``op`` and
+    ``value`` (1.0 where the comparison holds, else 0.0); set ``op`` with ``value``, ``map``,
+    ``cast``, or several of them.
+
+    Attributes:
+        name: the label's name (not a column of the data).
+        source: the column it is computed from.
+        op: ``">="``, ``">"``, ``"<="``, ``"<"``, ``"=="`` or ``"!="``: ``source <op> value``.
+        value: the number ``op`` compares with.
+        map: source values (as TOML keys: ``"5"``, ``"click"``) to label values.
+        default: the label of a source value ``map`` does not hold (unset: such a row is a
+            bad row, see ``data.on_bad_row``).
+        cast: ``"float"`` reads a text column as numbers; ``"int"`` also truncates toward zero.
+    """
+
+    name: str
+    source: str
+    op: Optional[Literal[">=", ">", "<=", "<", "==", "!="]] = None
+    value: Optional[float] = None
+    map: Optional[dict[str, float]] = None
+    default: Optional[float] = None
+    cast: Optional[Literal["float", "int"]] = None
+
+
+@attrs.frozen
 class DataConfig:
     """``[data]``: inputs, batching and labels.
 
@@ -185,12 +215,16 @@ class DataConfig:
         num_workers: DataLoader worker processes per rank (0 reads in the training process);
             each worker builds batches with one intra-op thread. See docs/data.md, Reading in
             the training process or in workers.
-        labels: label columns, in the order models see them (at least one).
+        labels: label columns, in the order models see them (at least one); a name of
+            ``derived_labels`` is computed from its source column.
+        derived_labels: labels computed from another column (``[[data.derived_labels]]``,
+            e.g. ``name = "clicked", source = "rating", op = ">=", value = 4``).
         sample_weight: a column of non-negative per-row loss and metric weights (default: all
             rows 1).
         reader: the reader component (default ``{ type = "parquet" }``).
         on_bad_row: a row with an id outside its table, an infinite dense value, a null, NaN
-            or infinite label, a null, NaN, infinite or negative sample weight, or a null group
+            or infinite label, a label outside what its losses and metrics accept (0/1 for
+            ``binary_cross_entropy``), a null, NaN, infinite or negative sample weight, or a null group
             key stops the run with an error naming the file and column (``"error"``), or is
             dropped and counted in the logs (``"skip"``). NaN in a dense feature takes its
             ``fill_value``, like a null. A missing column or a column of the wrong type is
@@ -233,6 +267,7 @@ class DataConfig:
     prefetch_batches: int = attrs.field(default=2, validator=_non_negative)
     reader_nice: int = attrs.field(default=10, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(19)))
     sampler: Optional[Component] = None
+    derived_labels: tuple[DerivedLabelConfig, ...] = ()
 
 
 @attrs.frozen

@@ -12,8 +12,10 @@ stores missing floats as NaN); ``inf`` and ``-inf`` are bad values; then ``log1p
 ``(x - mean) / std``.
 
 Bad rows (``data.on_bad_row``) are rows with an id outside ``[0, num_buckets)``, an infinite
-dense value, a null, NaN or infinite label, a null, NaN, infinite or negative sample weight, or
-a null group key. With ``"error"`` the first problem found stops the run with a
+dense value, a null, NaN or infinite label, a label outside the domain a loss or metric reading
+it needs (0/1 for ``binary_cross_entropy``; see :mod:`tzrun.data.labels`), a value a derived
+label cannot be computed from, a null, NaN, infinite or negative sample weight, or a null group
+key. With ``"error"`` the first problem found stops the run with a
 :class:`~tzrun.errors.DataError` naming the file, the column, the problem, how many rows of the
 batch have it and the first bad value; with ``"skip"`` those rows are left out of the batch
 (every column alike) and counted in its :attr:`~tzrun.data.batch.Batch.skipped`. A batch whose
@@ -24,7 +26,7 @@ either way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -34,6 +36,7 @@ import pyarrow.compute as pc
 from tzrun.config.schema import FeaturesConfig
 from tzrun.data.hashing import fnv1a_64, hash_to_buckets, is_hashable
 from tzrun.data.ids import JaggedIds, jagged_ids
+from tzrun.data.labels import DerivedLabel, LabelDomain, derive, violations
 from tzrun.data.vocab import read_vocab_file
 from tzrun.errors import BadRowError, DataError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SparseFeature
@@ -139,6 +142,9 @@ class BatchBuilder:
         groups: group-key columns (``group_by`` of losses and metrics): integers, or strings
             hashed with FNV-1a 64.
         on_bad_row: ``"error"`` or ``"skip"`` (``data.on_bad_row``; see the module docstring).
+        label_domains: per label, the domains its losses and metrics need
+            (:func:`tzrun.data.labels.strictest`); a label outside them is a bad value.
+        derived_labels: labels computed from another column (``[[data.derived_labels]]``).
     """
 
     def __init__(
@@ -149,6 +155,8 @@ class BatchBuilder:
         groups: Sequence[str] = (),
         *,
         on_bad_row: str = "error",
+        label_domains: Mapping[str, Sequence[LabelDomain]] | None = None,
+        derived_labels: Sequence[DerivedLabel] = (),
     ) -> None:
         if on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be 'error' or 'skip', not {on_bad_row!r}")
@@ -157,6 +165,8 @@ class BatchBuilder:
         self.sample_weight = sample_weight
         self.groups = tuple(dict.fromkeys(groups))
         self.on_bad_row = on_bad_row
+        self.label_domains = {k: tuple(v) for k, v in (label_domains or {}).items()}
+        self.derived_labels = {d.name: d for d in derived_labels}
         self._weighted = any(t.weighted for t in specs.tables)
         self._poolings = tuple(f.pooling for f in specs.sparse)
         # feature name -> (the last dictionary seen, its buckets): see _hashed_dictionary
@@ -193,7 +203,7 @@ class BatchBuilder:
             lengths.append(jagged.lengths)
             if self._weighted:
                 id_weights.append(_kjt_weights(jagged, pooling))
-        labels = {name: self._checked(table, name, "", source, bad) for name in self.labels}
+        labels = {name: self._label(table, name, source, bad) for name in self.labels}
         if self.sample_weight:
             weights = self._checked(table, self.sample_weight, " (sample_weight)", source, bad, negative=True)
         else:
@@ -327,11 +337,43 @@ class BatchBuilder:
                     f"in {bad.rows} rows of this batch (first: {first}); fix the data",
                 )
 
+    def _label(self, table: pa.Table | pa.RecordBatch, name: str, source: str, bad: _BadRows) -> np.ndarray:
+        """A label's values (a derived one computed from its source), its bad values reported:
+        null, NaN, infinite, or outside a domain its losses and metrics need."""
+        derived = self.derived_labels.get(name)
+        if derived is None:
+            values, nulls = self._floats(table, name, source)
+            column, role = name, ""
+        else:
+            values, nulls = derive(self._column(table, derived.source, source), derived, source, bad.found)
+            column, role = derived.source, f" ({derived.expression})"
+        values = self._reported(values, nulls, column, role, bad)
+        for domain, outside in violations(values, self.label_domains.get(name, ())):
+            first = values[outside][0]
+            fix = (f'derive a label with [[data.derived_labels]] (e.g. name = "clicked", source = "{column}", '
+                   'op = ">=", value = 4) and name it in data.labels and the loss, or pick a loss for these labels'
+                   if domain.domain == "binary" else "fix the data or pick a loss for these labels")
+            bad.found(
+                f"{column}: outside {domain.domain}",
+                outside,
+                lambda n: f"column '{column}'{role} has {n} label(s) outside the {domain.domain} domain in {bad.rows} "
+                f"rows of this batch (first: {first:g}); {domain.describe()}: {fix}",
+            )
+        return values
+
     def _checked(
         self, table: pa.Table | pa.RecordBatch, name: str, role: str, source: str, bad: _BadRows, negative: bool = False
     ) -> np.ndarray:
-        """A label (``negative=False``) or sample-weight column, its bad values reported."""
+        """A sample-weight column (``negative=True``), its bad values reported."""
         values, nulls = self._floats(table, name, source)
+        return self._reported(values, nulls, name, role, bad, negative)
+
+    @staticmethod
+    def _reported(
+        values: np.ndarray, nulls: np.ndarray | None, name: str, role: str, bad: _BadRows, negative: bool = False
+    ) -> np.ndarray:
+        """``values`` of a label (``negative=False``) or sample-weight column, with its null,
+        NaN, infinite (and for weights, negative) values reported."""
         finite = np.isfinite(values)
         if nulls is None and finite.all() and not (negative and values.size and values.min() < 0):
             return values

@@ -24,6 +24,7 @@ import torch
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import RunConfig
 from tzrun.data.features import BatchBuilder, FeatureSpecs, feature_specs
+from tzrun.data.labels import label_sources
 from tzrun.data.loader import RankInput
 from tzrun.data.sampling import with_negatives
 from tzrun.interfaces import RunContext
@@ -32,6 +33,7 @@ from tzrun.registry import Registries
 from tzrun.runner.allocator import tune_malloc
 from tzrun.runner.build import Built, build_run
 from tzrun.runner.distributed import DistInfo, init_distributed
+from tzrun.runner.label_domains import derived_labels, label_domains
 from tzrun.runner.position import Layout, ResumePoint, TrainData
 from tzrun.runner.preflight import preflight
 from tzrun.runner.slots import MetricSlot, group_columns, metric_slots
@@ -147,14 +149,15 @@ class Session:
         run's labels, weights, group keys, ``data.on_bad_row`` and, with ``[data.sampler]``, the
         sampled items."""
         d = self.cfg.data
-        builder = BatchBuilder(self.specs, d.labels, d.sample_weight, group_columns(self.cfg), on_bad_row=d.on_bad_row)
+        builder = BatchBuilder(self.specs, d.labels, d.sample_weight, group_columns(self.cfg), on_bad_row=d.on_bad_row,
+                               label_domains=label_domains(self.cfg, self.registries), derived_labels=derived_labels(self.cfg))
         return with_negatives(builder, self.cfg, self.registries, self.info.rank)  # [data.sampler]: sampled items too
 
     @functools.cached_property
     def columns(self) -> list[str]:
         """Every input column a batch reads."""
         d = self.cfg.data
-        return self.specs.columns(d.labels, d.sample_weight, group_columns(self.cfg))
+        return self.specs.columns(label_sources(d.labels, derived_labels(self.cfg)), d.sample_weight, group_columns(self.cfg))
 
     def rank_input(self, path: str, batch_size: int, rows: Sequence[tuple[int, int]] | None = None,
                    shuffle_buffer_rows: int = 0) -> RankInput:

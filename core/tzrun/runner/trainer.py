@@ -230,7 +230,11 @@ class Trainer:
             self._log0_warning("stopped by %s at step %d after writing %s; rerun with --resume to continue "
                                "(exit code %d)", self.stopped_by, self.step, self.last_checkpoint, EXIT_STOPPED_BY_SIGNAL)
             return False
-        result = self.evaluate()  # first, so that the checkpoint holds the stages' state after it
+        try:
+            result = self.evaluate()  # first, so that the checkpoint holds the stages' state after it
+        except Exception:
+            self.save_after_failed_evaluation()
+            raise
         self.save()
         if result is not None and self.cfg.eval.best_metric is not None:
             self.record_best(result)
@@ -348,6 +352,22 @@ class Trainer:
         call_lifecycle(self.pm, "tzrun_after_eval", run=self.run, step=self.step, result=result)
         self.last_eval = result
         return result
+
+    def save_after_failed_evaluation(self) -> None:
+        """An evaluation at a boundary raised (bad eval data, a metric): on a single process,
+        write the boundary's checkpoint anyway, so that the training is not lost, before the
+        error propagates. Its stages' state is from before that evaluation, which is not in
+        ``eval_results.jsonl``. With several ranks the others may still be inside the
+        evaluation's collectives, so nothing is written (the previous checkpoint stands)."""
+        if self.info.world_size > 1:
+            return
+        try:
+            self.save()
+        except Exception:
+            log.exception("evaluation at step %d failed, and so did writing its checkpoint", self.step)
+            return
+        self._log0_warning("evaluation at step %d failed (below); wrote %s first: fix the eval data or metric and "
+                           "rerun with --resume to continue from it", self.step, self.last_checkpoint)
 
     def state(self, *, loading: bool = False) -> dict[str, Any]:
         """Everything a checkpoint holds, as ``Stateful`` objects: the sharded model and

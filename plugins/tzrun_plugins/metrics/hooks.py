@@ -39,31 +39,31 @@ def _lazy(module: str, builder: str) -> Callable[[Any], Any]:
 def tzrun_register_metrics(register: tzrun.RegisterMetrics) -> None:
     register("auc", config=AUCConfig, build=_lazy("auc", "build_auc"),
              description="exact ROC AUC over all ranks (ties averaged); thresholds=N for the binned variant",
-             prediction="probs")
+             prediction="probs", labels="binary")
     register("xauc", config=XAUCConfig, build=_lazy("xauc", "build_xauc"),
              description="pairwise ordering accuracy for regression targets; exact O(n log n) by default",
-             prediction="logits")
+             prediction="logits", labels="finite")
     register("grouped_auc", config=GroupedAUCConfig, build=_lazy("grouped_auc", "build_grouped_auc"),
              description="exact AUC per group (group_by), averaged over groups with both classes",
-             prediction="probs", group="required")
+             prediction="probs", group="required", labels="binary")
     register("grouped_xauc", config=GroupedXAUCConfig, build=_lazy("grouped_xauc", "build_grouped_xauc"),
              description="exact XAUC per group (group_by), size-weighted by default",
-             prediction="logits", group="required")
+             prediction="logits", group="required", labels="finite")
     register("log_loss", config=LogLossConfig, build=_lazy("pointwise", "build_log_loss"),
-             description="weighted binary cross entropy of probabilities", prediction="probs")
+             description="weighted binary cross entropy of probabilities", prediction="probs", labels="binary")
     register("normalized_entropy", config=LogLossConfig, build=_lazy("pointwise", "build_normalized_entropy"),
-             description="log loss divided by the entropy of the weighted base rate", prediction="probs")
+             description="log loss divided by the entropy of the weighted base rate", prediction="probs", labels="binary")
     register("calibration", config=NoOptionsConfig, build=_lazy("pointwise", "build_calibration"),
-             description="sum of weighted probabilities / sum of weighted labels", prediction="probs")
+             description="sum of weighted probabilities / sum of weighted labels", prediction="probs", labels="binary")
     register("accuracy", config=AccuracyConfig, build=_lazy("pointwise", "build_accuracy"),
              description="weighted share of rows with (prob > threshold) == label; compare = '>=' for >=",
-             prediction="probs")
+             prediction="probs", labels="binary")
     register("mae", config=NoOptionsConfig, build=_lazy("pointwise", "build_mae"),
-             description="weighted mean absolute error", prediction="logits")
+             description="weighted mean absolute error", prediction="logits", labels="finite")
     register("mse", config=NoOptionsConfig, build=_lazy("pointwise", "build_mse"),
-             description="weighted mean squared error", prediction="logits")
+             description="weighted mean squared error", prediction="logits", labels="finite")
     register("rmse", config=NoOptionsConfig, build=_lazy("pointwise", "build_rmse"),
-             description="square root of the weighted mean squared error", prediction="logits")
+             description="square root of the weighted mean squared error", prediction="logits", labels="finite")
     register("relative_l1", config=RelativeL1Config, build=_lazy("sid", "build_relative_l1"),
              description="mean |t - p| / (max(|t|, |p|) + eps) over all elements (TorchEasyRec's SID rel_loss)",
              prediction="logits")
