@@ -24,6 +24,7 @@ __all__ = [
     "DataError",
     "BadRowError",
     "NonFiniteLossError",
+    "NonFinitePredictionError",
     "CheckpointError",
     "IncompleteCheckpointError",
     "did_you_mean",
@@ -189,6 +190,11 @@ class BadRowError(DataError):
 class NonFiniteLossError(TzrunError):
     """A training step's loss was NaN or infinite (``train.on_nonfinite_loss = "error"``);
     raised before that step's dense update and before any checkpoint holds its effects."""
+
+
+class NonFinitePredictionError(TzrunError):
+    """An evaluation met NaN or infinite predictions (a diverged model): names the step, the
+    output and the metric; raised before the evaluation's result is recorded."""
 
 
 class CheckpointError(TzrunError):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tzrun
-from tests.integration.test_update_path import CONFIG, _process_group, weights  # noqa: F401
+from tests.integration.test_update_path import CONFIG, _local, _process_group, weights  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import TzrunError
 from tzrun.plugins import make_plugin_manager
@@ -124,10 +124,11 @@ def test_a_model_dir_with_checkpoints_needs_resume_or_overwrite(tmp_path, criteo
 
 
 class NaNAtStep:
-    """A plugin with a loss that is NaN at its n-th training call."""
+    """A plugin with a loss that is NaN at its n-th training call: ``how = "scale"`` multiplies
+    it by NaN (NaN gradients), ``"add"`` adds a NaN constant (the gradients stay finite)."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, n: int, how: str = "scale") -> None:
+        self.n, self.how = n, how
 
     @tzrun.hookimpl
     def tzrun_register_losses(self, register):
@@ -137,7 +138,7 @@ class NaNAtStep:
         class Options:
             pass
 
-        n = self.n
+        n, how = self.n, self.how
 
         class Loss(torch.nn.Module):
             def __init__(self):
@@ -148,7 +149,9 @@ class NaNAtStep:
                 if self.training:
                     self.calls += 1
                 value = torch.nn.functional.binary_cross_entropy_with_logits(logits, label, weight)
-                return value * float("nan") if self.calls == n and self.training else value
+                if self.calls != n or not self.training:
+                    return value
+                return value * float("nan") if how == "scale" else value + torch.tensor(float("nan"))
 
         register("nan_at", config=Options, build=lambda cfg: Loss())
 
@@ -170,7 +173,24 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkpoint(
     assert [s for s, _ in list_checkpoints(tmp_path / "err")] == [3]
 
 
-def test_a_nan_loss_can_skip_its_step_without_touching_the_weights(tmp_path, criteo_dir, caplog):
+def _optimizer_state(optimizer) -> dict[str, torch.Tensor]:
+    """Every tensor of the optimizers' state by its path in their state dict."""
+    out = {}
+
+    def walk(prefix, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}", v)
+        elif isinstance(value, torch.Tensor) or hasattr(value, "local_shards"):
+            out[prefix] = _local(value).detach().clone()
+
+    walk("state", optimizer.state_dict()["state"])
+    return out
+
+
+@pytest.mark.parametrize("sparse", ["sgd", "adagrad", "rowwise_adagrad"])
+@pytest.mark.parametrize(("pipeline", "how"), [("sparse_dist", "add"), ("base", "add"), ("sparse_dist", "scale")])
+def test_a_nan_loss_can_skip_its_step_without_touching_the_weights(tmp_path, criteo_dir, caplog, sparse, pipeline, how):
     import logging
 
     class Snap:
@@ -179,21 +199,29 @@ def test_a_nan_loss_can_skip_its_step_without_touching_the_weights(tmp_path, cri
 
         @tzrun.hookimpl
         def tzrun_after_train_step(self, run, step):
-            self.by_step[step.step] = weights(run.model)
+            self.by_step[step.step] = ({k: v.clone() for k, v in weights(run.model).items()},
+                                       _optimizer_state(run.optimizer))
 
     snap = Snap()
-    pm = make_plugin_manager(plugins=[("nan", NaNAtStep(4)), ("snap", snap)])
+    pm = make_plugin_manager(plugins=[("nan", NaNAtStep(4, how)), ("snap", snap)])
     registries = collect_registries(pm)
     text = CONFIG.format(model_dir=tmp_path / "skip", train=criteo_dir / "train")
-    raw = parse_config(text, "<test>", ['losses=[{type = "nan_at"}]', "train.num_steps=6", 'train.on_nonfinite_loss="skip"'])
+    raw = parse_config(text, "<test>", ['losses=[{type = "nan_at"}]', "train.num_steps=6", 'train.on_nonfinite_loss="skip"',
+                                        f'train.sparse_optimizer={{type = "{sparse}", lr = 0.05}}',
+                                        f'train.pipeline={{type = "{pipeline}"}}'])
     with caplog.at_level(logging.WARNING, logger="tzrun"):
         result = train(load_config(raw, registries), raw, pm, registries)
     assert result.steps == 6
     assert "step 4: the loss is not finite; its update was skipped (1 such step(s) so far" in caplog.text
-    for key, value in snap.by_step[4].items():  # step 4 changed nothing, embeddings included
-        assert torch.equal(value, snap.by_step[3][key]), key
-    assert all(torch.isfinite(v).all() for v in snap.by_step[6].values())
-    assert any(not torch.equal(snap.by_step[6][k], snap.by_step[4][k]) for k in snap.by_step[6])
+    (w3, s3), (w4, s4), (w6, s6) = snap.by_step[3], snap.by_step[4], snap.by_step[6]
+    assert any(k.startswith("table:") for k in w4) and set(w4) == set(w3)
+    for key, value in w4.items():  # step 4 changed nothing, embeddings included, bit for bit
+        assert torch.equal(value, w3[key]), key
+    assert set(s4) == set(s3) and (sparse == "sgd" or s4)
+    for key, value in s4.items():  # nor any optimizer state (accumulators, step counts)
+        assert torch.equal(value, s3[key]), key
+    assert all(torch.isfinite(v).all() for v in (*w6.values(), *s6.values()))
+    assert any(not torch.equal(w6[k], w4[k]) for k in w6 if k.startswith("table:"))
 
 
 def test_checkpoints_at_epoch_ends(tmp_path, criteo_dir):

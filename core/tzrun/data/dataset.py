@@ -25,6 +25,7 @@ import attrs
 import pyarrow as pa
 
 from tzrun.data.origin import RowOrigin, Run, located, take_runs
+from tzrun.data.schemas import SchemaUnifier
 from tzrun.errors import DataError
 from tzrun.interfaces import Reader, RowGroup
 
@@ -311,6 +312,8 @@ class BatchStream:
         self.reader, self.split, self.batch_size = reader, split, batch_size
         self.columns, self.builder = list(columns), builder
         self.shuffle = shuffle
+        #: files' schemas may drift (nullability, integer and float widths): see tzrun.data.schemas
+        self.schemas = SchemaUnifier()
 
     def iter_worker(self, worker: int, num_workers: int, epoch: int = 0) -> Iterator[Any]:
         """The batches of worker ``worker`` of ``num_workers``, in order."""
@@ -359,7 +362,7 @@ class BatchStream:
             runs.append(run)
         source = ", ".join(dict.fromkeys(sources))
         order = self.shuffle.permutation(epoch, _global_row(self.split.rows, lo), hi - lo)[(first - w0) * self.batch_size :]
-        window = pa.Table.from_batches(parts).take(pa.array(order))
+        window = self.schemas.table(parts).take(pa.array(order))
         for start in range(0, window.num_rows, self.batch_size):
             rows = RowOrigin(tuple(runs), order[start : start + self.batch_size])
             yield window.slice(start, self.batch_size), source, rows
@@ -375,6 +378,7 @@ class BatchStream:
                 continue
             start = segment.start + (lo - (offset - segment.num_rows))
             for record_batch in self.reader.read(segment.group, start, start + (hi - lo), self.columns):
+                self.schemas.see(record_batch.schema, segment.group.path)
                 yield record_batch, segment.group.path, Run(segment.group, start, record_batch.num_rows)
                 start += record_batch.num_rows
 
@@ -388,14 +392,14 @@ class BatchStream:
             runs.append(run)
             pending_rows += record_batch.num_rows
             while pending_rows >= self.batch_size:
-                table = pa.Table.from_batches(pending)
+                table = self.schemas.table(pending)
                 head, runs = take_runs(runs, self.batch_size)
                 yield table.slice(0, self.batch_size), source, RowOrigin(tuple(head))
                 rest = table.slice(self.batch_size)
                 pending = rest.to_batches()
                 pending_rows = rest.num_rows
         if pending_rows:
-            yield pa.Table.from_batches(pending), source, RowOrigin(tuple(runs))
+            yield self.schemas.table(pending), source, RowOrigin(tuple(runs))
 
     def torch_dataset(
         self, runs: Sequence[tuple[int, int]], origins: Sequence[int] | None = None, epoch: int = 0

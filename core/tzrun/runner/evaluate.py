@@ -55,7 +55,7 @@ def evaluate(
                 losses, outputs, labels, weights, num_rows = out.losses, out.outputs, out.labels, out.weights, out.num_rows
                 rows += num_rows
                 for slot in slots:
-                    update_metric(metrics[slot.name], slot, out)
+                    update_metric(metrics[slot.name], slot, out, step=step)
                 for name, value in losses.items():
                     mean = loss_means.setdefault(name, torchmetrics.MeanMetric().to(run.device))
                     mean.update(value, weight=float(num_rows))
@@ -91,13 +91,32 @@ def trim_eval_results(model_dir: Path, step: int) -> int:
     return keep_jsonl(Path(model_dir) / EVAL_RESULTS, lambda r: "command" in r or int(r.get("step", 0)) <= step)
 
 
-def update_metric(metric: Any, slot: MetricSlot, out: Any) -> None:
-    """Feed one step's output to a metric: ``update(prediction, label, weight[, group=...])``."""
+def update_metric(metric: Any, slot: MetricSlot, out: Any, step: int | None = None) -> None:
+    """Feed one step's output to a metric: ``update(prediction, label, weight[, group=...])``.
+
+    Raises:
+        NonFinitePredictionError: when the metric refuses NaN or infinite predictions (named
+            with the output, the metric and ``step``, the evaluation's step).
+    """
     prediction, label = out.outputs[slot.prediction], out.labels[slot.label]
-    if slot.group_by is None:
-        metric.update(prediction, label, out.weights)
-    else:
-        metric.update(prediction, label, out.weights, group=out.groups[slot.group_by])
+    try:
+        if slot.group_by is None:
+            metric.update(prediction, label, out.weights)
+        else:
+            metric.update(prediction, label, out.weights, group=out.groups[slot.group_by])
+    except ValueError:
+        bad = int((~torch.isfinite(prediction)).sum())  # read only after a refusal: no sync per batch
+        if not bad:
+            raise
+        from tzrun.errors import NonFinitePredictionError
+
+        where = "training" if step is None else f"the evaluation at step {step}"
+        raise NonFinitePredictionError(
+            f"{where}: output {slot.prediction!r} holds {bad} NaN or infinite prediction(s) of "
+            f"{prediction.numel()} (metric {slot.name!r}): the model diverged; the checkpoints already "
+            "written are unchanged: resume from an earlier one with a lower learning rate, or set "
+            'train.on_nonfinite_loss = "skip"'
+        ) from None
 
 
 def _save_predictions(model_dir: Path, step: int, rank: int, saved: dict[str, list[torch.Tensor]]) -> None:

@@ -95,7 +95,7 @@ class TrainModel(nn.Module):
             with torch.autocast(device_type, dtype=self.autocast_dtype):
                 outputs, total, values, loss_weights = self._forward(batch)
         detached = {k: v.detach().float() for k, v in outputs.items()}
-        backward = self.loss_scale.for_backward(total) if self.training else total
+        backward = self.loss_scale.for_backward(total, self) if self.training else total
         return backward, StepOutput(total.detach(), values, detached, batch.labels, batch.weights, batch.num_rows, batch.groups,
                                     loss_weights)
 

@@ -96,9 +96,14 @@ class LossScale:
         accumulation: ``train.gradient_accumulation_steps`` (N).
         scaler: the fp16 ``GradScaler`` (S), or None.
         device: the training device.
+        skip_nonfinite: ``train.on_nonfinite_loss = "skip"``: a step whose loss is not finite on
+            some rank backpropagates :func:`~tzrun.runner.nonfinite.no_update_loss` instead.
     """
 
-    def __init__(self, accumulation: int = 1, scaler: Any = None, device: Any = None) -> None:
+    def __init__(self, accumulation: int = 1, scaler: Any = None, device: Any = None, skip_nonfinite: bool = False) -> None:
+        self.skip_nonfinite = skip_nonfinite
+        #: whether the last training forward's update is skipped (``skip_nonfinite`` only)
+        self.skipped = False
         self.accumulation = accumulation
         self.scaler = scaler
         self.device = device
@@ -112,9 +117,16 @@ class LossScale:
         """Whether the loss is scaled at all."""
         return self.accumulation > 1 or self.scaler is not None
 
-    def for_backward(self, total: torch.Tensor) -> torch.Tensor:
-        """Record a training step's total loss and return what backward runs on."""
+    def for_backward(self, total: torch.Tensor, module: nn.Module | None = None) -> torch.Tensor:
+        """Record a training step's total loss and return what backward runs on (with
+        ``skip_nonfinite``, the no-update loss of ``module`` when some rank's loss is not finite)."""
         self.last_loss = total.detach()
+        if self.skip_nonfinite and module is not None and not isinstance(total, torch.fx.Proxy):  # not while TorchRec traces
+            from tzrun.runner.nonfinite import collectively_finite, no_update_loss
+
+            self.skipped = not collectively_finite(total)
+            if self.skipped:
+                return no_update_loss(module, total)
         if not self.scales:
             return total
         if self.scaler is None:
@@ -224,7 +236,7 @@ class UpdateOptimizer:
                 device.type, init_scale=s.init_scale, growth_factor=s.growth_factor,
                 backoff_factor=s.backoff_factor, growth_interval=s.growth_interval,
             )
-        return LossScale(train.gradient_accumulation_steps, scaler, device)
+        return LossScale(train.gradient_accumulation_steps, scaler, device, train.on_nonfinite_loss == "skip")
 
     # -- loss scaling --------------------------------------------------------------------------
 
@@ -284,7 +296,7 @@ class UpdateOptimizer:
         loss = self.loss_scale.last_loss
         if loss is not None and self.on_nonfinite == "error":
             self.nonfinite.see(loss)
-        elif loss is not None and not bool(torch.isfinite(loss)):
+        elif loss is not None and (self.loss_scale.skipped if self.loss_scale.skip_nonfinite else not bool(torch.isfinite(loss))):
             self.nonfinite_steps += 1
             for opt in (*self.per_batch.values(), *self.dense.values()):
                 opt.zero_grad(set_to_none=True)
