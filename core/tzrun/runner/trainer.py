@@ -23,7 +23,6 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-import attrs
 import torch
 
 from tzrun.config.load import RawConfig
@@ -44,6 +43,7 @@ from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
 from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
 from tzrun.runner.retention import prune_checkpoints, record_best
+from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
 from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates
@@ -52,31 +52,6 @@ from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 
 log = logging.getLogger("tzrun")
-
-
-@attrs.frozen
-class TrainResult:
-    """What a finished run reports.
-
-    Attributes:
-        steps: training steps run.
-        checkpoint: the last checkpoint written.
-        eval: the last evaluation (None without an eval input).
-        seconds: wall time of the loop, set-up excluded.
-        samples_per_second: training rows per second over all ranks, evaluation excluded.
-        model: the trained DistributedModelParallel model (for programmatic use).
-        stopped_by: the signal that stopped the run early (its checkpoint is written), or None.
-        stop_reason: why a stage ended the run early (early stopping, say), or None.
-    """
-
-    steps: int
-    checkpoint: Path
-    eval: EvalResult | None
-    seconds: float
-    samples_per_second: float
-    model: Any = attrs.field(default=None, repr=False)
-    stopped_by: str | None = None
-    stop_reason: str | None = None
 
 
 def train(cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries, *, overwrite: bool = False,
