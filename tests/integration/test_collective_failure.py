@@ -89,3 +89,26 @@ def _rank_lines(stderr: str, rank: int) -> str:
     """The lines torchrun prefixes with ``[rank]`` (none without ``--tee``) plus the lines the
     logging format tags with ``[rank R]``."""
     return "\n".join(line for line in stderr.splitlines() if f"[rank {rank}]" in line)
+
+
+def test_a_bad_row_in_rank_1s_share_stops_both_ranks_naming_file_row_and_column(criteo_dir, tmp_path):
+    # rows are shared out in order: rank 1 reads rows 6,000-11,999, so the third file is its alone
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bad = tmp_path / "train_bad"
+    shutil.copytree(criteo_dir / "train", bad)
+    last = sorted(bad.glob("*.parquet"))[-1]
+    table = pq.read_table(last)
+    ids = table.column("cat_0").to_numpy().copy()
+    ids[500] = 1_000_000  # outside cat_0's 1,000 buckets
+    pq.write_table(table.set_column(table.schema.get_field_index("cat_0"), "cat_0", pa.array(ids)), last)
+    started = time.time()
+    proc, _, model_dir = _run(criteo_dir, tmp_path, "", f'data.train_input="{bad}"')
+    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    root_cause = re.findall(rf"tzrec-run: rank 1 failed: {re.escape(str(last))}: row 500 .*cat_0", proc.stderr)
+    assert len(root_cause) == 1, proc.stderr[-3000:]  # once, from rank 0, naming the file, the row and the column
+    # without the watchdog rank 0 would wait train.collective_timeout_s (300 s) in its next collective
+    assert time.time() - started < 90
