@@ -102,8 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt_inspect.add_argument("--no-hashes", action="store_true",
                               help="check file sizes against the manifest, not SHA-256 hashes (faster)")
 
-    check = sub.add_parser("check", help="check a config (both passes) without building a model or reading data")
+    check = sub.add_parser(
+        "check", help="check a config (both passes) without building a model, and the input files' columns "
+                      "from their schemas (Parquet footers, CSV headers; no rows are read)")
     config_args(check)
+    check.add_argument(
+        "--no-data", action="store_true",
+        help="check the config only: do not list the input files or read their schemas",
+    )
+    check.add_argument(
+        "--require-data", action="store_true",
+        help="an input path that does not exist is an error (by default it is one only when another "
+             "input of the config exists; when none does, a note says the data was not checked)",
+    )
     check.add_argument(
         "--params", action="store_true",
         help="also build the model on the meta device (imports torch) and print which dense "

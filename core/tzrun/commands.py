@@ -30,13 +30,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.session import Session
 
-    Session(cfg, raw, pm, registries).check()
+    session = Session(cfg, raw, pm, registries)
+    session.check()
+    report = None if args.no_data else session.check_data(require=args.require_data)
+    if report is not None and report.problems:
+        from tzrun.errors import DataCheckError
+
+        raise DataCheckError(args.config, report.problems)
     run = "steps" if cfg.train.num_steps is not None else "epochs"
     print(
         f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
         f"{len(cfg.features.sparse)} id features; sparse {cfg.train.sparse_optimizer.type}, "
         f"dense {cfg.train.dense_optimizer.type}; {cfg.train.num_steps or cfg.train.num_epochs} {run})"
     )
+    for note in report.notes if report is not None else ():
+        print(note)
     if args.params:
         print_parameters(cfg, registries, args.device)
     return 0

@@ -22,6 +22,7 @@ __all__ = [
     "AmbiguousComponentError",
     "ConformanceError",
     "DataError",
+    "DataCheckError",
     "BadRowError",
     "NonFiniteLossError",
     "NonFinitePredictionError",
@@ -171,6 +172,23 @@ class ConformanceError(TzrunError):
 
 class DataError(TzrunError):
     """Input data does not match the config: names the file and the column."""
+
+
+class DataCheckError(DataError):
+    """``tzrec-run check`` found input files that do not fit the config (missing or mistyped
+    columns, files whose schemas disagree, input paths that do not exist); one line each.
+
+    Attributes:
+        source: the config file.
+        problems: one line per problem, each starting with the file concerned.
+    """
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        n = len(self.problems)
+        head = f"{source}: {n} data problem{'s' if n != 1 else ''} (from the input files' schemas; --no-data skips this check)"
+        super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
 
 
 class BadRowError(DataError):

@@ -254,7 +254,19 @@ class RowGroup:
 
 
 class Reader(Protocol):
-    """What a reader plugin's ``build(cfg)`` returns."""
+    """What a reader plugin's ``build(cfg)`` returns.
+
+    Two more methods are optional; ``tzrec-run check`` uses them to check the input files'
+    columns before a run (a reader without them is skipped there, with a note):
+
+    * ``files(input_path) -> Sequence[str]``: the files of ``input_path``, in the order
+      :meth:`row_groups` reads them, from a listing only (raises ``DataError`` naming the path
+      when it matches nothing);
+    * ``schema(path) -> pyarrow.Schema | None``: the columns of one file and the types
+      :meth:`read` gives them, from metadata only (a Parquet footer, a CSV header line), or
+      None for a file of which nothing is read (no rows); raises ``DataError`` naming the file
+      when it cannot be read.
+    """
 
     def row_groups(self, input_path: str) -> Sequence[RowGroup]:
         """Every row group of ``input_path`` (a file, a directory or a glob), in a stable

@@ -24,6 +24,7 @@ import torch
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import RunConfig
 from tzrun.data.features import BatchBuilder, FeatureSpecs, feature_specs
+from tzrun.data.input_check import DataReport, check_data
 from tzrun.data.labels import label_sources
 from tzrun.data.loader import RankInput
 from tzrun.data.sampling import with_negatives
@@ -108,6 +109,15 @@ class Session:
             ConfigError: with every problem at its TOML path.
         """
         preflight(self.cfg, self.registries, self.raw.source)
+
+    def check_data(self, require: bool = False) -> DataReport:
+        """Read the schemas of the input files (metadata only) and check the columns the run
+        reads against them (``tzrec-run check``; see :mod:`tzrun.data.input_check`).
+
+        Args:
+            require: an input path that does not exist is a problem even when no input exists.
+        """
+        return check_data(self.cfg, self.reader, self.specs, self.columns, group_columns(self.cfg), require)
 
     @functools.cached_property
     def specs(self) -> FeatureSpecs:

@@ -206,6 +206,38 @@ class CsvReader:
             groups.extend(RowGroup(path, i, int(n)) for i, n in enumerate(index.rows))
         return groups
 
+    def files(self, input_path: str) -> list[str]:
+        """The files of ``input_path`` in reading order, from the listing only (no scan).
+
+        Raises:
+            DataError: when nothing matches.
+        """
+        return list_files(input_path, self.cfg.suffixes, _compressed_hint)
+
+    def schema(self, path: str) -> pa.Schema | None:
+        """The columns of ``path`` (its header line, or ``column_names``) with their declared
+        types, reading the file's first line only; None for a file with no line (nothing of it
+        is read).
+
+        Raises:
+            DataError: when the file cannot be read, is compressed, or its header is not one.
+        """
+        try:
+            with open(path, "rb") as f:
+                if f.read(2) == b"\x1f\x8b":
+                    raise DataError(f"{path}: is gzip-compressed; the csv reader reads plain text (decompress it first)")
+                f.seek(0)
+                line = f.readline()
+                while line and not _is_row(line.rstrip(b"\n")):
+                    line = f.readline()
+        except OSError as exc:
+            raise DataError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+        if not line:
+            return None
+        names = self._header(path, line) if self.cfg.header else self.cfg.column_names
+        cfg = self.cfg
+        return pa.schema([(n, COLUMN_TYPES[cfg.column_types.get(n, cfg.default_type)]) for n in names])
+
     def read(self, group: RowGroup, start: int, stop: int, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, stop)`` of ``group``, only ``columns``, ``batch_rows`` at a time.
 

@@ -116,6 +116,27 @@ class ParquetReader:
             groups.extend(RowGroup(path, i, metadata.row_group(i).num_rows) for i in range(metadata.num_row_groups))
         return groups
 
+    def files(self, input_path: str) -> list[str]:
+        """The files of ``input_path`` in reading order, from the listing only.
+
+        Raises:
+            DataError: when nothing matches.
+        """
+        return list_files(input_path, self.cfg.suffixes)
+
+    def schema(self, path: str) -> pa.Schema | None:
+        """The columns of the Parquet file ``path`` and their types, from its footer only;
+        None when it has no rows (nothing of it is read).
+
+        Raises:
+            DataError: when it is not a readable Parquet file.
+        """
+        try:
+            metadata = pq.read_metadata(path)
+            return metadata.schema.to_arrow_schema() if metadata.num_rows else None
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"{path}: not a readable Parquet file: {exc}") from None
+
     def describe_row(self, group: RowGroup, row: int) -> str:
         """``row N``: the 0-based index in its file of row ``row`` of ``group`` (named in errors)."""
         metadata = pq.ParquetFile(group.path).metadata
