@@ -14,6 +14,7 @@ import pluggy
 from tzrun.files import EVAL_RESULTS, METRICS_FILE, append_jsonl, keep_jsonl, read_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
 from tzrun.interfaces import (
+    BAD_ROW_COLUMN,
     DenseFeature,
     EmbeddingTable,
     EvalResult,
@@ -42,6 +43,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 __all__ = [
     "__version__",
     "hookimpl",
+    "BAD_ROW_COLUMN",
     "DenseFeature",
     "EmbeddingTable",
     "EvalResult",

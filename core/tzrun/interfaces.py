@@ -30,6 +30,7 @@ __all__ = [
     "ModelContext",
     "RowGroup",
     "Reader",
+    "BAD_ROW_COLUMN",
     "ItemSampler",
     "RunContext",
     "StepInfo",
@@ -253,6 +254,11 @@ class RowGroup:
     num_rows: int
 
 
+#: The column a reader that sets ``isolates_bad_rows = True`` is asked for (among ``columns``)
+#: under ``data.on_bad_row = "skip"``: see :class:`Reader`.
+BAD_ROW_COLUMN = "__tzrun_bad_row__"
+
+
 class Reader(Protocol):
     """What a reader plugin's ``build(cfg)`` returns.
 
@@ -266,6 +272,14 @@ class Reader(Protocol):
       :meth:`read` gives them, from metadata only (a Parquet footer, a CSV header line), or
       None for a file of which nothing is read (no rows); raises ``DataError`` naming the file
       when it cannot be read.
+
+    Bad rows a reader can isolate (a malformed line, a field that does not parse as its
+    column's type): with ``data.on_bad_row = "error"`` it raises ``DataError`` naming the file,
+    the line and the column. A reader whose object has ``isolates_bad_rows = True`` is asked,
+    under ``"skip"``, for the string column :data:`BAD_ROW_COLUMN` among ``columns``; it then
+    keeps such a row in its place (nulls in its other columns) and gives the reason in that
+    column (``"malformed line"``, ``"I1: not a number"``), null for a good row. The core leaves
+    those rows out and counts them by reason, like the bad values it finds itself.
     """
 
     def row_groups(self, input_path: str) -> Sequence[RowGroup]:
@@ -408,6 +422,10 @@ class TrainLog:
         time: when the record was made (seconds since the epoch).
         loss_weights: the weight of each loss, mean over the window, when the loss weighting
             computes them (``[train.loss_weighting] type = "pareto"``); empty otherwise.
+        skipped_rows: input rows ``data.on_bad_row = "skip"`` left out on this rank since the
+            process started (rows the train pipeline read ahead included).
+        skipped_reasons: those rows per reason (``"malformed line"``, ``"I1: not a number"``,
+            ``"label: NaN"``); a row with several problems counts under each.
     """
 
     step: int
@@ -423,6 +441,8 @@ class TrainLog:
     seconds: float
     time: float
     loss_weights: Mapping[str, float] = attrs.field(factory=dict)
+    skipped_rows: int = 0
+    skipped_reasons: Mapping[str, int] = attrs.field(factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (what ``metrics_log`` writes, with ``"kind": "train"``)."""

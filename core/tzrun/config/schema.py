@@ -7,7 +7,7 @@ registered (see :mod:`tzrun.config.load`). Relative paths are relative to the wo
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import attrs
 
@@ -202,6 +202,11 @@ class DerivedLabelConfig:
     cast: Optional[Literal["float", "int"]] = None
 
 
+def _fraction(instance: Any, attribute: Any, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {value}", attribute)
+
+
 @attrs.frozen
 class DataConfig:
     """``[data]``: inputs, batching and labels.
@@ -227,8 +232,13 @@ class DataConfig:
             ``binary_cross_entropy``), a null, NaN, infinite or negative sample weight, or a null group
             key stops the run with an error naming the file and column (``"error"``), or is
             dropped and counted in the logs (``"skip"``). NaN in a dense feature takes its
-            ``fill_value``, like a null. A missing column or a column of the wrong type is
-            always an error.
+            ``fill_value``, like a null. So do a malformed line (wrong number of fields, a
+            truncated last line) and a field that does not parse as its column's type, for
+            readers that isolate them (``csv``). A missing column or a column of the wrong
+            type is always an error.
+        max_bad_row_fraction: with ``on_bad_row = "skip"``, the run stops with an error at a
+            checkpoint boundary where the training rows left out so far, over all ranks, are
+            more than this fraction of the rows read (default 0.01); ``1`` never stops.
         shuffle_buffer_rows: shuffle training rows within windows of about this many rows
             (rounded down to whole batches, at least one batch) of each DataLoader worker's
             run, with a permutation drawn from ``train.seed``, the epoch and the window's
@@ -263,6 +273,7 @@ class DataConfig:
     sample_weight: Optional[str] = None
     reader: Component = Component("parquet")
     on_bad_row: Literal["error", "skip"] = "error"
+    max_bad_row_fraction: float = attrs.field(default=0.01, validator=_fraction)
     shuffle_buffer_rows: int = attrs.field(default=0, validator=_non_negative)
     prefetch_batches: int = attrs.field(default=2, validator=_non_negative)
     reader_nice: int = attrs.field(default=10, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(19)))

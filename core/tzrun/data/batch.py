@@ -24,14 +24,18 @@ class SkippedRows:
         problems: rows per problem, keyed ``"<column>: <problem>"``, e.g.
             ``"cat_3: id outside [0, 1000)"``, ``"label: NaN"``, ``"weight: negative"``. A row
             with several problems counts under each, so these can add up to more than ``rows``.
+        read: input rows read in all, the dropped ones included (counted by
+            :func:`tally_skipped`; 0 in a batch's own counts; not compared by ``==``).
     """
 
     rows: int = 0
     problems: dict[str, int] = attrs.field(factory=dict)
+    read: int = attrs.field(default=0, eq=False)
 
     def add(self, other: "SkippedRows") -> None:
         """Add ``other``'s counts to these (``other`` is left as it is)."""
         self.rows += other.rows
+        self.read += other.read
         for problem, count in other.problems.items():
             self.problems[problem] = self.problems.get(problem, 0) + count
 
@@ -45,22 +49,24 @@ class SkippedRows:
 
     def to_json(self) -> dict[str, Any]:
         """Plain data, for ``all_gather_object`` or a checkpoint's metadata."""
-        return {"rows": self.rows, "problems": dict(self.problems)}
+        return {"rows": self.rows, "problems": dict(self.problems), "read": self.read}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "SkippedRows":
         """The inverse of :meth:`to_json`."""
-        return cls(int(data["rows"]), {str(k): int(v) for k, v in data["problems"].items()})
+        return cls(int(data["rows"]), {str(k): int(v) for k, v in data["problems"].items()}, int(data.get("read", 0)))
 
 
 def tally_skipped(batches: Iterable["Batch"], into: SkippedRows) -> Iterator["Batch"]:
-    """``batches``, unchanged, adding each one's :attr:`Batch.skipped` to ``into`` as it is taken.
+    """``batches``, unchanged, adding each one's :attr:`Batch.skipped` to ``into`` as it is taken,
+    and its rows, real and skipped, to ``into.read``.
 
     A train pipeline takes a batch or two ahead of the step it trains, so ``into`` can run
     ahead of the steps done by that much.
     """
     for batch in batches:
         into.add(batch.skipped)
+        into.read += batch.num_rows + batch.skipped.rows
         yield batch
 
 

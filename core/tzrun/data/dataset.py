@@ -25,6 +25,7 @@ import attrs
 import pyarrow as pa
 
 from tzrun.data.origin import RowOrigin, Run, located, take_runs
+from tzrun.data.reader_bad_rows import split_bad_rows, with_reader_skipped
 from tzrun.data.schemas import SchemaUnifier
 from tzrun.errors import DataError
 from tzrun.interfaces import Reader, RowGroup
@@ -332,11 +333,15 @@ class BatchStream:
             return
         build_at = getattr(self.builder, "build_at", None)
         for index, (table, source, rows) in enumerate(self._iter_tables(first, last, origin, epoch), first):
+            table, reader_skipped = split_bad_rows(table)  # rows the reader marked bad (on_bad_row = "skip")
+            if reader_skipped is not None and table.num_rows == 0:
+                yield self.builder.padding(reader_skipped)
+                continue
             try:
                 batch = self.builder(table, source) if build_at is None else build_at(table, source, epoch, index)
             except DataError as exc:
-                raise located(exc, rows, self.reader) from None
-            yield batch
+                raise located(exc, rows if reader_skipped is None else None, self.reader) from None
+            yield batch if reader_skipped is None else with_reader_skipped(batch, reader_skipped)
 
     def _iter_tables(
         self, first: int, last: int, origin: int | None, epoch: int

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from tzrun.data.batch import SkippedRows
+from tzrun.data.reader_bad_rows import check_bad_row_fraction
 from tzrun.interfaces import RunContext
 from tzrun.runner.records import write_run_records
 from tzrun.runner.session import Session
@@ -42,9 +43,14 @@ def log_time_to_first_step(rank: int) -> None:
                  "sharding, data start and pipeline fill)", since)
 
 
-def log_skipped(skipped: SkippedRows, rank: int, world_size: int, step: int) -> None:
+def log_skipped(skipped: SkippedRows, rank: int, world_size: int, step: int, max_fraction: float | None = None) -> None:
     """Log the rows ``data.on_bad_row = "skip"`` left out so far, over all ranks (a
-    collective at each boundary; counts include batches the pipeline had prefetched)."""
+    collective at each boundary; counts include batches the pipeline had prefetched), and
+    stop the run when they are more than ``max_fraction`` of the rows read.
+
+    Raises:
+        DataError: on every rank alike, above ``max_fraction`` (``data.max_bad_row_fraction``).
+    """
     total = SkippedRows()
     if world_size > 1:
         parts: list[Any] = [None] * world_size
@@ -55,6 +61,7 @@ def log_skipped(skipped: SkippedRows, rank: int, world_size: int, step: int) -> 
         total.add(skipped)
     if total and rank == 0:
         log.warning("bad rows left out of training so far (data.on_bad_row = \"skip\"), at step %d: %s", step, total)
+    check_bad_row_fraction(total, max_fraction)
 
 
 def warn_if_plugins_changed(meta: Mapping[str, Any], plugins: Sequence[Mapping[str, Any]], rank: int) -> None:

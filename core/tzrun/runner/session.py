@@ -27,6 +27,7 @@ from tzrun.data.features import BatchBuilder, FeatureSpecs, feature_specs
 from tzrun.data.input_check import DataReport, check_data
 from tzrun.data.labels import label_sources
 from tzrun.data.loader import RankInput
+from tzrun.data.reader_bad_rows import read_columns
 from tzrun.data.sampling import with_negatives
 from tzrun.interfaces import RunContext
 from tzrun.plugins import PluginManager
@@ -173,7 +174,8 @@ class Session:
                    shuffle_buffer_rows: int = 0) -> RankInput:
         """This rank's share of the input at ``path``, read in batches of ``batch_size``."""
         d, info = self.cfg.data, self.info
-        return RankInput(self.reader, path, batch_size, d.num_workers, self.columns, self.builder, info.rank,
+        columns = read_columns(self.reader, self.columns, d.on_bad_row)  # + the reader's bad-row marks under "skip"
+        return RankInput(self.reader, path, batch_size, d.num_workers, columns, self.builder, info.rank,
                          info.world_size, rows, shuffle_buffer_rows=shuffle_buffer_rows, seed=self.cfg.train.seed,
                          prefetch=d.prefetch_batches, nice=d.reader_nice)
 

@@ -118,6 +118,8 @@ class LogWindow:
     seconds: float = 0.0
     _clock: float = 0.0
     _waited_at_start: float = 0.0
+    #: this rank's bad-row counts so far (``data.on_bad_row = "skip"``), copied into each record
+    skipped: Any = None
 
     def resume_clock(self) -> None:
         """Start timing (at the start of each segment: the time between segments is not
@@ -162,6 +164,8 @@ class LogWindow:
             seconds=self.seconds,
             time=time.time(),
             loss_weights={k: float(v) / steps for k, v in self.weights_sum.items()},
+            skipped_rows=self.skipped.rows if self.skipped is not None else 0,
+            skipped_reasons=dict(self.skipped.problems) if self.skipped is not None else {},
         )
         self.steps, self.rows, self.loss_sum, self.losses_sum, self.weights_sum, self.seconds = 0, 0, None, {}, {}, 0.0
         self._waited_at_start = self.data.waited

@@ -190,7 +190,7 @@ class Trainer:
         self.boundaries = checkpoint_boundaries(start.step, self.total, self.cfg.train.save_checkpoints_steps, epoch_ends,
                                       self.cfg.train.save_checkpoints_epochs)
         self.stream = TimedIterator(tally_skipped(self.data.batches(start.step), self.skipped))
-        self.window = LogWindow(self.stream, self.info.world_size)
+        self.window = LogWindow(self.stream, self.info.world_size, skipped=self.skipped)
         if resume_from is not None:
             call_lifecycle(self.pm, "tzrun_after_checkpoint_load", run=self.run, step=start.step,
                            state=self._stage_state)
@@ -236,7 +236,7 @@ class Trainer:
         if stopped or self.signals.agree_now():
             self.stopped_by = self.signals.received or "a signal on another rank"
         if self.cfg.data.on_bad_row == "skip":
-            log_skipped(self.skipped, self.info.rank, self.info.world_size, self.step)
+            log_skipped(self.skipped, self.info.rank, self.info.world_size, self.step, self.cfg.data.max_bad_row_fraction)
 
     def run_steps(self, pipeline: Any, batches: Iterator[Any]) -> bool:
         """One step after another until the batches end; returns whether every rank agreed to

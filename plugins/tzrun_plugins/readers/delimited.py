@@ -14,6 +14,10 @@ Every column has a declared type (``column_types``, else ``default_type``): type
 inferred, because a guess made from one block of rows can differ from the guess for another
 (a hexadecimal id made only of digits reads as an integer). Fields in ``null_values`` (by
 default only the empty field) are nulls, strings included.
+
+A line with the wrong number of fields, or a field that does not parse as its column's type,
+is an error naming the file, the line (and the column); under ``data.on_bad_row = "skip"`` it
+is a bad row the core leaves out and counts (see :mod:`tzrun_plugins.readers.bad_lines`).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from tzrun import RowGroup
+from tzrun import BAD_ROW_COLUMN, RowGroup
 from tzrun.errors import DataError
+from tzrun_plugins.readers.bad_lines import convert_fields, with_bad_rows
 from tzrun_plugins.readers.parquet import list_files
 
 __all__ = ["CsvConfig", "CsvReader", "build_csv", "COLUMN_TYPES"]
@@ -189,6 +194,9 @@ def _is_row(data: bytes) -> bool:
 class CsvReader:
     """Lists and reads delimited text files (see :class:`tzrun.Reader` and the module docstring)."""
 
+    #: malformed lines and unparsable fields are isolated under ``data.on_bad_row = "skip"``
+    isolates_bad_rows = True
+
     def __init__(self, cfg: CsvConfig) -> None:
         self.cfg = cfg
         self._index: dict[str, _FileIndex] = {}
@@ -247,6 +255,8 @@ class CsvReader:
                 file that cannot be read or changed since it was listed.
         """
         index = self._index.get(group.path) or self._scan(group.path)
+        skip = BAD_ROW_COLUMN in columns
+        columns = [c for c in columns if c != BAD_ROW_COLUMN]
         missing = [c for c in columns if c not in index.names]
         if missing:
             raise DataError(
@@ -274,7 +284,7 @@ class CsvReader:
         for lo in range(start, stop, self.cfg.batch_rows):
             hi = min(stop, lo + self.cfg.batch_rows)
             piece = data[int(bounds[lo]) : int(bounds[hi])]
-            yield from self._parse(piece, index.names, columns, group.path, line_of[lo:hi]).to_batches()
+            yield from self._parse(piece, index.names, columns, group.path, line_of[lo:hi], skip).to_batches()
 
     def describe_row(self, group: RowGroup, row: int) -> str:
         """``line N``: the 1-based line of row ``row`` of ``group`` (named in errors)."""
@@ -289,36 +299,56 @@ class CsvReader:
         return f"line {int(_line_numbers(buf, starts[row : row + 1], int(index.lines[group.index]))[0])}"
 
     def _parse(
-        self, piece: bytes, names: Sequence[str], columns: Sequence[str], path: str, lines: np.ndarray
+        self, piece: bytes, names: Sequence[str], columns: Sequence[str], path: str, lines: np.ndarray, skip: bool = False
     ) -> pa.Table:
-        """Parse one run of rows; ``lines`` are their 1-based line numbers (for errors)."""
-        cfg = self.cfg
+        """Parse one run of rows; ``lines`` are their 1-based line numbers (for errors). With
+        ``skip``, bad rows stay as null rows with their reasons in ``BAD_ROW_COLUMN``."""
+        types = {c: COLUMN_TYPES[self.cfg.column_types.get(c, self.cfg.default_type)] for c in columns}
         invalid: list[Any] = []
+        reasons: dict[int, list[str]] = {}
+        try:
+            try:
+                table = self._read(piece, names, columns, types, invalid, skip)
+            except pa.ArrowInvalid:
+                if not skip:
+                    raise
+                invalid.clear()  # a field that does not parse: read the block again as text
+                table = self._read(piece, names, columns, {c: pa.string() for c in columns}, invalid, skip)
+                table, reasons = convert_fields(table, types)
+        except pa.ArrowInvalid as exc:
+            raise DataError(self._explain(str(exc), invalid, names, path, lines, types)) from None
+        if not skip:
+            return table
+        return with_bad_rows(table, len(lines), [(row.number or 0) - 1 for row in invalid], reasons)
+
+    def _read(
+        self, piece: bytes, names: Sequence[str], columns: Sequence[str], types: Mapping[str, pa.DataType],
+        invalid: list[Any], skip: bool,
+    ) -> pa.Table:
+        """pyarrow's parse of ``piece``; a malformed line is appended to ``invalid``, and left
+        out (``skip``) or an error."""
+        cfg = self.cfg
 
         def on_invalid(row: Any) -> str:
             invalid.append(row)
-            return "error"
+            return "skip" if skip else "error"
 
-        types = {c: COLUMN_TYPES[cfg.column_types.get(c, cfg.default_type)] for c in columns}
-        try:
-            return pacsv.read_csv(
-                pa.py_buffer(piece),
-                read_options=pacsv.ReadOptions(column_names=list(names), use_threads=False, block_size=max(len(piece), 1 << 20)),
-                parse_options=pacsv.ParseOptions(
-                    delimiter=cfg.delimiter,
-                    quote_char=cfg.quote_char or False,
-                    invalid_row_handler=on_invalid,
-                ),
-                convert_options=pacsv.ConvertOptions(
-                    column_types=types,
-                    include_columns=list(columns),
-                    null_values=list(cfg.null_values),
-                    strings_can_be_null=True,
-                    quoted_strings_can_be_null=True,
-                ),
-            )
-        except pa.ArrowInvalid as exc:
-            raise DataError(self._explain(str(exc), invalid, names, path, lines, types)) from None
+        return pacsv.read_csv(
+            pa.py_buffer(piece),
+            read_options=pacsv.ReadOptions(column_names=list(names), use_threads=False, block_size=max(len(piece), 1 << 20)),
+            parse_options=pacsv.ParseOptions(
+                delimiter=cfg.delimiter,
+                quote_char=cfg.quote_char or False,
+                invalid_row_handler=on_invalid,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types,
+                include_columns=list(columns),
+                null_values=list(cfg.null_values),
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
 
     def _explain(
         self, message: str, invalid: list[Any], names: Sequence[str], path: str, lines: np.ndarray, types: Mapping[str, pa.DataType]
