@@ -112,3 +112,25 @@ def test_a_bad_row_in_rank_1s_share_stops_both_ranks_naming_file_row_and_column(
     assert len(root_cause) == 1, proc.stderr[-3000:]  # once, from rank 0, naming the file, the row and the column
     # without the watchdog rank 0 would wait train.collective_timeout_s (300 s) in its next collective
     assert time.time() - started < 90
+
+
+def test_a_bad_row_in_rank_1s_share_of_the_eval_data_stops_both_ranks(criteo_dir, tmp_path):
+    # the 3,001 eval rows: rank 1 reads rows 1,500-3,000
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bad = tmp_path / "eval_bad"
+    shutil.copytree(criteo_dir / "eval", bad)
+    path = sorted(bad.glob("*.parquet"))[0]
+    table = pq.read_table(path)
+    ids = table.column("cat_0").to_numpy().copy()
+    ids[2500] = 1_000_000
+    pq.write_table(table.set_column(table.schema.get_field_index("cat_0"), "cat_0", pa.array(ids)), path)
+    started = time.time()
+    proc, _, model_dir = _run(criteo_dir, tmp_path, "", f'data.eval_input="{bad}"')
+    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    assert len(re.findall(rf"tzrec-run: rank 1 failed: {re.escape(str(path))}: row 2500 .*cat_0", proc.stderr)) == 1, \
+        proc.stderr[-3000:]
+    assert time.time() - started < 90
