@@ -25,6 +25,7 @@ import attrs
 import pyarrow as pa
 
 from tzrun.data.origin import RowOrigin, Run, located, take_runs
+from tzrun.data.pieces import group_pieces, read_pieces
 from tzrun.data.schemas import SchemaUnifier
 from tzrun.errors import DataError
 from tzrun.interfaces import Reader, RowGroup
@@ -370,17 +371,8 @@ class BatchStream:
     def _iter_record_batches(self, row: int, stop_row: int) -> Iterator[tuple[pa.RecordBatch, str, Run]]:
         """Rows ``[row, stop_row)`` of this rank as the reader's record batches, in order,
         each with the file and the rows of its group it came from."""
-        offset = 0
-        for segment in self.split.segments:
-            lo, hi = max(row, offset), min(stop_row, offset + segment.num_rows)
-            offset += segment.num_rows
-            if lo >= hi:
-                continue
-            start = segment.start + (lo - (offset - segment.num_rows))
-            for record_batch in self.reader.read(segment.group, start, start + (hi - lo), self.columns):
-                self.schemas.see(record_batch.schema, segment.group.path)
-                yield record_batch, segment.group.path, Run(segment.group, start, record_batch.num_rows)
-                start += record_batch.num_rows
+        for group, pieces in group_pieces(self.split.segments, row, stop_row):
+            yield from read_pieces(self.reader, group, pieces, self.columns, self.schemas.see)
 
     def _iter_rows(self, row: int, stop_row: int) -> Iterator[tuple[pa.Table, str, RowOrigin]]:
         """Rows ``[row, stop_row)`` of this rank in order, cut into batches' tables."""
