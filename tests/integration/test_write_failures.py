@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.conftest import EXAMPLE, REPO, example_overrides
+from tests.conftest import EXAMPLE, REPO, example_overrides, run_cli
 from tests.integration.test_train import _sets
 
 pytestmark = pytest.mark.slow
@@ -112,3 +112,16 @@ def test_a_full_disk_and_a_read_only_model_dir_are_named_and_lose_nothing(criteo
     assert "step-3" in steps["listed"][1]
     code, text = steps["evaluate-after"]
     assert code == 0 and "(step 3)" in text and "recorded in" in text, text[-3000:]
+
+
+def test_metrics_jsonl_on_a_full_disk_ends_the_run_with_one_named_line(criteo_dir, tmp_path):
+    """``/dev/full`` is the kernel's own full disk: every write to it fails with ENOSPC."""
+    config = tmp_path / "run.toml"
+    config.write_text(EXAMPLE.read_text().replace('type = "metrics_log"', 'type = "metrics_log"\npath = "/dev/full"'))
+    model_dir = tmp_path / "run"
+    proc = run_cli(["train", str(config), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=3"))])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"tzrec-run: /dev/full: cannot write: No space left on device (ENOSPC); free space on that disk (or set "
+        "model_dir to a disk with room) and rerun with --resume: the checkpoints completed before it are intact")
