@@ -18,6 +18,7 @@ sizes do not change; memory holds one window.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any, Iterator, Sequence
 
@@ -134,14 +135,17 @@ def split_rows(
     count = sum(b - a for a, b in wanted)
     bounds = [count * r // world_size for r in range(world_size + 1)]
     mine = _take(wanted, bounds[rank], bounds[rank + 1])
+    firsts = [0]  # each group's first global row
+    for group in groups:
+        firsts.append(firsts[-1] + group.num_rows)
     segments = []
-    for start, stop in mine:
-        offset = 0
-        for group in groups:
-            lo, hi = max(start, offset), min(stop, offset + group.num_rows)
+    for start, stop in mine:  # thousands of intervals in a resumed shuffled epoch: no scan of every group
+        g = bisect.bisect_right(firsts, start) - 1
+        while g < len(groups) and firsts[g] < stop:
+            lo, hi = max(start, firsts[g]), min(stop, firsts[g + 1])
             if lo < hi:
-                segments.append(Segment(group, lo - offset, hi - offset))
-            offset += group.num_rows
+                segments.append(Segment(groups[g], lo - firsts[g], hi - firsts[g]))
+            g += 1
     size = bounds[rank + 1] - bounds[rank]
     steps = max(math.ceil((bounds[r + 1] - bounds[r]) / batch_size) for r in range(world_size))
     return RankSplit(tuple(segments), size, math.ceil(size / batch_size), steps, tuple(mine))
