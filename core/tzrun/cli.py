@@ -318,6 +318,7 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _print_evaluation(done: Any) -> None:
+    """Print a :class:`~tzrun.runner.checkpoint_eval.CheckpointEvaluation` (rank 0)."""
     values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
     weights = " (EMA weights)" if done.ema else ""
     print(f"eval of {done.checkpoint} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")

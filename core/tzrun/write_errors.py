@@ -53,9 +53,17 @@ def _inside(path: str | None, model_dir: Path) -> bool:
 
 
 def write_failure_message(error: OSError, model_dir: Path, what: str = "", resume: bool = True) -> str:
-    """One line for ``error``: the path (the file named by the error, else the model dir), the
-    error number's meaning and name, what was being written (``what``) and the fix (with
-    ``resume``: for a training run, which continues with ``--resume``)."""
+    """One line for a failed write.
+
+    Args:
+        error: the failure (its ``errno`` picks the fix).
+        model_dir: the run's model dir (named when ``error`` names no file).
+        what: what was being written (``"the run lock run.lock"``), or empty.
+        resume: say that the run continues with ``--resume`` (a training run).
+
+    Returns:
+        ``PATH: cannot write: MEANING (ERRNO) while writing WHAT; FIX``.
+    """
     path = error.filename if isinstance(error.filename, str) else str(model_dir)
     meaning = os.strerror(error.errno) if error.errno else str(error)
     name = errno.errorcode.get(error.errno or 0, "")
@@ -70,9 +78,20 @@ def write_failure_message(error: OSError, model_dir: Path, what: str = "", resum
 
 
 def named_write_error(error: BaseException, model_dir: str | os.PathLike[str], what: str = "") -> WriteError | None:
-    """The :class:`~tzrun.errors.WriteError` for ``error`` when it is (or wraps) a failure to
-    write: a full disk or quota, a read-only file system anywhere, or permission denied on a
-    path inside ``model_dir``; None for any other error."""
+    """The named error for a failure to write into the model dir.
+
+    Args:
+        error: any error a run raised (an ``OSError``, or one wrapping it as its cause or, for
+            torch.distributed.checkpoint, as a rank's failure).
+        model_dir: the run's model dir.
+        what: what was being written, when known.
+
+    Returns:
+        A :class:`~tzrun.errors.WriteError` when ``error`` is (or wraps) a full disk or quota,
+        a read-only file system, or permission denied on a path inside ``model_dir``, or is any
+        other failure while the model dir's disk has under 1 MiB left; None otherwise (and for
+        a :class:`~tzrun.errors.TzrunError`, which is named already).
+    """
     from tzrun.errors import TzrunError
 
     if isinstance(error, (TzrunError, KeyboardInterrupt, SystemExit)):
