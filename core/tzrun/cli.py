@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from tzrun import __version__
 from tzrun.commands import COMMANDS, prepare
@@ -282,7 +282,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             tuple(args.init_allow_missing), tuple(args.init_allow_unexpected))
         result = train(cfg, raw, pm, registries, overwrite=args.overwrite, resume=args.resume, init_from=init)
     except BaseException as error:
-        _fail_collectively(error)
+        _fail_named(error, cfg.model_dir)
         raise
     finally:
         shutdown_distributed()
@@ -310,19 +310,41 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from tzrun.runner.checkpoint_eval import evaluate_checkpoint
     from tzrun.runner.distributed import shutdown_distributed
 
+    from tzrun.errors import RecordNotWrittenError
+
     try:
         done = evaluate_checkpoint(cfg, raw, pm, registries, args.checkpoint)
+    except RecordNotWrittenError as error:  # rank 0 computed the result: show it, then the error
+        _print_evaluation(error.result)
+        raise
     except BaseException as error:
-        _fail_collectively(error)
+        _fail_named(error, cfg.model_dir)
         raise
     finally:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
-        values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
-        weights = " (EMA weights)" if done.ema else ""
-        print(f"eval of {done.checkpoint} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")
+        _print_evaluation(done)
         print(f"recorded in {os.path.join(cfg.model_dir, 'eval_results.jsonl')}")
     return 0
+
+
+def _print_evaluation(done: Any) -> None:
+    """Print a :class:`~tzrun.runner.checkpoint_eval.CheckpointEvaluation` (rank 0)."""
+    values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
+    weights = " (EMA weights)" if done.ema else ""
+    print(f"eval of {done.checkpoint} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")
+
+
+def _fail_named(error: BaseException, model_dir: str) -> None:
+    """Tell the other ranks (:func:`_fail_collectively`); a failure to write into the model dir
+    (full disk, read-only dir) is raised instead as a one-line
+    :class:`~tzrun.errors.WriteError` (:mod:`tzrun.write_errors`)."""
+    from tzrun.write_errors import named_write_error
+
+    named = named_write_error(error, model_dir)
+    _fail_collectively(named or error)
+    if named is not None:
+        raise named from None
 
 
 def console_main() -> None:

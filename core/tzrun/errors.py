@@ -28,6 +28,8 @@ __all__ = [
     "NonFinitePredictionError",
     "CheckpointError",
     "IncompleteCheckpointError",
+    "WriteError",
+    "RecordNotWrittenError",
     "did_you_mean",
 ]
 
@@ -223,6 +225,21 @@ class CheckpointError(TzrunError):
 
 class IncompleteCheckpointError(CheckpointError, FileNotFoundError):
     """A directory is not a complete checkpoint (no completion marker: its save was interrupted)."""
+
+
+class WriteError(TzrunError):
+    """A file of the run cannot be written: its disk is full, the model dir is read-only or
+    not writable. Names the path, the reason and the fix; checkpoints completed before it stay
+    usable (a checkpoint's completion marker is written last)."""
+
+
+class RecordNotWrittenError(WriteError):
+    """A result was computed but its record could not be written (``tzrec-run evaluate`` into
+    a read-only or full model dir). ``result`` holds what was computed, to be shown anyway."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

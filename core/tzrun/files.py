@@ -4,10 +4,11 @@ write the way the core does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 __all__ = ["METRICS_FILE", "EVAL_RESULTS", "write_atomic", "append_jsonl", "read_jsonl", "keep_jsonl"]
 
@@ -22,17 +23,30 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     (a temporary file, fsync, rename)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with _naming(path):
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
 
 def append_jsonl(path: str | os.PathLike[str], record: Mapping[str, Any]) -> None:
     """Append one record to a JSON-lines file (one ``write`` of a whole line)."""
-    with open(path, "a", encoding="utf-8") as f:
+    with _naming(path), open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(dict(record)) + "\n")
+
+
+@contextlib.contextmanager
+def _naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An ``OSError`` of a write (a full disk: ``write`` and ``close`` name no file) raised
+    naming ``path``."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None or not error.errno:
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from error
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -173,6 +173,7 @@ def call_lifecycle(pm: PluginManager, name: str, **kwargs: Any) -> None:
         except Exception as exc:
             if pm.strict:
                 raise
+            _raise_write_failure(exc, kwargs)
             plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
             warnings.warn(
                 f"plugin {pm.describe(plugin_name)} raised in {name}: {type(exc).__name__}: {exc}; it is disabled "
@@ -183,6 +184,21 @@ def call_lifecycle(pm: PluginManager, name: str, **kwargs: Any) -> None:
             log.warning("plugin %s raised in %s and is disabled for this run", plugin_name, name, exc_info=exc)
             if pm.is_registered(impl.plugin):
                 pm.unregister(impl.plugin)
+
+
+def _raise_write_failure(exc: Exception, kwargs: dict[str, Any]) -> None:
+    """A hook that could not write into the model dir (a full disk, a read-only dir: the
+    ``metrics_log`` stage appending to ``metrics.jsonl``, say) ends the run with a named
+    :class:`~tzrun.errors.WriteError` instead of disabling its plugin: the run could not save
+    a checkpoint either."""
+    model_dir = getattr(kwargs.get("run"), "model_dir", None)
+    if model_dir is None:
+        return
+    from tzrun.write_errors import named_write_error
+
+    named = named_write_error(exc, model_dir)
+    if named is not None:
+        raise named from None
 
 
 def strict_plugins_from_env(environ: dict[str, str] | None = None) -> bool:

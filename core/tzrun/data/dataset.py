@@ -18,6 +18,7 @@ sizes do not change; memory holds one window.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any, Iterator, Sequence
 
@@ -25,6 +26,7 @@ import attrs
 import pyarrow as pa
 
 from tzrun.data.origin import RowOrigin, Run, located, take_runs
+from tzrun.data.pieces import group_pieces, read_pieces
 from tzrun.data.reader_bad_rows import split_bad_rows, with_reader_skipped
 from tzrun.data.schemas import SchemaUnifier
 from tzrun.errors import DataError
@@ -134,14 +136,17 @@ def split_rows(
     count = sum(b - a for a, b in wanted)
     bounds = [count * r // world_size for r in range(world_size + 1)]
     mine = _take(wanted, bounds[rank], bounds[rank + 1])
+    firsts = [0]  # each group's first global row
+    for group in groups:
+        firsts.append(firsts[-1] + group.num_rows)
     segments = []
-    for start, stop in mine:
-        offset = 0
-        for group in groups:
-            lo, hi = max(start, offset), min(stop, offset + group.num_rows)
+    for start, stop in mine:  # thousands of intervals in a resumed shuffled epoch: no scan of every group
+        g = bisect.bisect_right(firsts, start) - 1
+        while g < len(groups) and firsts[g] < stop:
+            lo, hi = max(start, firsts[g]), min(stop, firsts[g + 1])
             if lo < hi:
-                segments.append(Segment(group, lo - offset, hi - offset))
-            offset += group.num_rows
+                segments.append(Segment(groups[g], lo - firsts[g], hi - firsts[g]))
+            g += 1
     size = bounds[rank + 1] - bounds[rank]
     steps = max(math.ceil((bounds[r + 1] - bounds[r]) / batch_size) for r in range(world_size))
     return RankSplit(tuple(segments), size, math.ceil(size / batch_size), steps, tuple(mine))
@@ -375,17 +380,8 @@ class BatchStream:
     def _iter_record_batches(self, row: int, stop_row: int) -> Iterator[tuple[pa.RecordBatch, str, Run]]:
         """Rows ``[row, stop_row)`` of this rank as the reader's record batches, in order,
         each with the file and the rows of its group it came from."""
-        offset = 0
-        for segment in self.split.segments:
-            lo, hi = max(row, offset), min(stop_row, offset + segment.num_rows)
-            offset += segment.num_rows
-            if lo >= hi:
-                continue
-            start = segment.start + (lo - (offset - segment.num_rows))
-            for record_batch in self.reader.read(segment.group, start, start + (hi - lo), self.columns):
-                self.schemas.see(record_batch.schema, segment.group.path)
-                yield record_batch, segment.group.path, Run(segment.group, start, record_batch.num_rows)
-                start += record_batch.num_rows
+        for group, pieces in group_pieces(self.split.segments, row, stop_row):
+            yield from read_pieces(self.reader, group, pieces, self.columns, self.schemas.see)
 
     def _iter_rows(self, row: int, stop_row: int) -> Iterator[tuple[pa.Table, str, RowOrigin]]:
         """Rows ``[row, stop_row)`` of this rank in order, cut into batches' tables."""

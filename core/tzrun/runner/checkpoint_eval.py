@@ -20,7 +20,8 @@ import attrs
 
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import RunConfig
-from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, IncompleteCheckpointError
+from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, IncompleteCheckpointError, RecordNotWrittenError
+from tzrun.files import EVAL_RESULTS
 from tzrun.interfaces import EvalResult
 from tzrun.registry import Registries
 from tzrun.plugins import PluginManager
@@ -38,6 +39,7 @@ from tzrun.runner.checkpoint import (
 from tzrun.runner.manifest import marker_state
 from tzrun.runner.evaluate import append_eval_result, evaluate
 from tzrun.runner.session import Session
+from tzrun.write_errors import write_failure_message
 from tzrun.runner.records import config_differences
 from tzrun.runner.retention import BEST_FILE, read_best
 
@@ -134,10 +136,25 @@ def evaluate_checkpoint(
     with built.update.eval_weights():
         result = evaluate(session.run_context(), eval_input.one_pass(cfg.eval.num_steps), session.metric_slots,
                           registries, session.pipeline, step)
+    done = CheckpointEvaluation(path, result, ema)
     if info.rank == 0:
-        session.model_dir.mkdir(parents=True, exist_ok=True)
-        append_eval_result(session.model_dir, result, checkpoint=str(path), command="evaluate", ema=ema)
-    return CheckpointEvaluation(path, result, ema)
+        _record(session.model_dir, done)
+    return done
+
+
+def _record(model_dir: Path, done: CheckpointEvaluation) -> None:
+    """Append ``done`` to ``eval_results.jsonl``.
+
+    Raises:
+        RecordNotWrittenError: when it cannot be written (full disk, read-only model dir),
+            holding ``done`` so that the result is still shown.
+    """
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+        append_eval_result(model_dir, done.result, checkpoint=str(done.checkpoint), command="evaluate", ema=done.ema)
+    except OSError as error:
+        message = write_failure_message(error, model_dir, f"the result to {EVAL_RESULTS}", resume=False)
+        raise RecordNotWrittenError(f"the evaluation above was not recorded: {message}", done) from None
 
 
 def _load_weights(session: Session, path: Path) -> bool:

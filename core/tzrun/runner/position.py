@@ -142,12 +142,26 @@ def resume_layout_for(saved: DataPosition, current: Layout) -> tuple[Layout, int
     if same:
         return saved.layout, saved.step_in_epoch
     epoch_rows = list(saved.layout.rows) if saved.layout.rows is not None else [(0, saved.total_rows)]
-    remaining = []
-    consumed = merge_intervals(saved.consumed)
-    for a, b in epoch_rows:
-        inside = [(max(a, x), min(b, y)) for x, y in consumed if min(b, y) > max(a, x)]
-        remaining.extend((a + x, a + y) for x, y in subtract_intervals(b - a, [(x - a, y - a) for x, y in inside]))
-    return attrs.evolve(current, rows=tuple(remaining)), 0
+    return attrs.evolve(current, rows=tuple(_minus(epoch_rows, merge_intervals(saved.consumed)))), 0
+
+
+def _minus(rows: list[Interval], taken: list[Interval]) -> list[Interval]:
+    """``rows`` (in order) without the sorted, merged ``taken``, in one sweep: a partial epoch's
+    rows and a shuffled epoch's consumed rows are thousands of intervals each."""
+    import bisect
+
+    ends = [b for _, b in taken]
+    out: list[Interval] = []
+    for a, b in rows:
+        at, i = a, bisect.bisect_right(ends, a)
+        while i < len(taken) and taken[i][0] < b:
+            x, y = taken[i]
+            if x > at:
+                out.append((at, x))
+            at, i = max(at, y), i + 1
+        if at < b:
+            out.append((at, b))
+    return out
 
 
 def plan_epochs(

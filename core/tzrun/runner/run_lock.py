@@ -155,7 +155,9 @@ def claim_run_lock(model_dir: Path, rank: int, world_size: int) -> RunLock | Non
         except ModelDirLockedError as error:
             refusal = str(error)
         except OSError as error:  # a read-only or full model dir: refused on every rank, not a hang
-            refusal = f"{model_dir}: cannot create the run lock {LOCK_FILE}: {error}"
+            from tzrun.write_errors import write_failure_message
+
+            refusal = write_failure_message(error, Path(model_dir), f"the run lock {LOCK_FILE}")
     if world_size > 1:
         import torch.distributed as dist
 

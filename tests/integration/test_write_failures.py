@@ -1,0 +1,127 @@
+"""A full disk and a read-only model dir, for real (issue 20, point 9).
+
+The model dir lives on a tmpfs mounted in a private mount namespace (``unshare -m``): the
+full disk is that tmpfs filled up (the kernel's own ENOSPC, raised wherever the write
+happens: inside torch.distributed.checkpoint's writer too), and the read-only model dir is a
+read-only bind mount of it (EROFS). ``chmod`` would not do: the tests run as root, which
+ignores permissions. Both are gone when the namespace's last process exits.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import EXAMPLE, REPO, example_overrides, run_cli
+from tests.integration.test_train import _sets
+
+pytestmark = pytest.mark.slow
+
+
+def _namespaces_work() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True)
+    return probe.returncode == 0
+
+
+needs_mounts = pytest.mark.skipif(not _namespaces_work(), reason="needs unshare -m and mount (root or user namespaces)")
+
+
+def _script(criteo_dir, tmp_path) -> str:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    model_dir = disk / "run"
+    config = tmp_path / "run.toml"
+    config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
+
+    def tzrun(command: str, *extra: str, resume: bool = False) -> str:
+        sets = _sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=3", *extra))
+        more = ["--resume"] if resume else ["--checkpoint", "latest"] if command == "evaluate" else []
+        args = [sys.executable, "-m", "tzrun", command, str(config), *sets, *more]
+        return " ".join(shlex.quote(a) for a in args)
+
+    return "\n".join([
+        f"mount -t tmpfs -o size=64m tmpfs {disk} || exit 99",
+        f"{tzrun('train', 'train.num_steps=3')}; echo \"@@ trained $?\"",
+        # a read-only model dir: evaluate, then resume
+        f"mount --bind {model_dir} {model_dir} && mount -o remount,ro,bind {model_dir} || exit 98",
+        f"{tzrun('evaluate', 'train.num_steps=3')}; echo \"@@ evaluate-read-only $?\"",
+        f"{tzrun('train', 'train.num_steps=6', resume=True)}; echo \"@@ resume-read-only $?\"",
+        f"umount {model_dir}",
+        # a full disk: leave 1 MB, less than a checkpoint (3.6 MB) needs
+        f"avail=$(df -k --output=avail {disk} | tail -1)",
+        f"dd if=/dev/zero of={disk}/filler bs=1K count=$((avail - 1024)) 2>/dev/null",
+        f"{tzrun('train', 'train.num_steps=6', resume=True)}; echo \"@@ resume-full $?\"",
+        f"rm {disk}/filler",
+        f"ls {model_dir}/checkpoints; echo '@@ listed'",
+        f"{tzrun('evaluate', 'train.num_steps=3')}; echo \"@@ evaluate-after $?\"",
+    ])
+
+
+def _sections(output: str) -> dict[str, tuple[int, str]]:
+    """``@@ NAME CODE`` markers split the combined output: each step's exit code and output."""
+    out, text = {}, []
+    for line in output.splitlines():
+        if line.startswith("@@ "):
+            name, _, code = line[3:].partition(" ")
+            out[name] = (int(code) if code else 0, "\n".join(text))
+            text = []
+        else:
+            text.append(line)
+    return out
+
+
+@needs_mounts
+def test_a_full_disk_and_a_read_only_model_dir_are_named_and_lose_nothing(criteo_dir, tmp_path):
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", _script(criteo_dir, tmp_path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400, cwd=REPO,
+                          env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    steps = _sections(proc.stdout)
+    assert set(steps) >= {"trained", "evaluate-read-only", "resume-read-only", "resume-full", "evaluate-after"}, proc.stdout[-3000:]
+    assert steps["trained"][0] == 0, steps["trained"][1][-3000:]
+    model_dir = tmp_path / "disk" / "run"
+
+    # evaluate on a read-only dir: the result is printed, the record's failure named, exit 2
+    code, text = steps["evaluate-read-only"]
+    assert code == 2, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert "eval of " in text and "step 3" in text and "auc=" in text
+    assert (f"tzrec-run: the evaluation above was not recorded: {model_dir}/eval_results.jsonl: cannot write: "
+            "Read-only file system (EROFS)") in text
+
+    # resume into a read-only dir: one named line, exit 2
+    code, text = steps["resume-read-only"]
+    assert code == 2 and "Traceback" not in text, text[-3000:]
+    line = next(x for x in text.splitlines() if x.startswith("tzrec-run: "))
+    assert f": cannot write: Read-only file system (EROFS)" in line and str(model_dir) in line, text[-3000:]
+    assert f"make {model_dir} writable" in line
+
+    # a disk that fills while the checkpoint of step 6 is written: one named line, exit 2 ...
+    code, text = steps["resume-full"]
+    assert code == 2 and "Traceback" not in text, text[-3000:]
+    line = next(x for x in text.splitlines() if x.startswith("tzrec-run: "))
+    assert "cannot write: No space left on device (ENOSPC)" in line and "free space on that disk" in line, text[-3000:]
+    assert str(model_dir) in line
+    # ... and the checkpoint of step 3 stays the one to use
+    assert "step-3" in steps["listed"][1]
+    code, text = steps["evaluate-after"]
+    assert code == 0 and "(step 3)" in text and "recorded in" in text, text[-3000:]
+
+
+def test_metrics_jsonl_on_a_full_disk_ends_the_run_with_one_named_line(criteo_dir, tmp_path):
+    """``/dev/full`` is the kernel's own full disk: every write to it fails with ENOSPC."""
+    config = tmp_path / "run.toml"
+    config.write_text(EXAMPLE.read_text().replace('type = "metrics_log"', 'type = "metrics_log"\npath = "/dev/full"'))
+    model_dir = tmp_path / "run"
+    proc = run_cli(["train", str(config), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=3"))])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"tzrec-run: /dev/full: cannot write: No space left on device (ENOSPC); free space on that disk (or set "
+        "model_dir to a disk with room) and rerun with --resume: the checkpoints completed before it are intact")
