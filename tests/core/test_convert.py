@@ -607,4 +607,5 @@ def test_the_worked_example_of_the_migration_page_is_what_convert_writes(tmp_pat
     out.write_text(shown)
     check = _check(out)
     assert check.returncode == 0, check.stderr
-    assert check.stdout == f"{out}: ok (model mmoe; 1 dense and 4 id features; sparse rowwise_adagrad, dense sgd; 2 epochs)\n"
+    lines = check.stdout.splitlines()  # then a note on the data, which depends on what this checkout holds
+    assert lines[0] == f"{out}: ok (model mmoe; 1 dense and 4 id features; sparse rowwise_adagrad, dense sgd; 2 epochs)"
