@@ -192,6 +192,10 @@ _DESCRIPTION = (
 )
 
 
+# --------------------------------------------------------------------------------------------
+# Ground-truth model
+
+
 @dataclass(frozen=True)
 class _Column:
     """One categorical column of the ground truth, indexed by frequency rank."""

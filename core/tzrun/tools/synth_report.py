@@ -92,10 +92,6 @@ class SynthReport:
             ) from None
 
 
-# --------------------------------------------------------------------------------------------
-# Ground-truth model
-
-
 def read_report(out_dir: str | os.PathLike[str]) -> SynthReport:
     """Read the report :func:`synth_criteo` wrote to ``out_dir/synth.json``.
 

@@ -144,6 +144,10 @@ _DESCRIPTION = (
 )
 
 
+# --------------------------------------------------------------------------------------------
+# Ground-truth model
+
+
 @dataclass(frozen=True)
 class _Model:
     user_columns: dict[str, np.ndarray]  # per user column, the id of each user

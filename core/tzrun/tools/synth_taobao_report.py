@@ -83,10 +83,6 @@ class TaobaoSynthReport:
             ) from None
 
 
-# --------------------------------------------------------------------------------------------
-# Ground-truth model
-
-
 def read_taobao_report(out_dir: str | os.PathLike[str]) -> TaobaoSynthReport:
     """Read the report :func:`synth_taobao` wrote to ``out_dir/synth.json``.
 
