@@ -48,3 +48,6 @@ def run_cli(args: list[str], *, timeout: float = 600, env: dict[str, str] | None
     return subprocess.run(
         [sys.executable, "-m", "tzrun", *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
     )
+
+
+from tests.s3_server import s3_bucket, s3_server  # noqa: E402,F401  (fixtures for the remote-storage tests)

@@ -13,6 +13,7 @@ import pluggy
 
 from tzrun.files import EVAL_RESULTS, METRICS_FILE, append_jsonl, keep_jsonl, read_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
+from tzrun.storage import arrow_filesystem, as_path, filesystem, is_remote, list_files, open_file, remove_tree
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
     DenseFeature,
@@ -43,6 +44,13 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 __all__ = [
     "__version__",
     "hookimpl",
+    "arrow_filesystem",
+    "as_path",
+    "filesystem",
+    "is_remote",
+    "list_files",
+    "open_file",
+    "remove_tree",
     "BAD_ROW_COLUMN",
     "DenseFeature",
     "EmbeddingTable",

@@ -29,6 +29,7 @@ __all__ = [
     "CheckpointError",
     "IncompleteCheckpointError",
     "WriteError",
+    "StorageError",
     "RecordNotWrittenError",
     "did_you_mean",
 ]
@@ -256,3 +257,8 @@ def unknown_component_message(kind: str, name: str, available: Sequence[str]) ->
     if guess is not None:
         msg += f"; did you mean '{guess}'?"
     return msg + ")"
+
+
+class StorageError(TzrunError):
+    """A path names a store this installation cannot open (a URL scheme whose fsspec
+    implementation is not installed); the message names the path and the extra to install."""

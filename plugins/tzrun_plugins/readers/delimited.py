@@ -30,10 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from tzrun import BAD_ROW_COLUMN, RowGroup
+from tzrun import BAD_ROW_COLUMN, RowGroup, list_files
 from tzrun.errors import DataError
 from tzrun_plugins.readers.bad_lines import convert_fields, with_bad_rows
-from tzrun_plugins.readers.parquet import list_files
 
 __all__ = ["CsvConfig", "CsvReader", "build_csv", "COLUMN_TYPES"]
 

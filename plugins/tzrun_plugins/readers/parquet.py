@@ -9,18 +9,16 @@ recursively for files ending in ``suffixes`` (``.parquet`` and ``.pq``; names st
 
 from __future__ import annotations
 
-import glob
-import os
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import attrs
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tzrun import RowGroup, is_hashable
+from tzrun import RowGroup, is_hashable, list_files
 from tzrun.errors import DataError
 
-__all__ = ["ParquetConfig", "ParquetReader", "build_parquet", "list_files"]
+__all__ = ["ParquetConfig", "ParquetReader", "build_parquet"]
 
 
 @attrs.frozen
@@ -43,55 +41,6 @@ class ParquetConfig:
     batch_rows: int = attrs.field(default=65536, validator=attrs.validators.gt(0))
     dictionary_strings: bool = True
     suffixes: tuple[str, ...] = (".parquet", ".pq")
-
-
-def list_files(input_path: str, suffixes: Sequence[str], hint: Callable[[Sequence[str]], str] | None = None) -> list[str]:
-    """The files of ``input_path`` (a file, a directory searched recursively for ``suffixes``,
-    or a glob), sorted so every rank sees the same order.
-
-    Args:
-        input_path: a file, a directory or a glob.
-        suffixes: the endings of the files read from a directory (``data.reader.suffixes``).
-        hint: given the names of the files a directory holds when none ends in ``suffixes``,
-            what to add to the error (what the reader can or cannot read of them).
-
-    Raises:
-        DataError: when nothing matches; for a directory, naming a few of the files it holds,
-            the suffixes looked for and ``data.reader.suffixes``.
-    """
-    if os.path.isdir(input_path):
-        seen = [
-            os.path.join(root, name)[len(input_path) :].lstrip(os.sep)
-            for root, _, names in os.walk(input_path)
-            for name in names
-            if not name.startswith((".", "_"))
-        ]
-        files = [os.path.join(input_path, name) for name in seen if name.endswith(tuple(suffixes))]
-        if not files:
-            raise DataError(_no_files_in_directory(input_path, sorted(seen), suffixes, hint))
-    elif any(ch in input_path for ch in "*?["):
-        files = [f for f in glob.glob(input_path, recursive=True) if os.path.isfile(f)]
-    else:
-        files = [input_path] if os.path.isfile(input_path) else []
-    if not files:
-        raise DataError(
-            f"{input_path}: no input files found (expected a file, a directory with "
-            f"{'/'.join(suffixes)} files, or a glob)"
-        )
-    return sorted(files)
-
-
-def _no_files_in_directory(
-    directory: str, seen: Sequence[str], suffixes: Sequence[str], hint: Callable[[Sequence[str]], str] | None
-) -> str:
-    looked_for = ", ".join(repr(s) for s in suffixes)
-    if not seen:
-        return f"{directory}: no input files found: the directory has no files (looked for names ending in {looked_for})"
-    shown = ", ".join(seen[:5]) + (f", ... ({len(seen)} files)" if len(seen) > 5 else "")
-    return (
-        f"{directory}: no input files found: no name ends in {looked_for} (the directory has: {shown}); "
-        'set data.reader.suffixes to the endings to read (suffixes = [""] reads every file)' + (hint(seen) if hint else "")
-    )
 
 
 class ParquetReader:

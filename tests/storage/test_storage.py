@@ -1,0 +1,56 @@
+"""tzrun.storage: local paths stay pathlib paths; URLs are listed, read and removed through
+fsspec, against a real S3-compatible server on loopback (moto's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from tzrun import as_path, is_remote, list_files, open_file, remove_tree
+from tzrun.errors import DataError, StorageError
+
+
+def test_local_paths_and_file_urls_stay_pathlib_paths(tmp_path: Path) -> None:
+    assert type(as_path(str(tmp_path))) is type(tmp_path)
+    assert as_path(f"file://{tmp_path}") == tmp_path
+    assert not is_remote(tmp_path) and not is_remote(f"file://{tmp_path}") and is_remote("s3://b/k")
+
+
+def test_a_scheme_without_its_filesystem_names_the_extra() -> None:
+    with pytest.raises(StorageError, match=r"hdfs://nn/x: cannot open hdfs:// paths .*pip install 'tzrec-run\[hdfs\]'|"
+                       r"gs://b/x: cannot open gs://"):
+        for url in ("gs://b/x", "hdfs://nn/x"):
+            as_path(url)
+    with pytest.raises(StorageError, match=r"nope://b/x: cannot open nope:// paths"):
+        as_path("nope://b/x")
+
+
+def test_listing_a_prefix_a_glob_and_a_file_on_s3(s3_bucket: str) -> None:
+    fs = fsspec.filesystem("s3")
+    bucket = s3_bucket.removeprefix("s3://")
+    for key in ("data/part-0.parquet", "data/sub/part-1.parquet", "data/_SUCCESS", "data/.part-0.crc", "data/notes.txt"):
+        fs.pipe(f"{bucket}/{key}", b"x")
+    assert list_files(f"{s3_bucket}/data", [".parquet"]) == [
+        f"{s3_bucket}/data/part-0.parquet", f"{s3_bucket}/data/sub/part-1.parquet"]
+    assert list_files(f"{s3_bucket}/data/**/*.parquet", [".parquet"]) == [
+        f"{s3_bucket}/data/part-0.parquet", f"{s3_bucket}/data/sub/part-1.parquet"]
+    assert list_files(f"{s3_bucket}/data/notes.txt", [".parquet"]) == [f"{s3_bucket}/data/notes.txt"]
+    with pytest.raises(DataError, match=r"/data: no input files found: no name ends in '.csv' \(the directory has: "
+                                        r"notes.txt, part-0.parquet, sub/part-1.parquet\); set data.reader.suffixes"):
+        list_files(f"{s3_bucket}/data", [".csv"])
+    with pytest.raises(DataError, match="missing: no input files found"):
+        list_files(f"{s3_bucket}/missing", [".parquet"])
+    with open_file(f"{s3_bucket}/data/notes.txt") as f:
+        assert f.read() == b"x"
+    remove_tree(f"{s3_bucket}/data")
+    assert not fs.exists(f"{bucket}/data/notes.txt")
+    remove_tree(f"{s3_bucket}/data")  # already gone: not an error
+
+
+def test_listing_local_directories_is_unchanged(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    for name in ("a.parquet", "sub/b.parquet", "_SUCCESS", "c.csv"):
+        (tmp_path / name).write_bytes(b"x")
+    assert list_files(str(tmp_path), [".parquet"]) == [str(tmp_path / "a.parquet"), str(tmp_path / "sub" / "b.parquet")]
