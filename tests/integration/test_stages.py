@@ -159,7 +159,8 @@ def test_early_stopping_ends_at_the_right_eval_and_its_state_survives_resume(tmp
     # The eval loss falls as training goes on, so in "max" mode the first evaluation stays the
     # best and every later one counts against the patience.
     common = ('eval.best_metric="loss/binary_cross_entropy"', 'eval.best_mode="max"', "train.save_checkpoints_steps=2",
-              "train.keep_checkpoint_max=1", 'train.stages=[{type = "early_stopping", patience = 2}]')
+              "train.keep_checkpoint_max=1",
+              'train.stages=[{type = "early_stopping", patience = 2}, {type = "metrics_log"}, {type = "tensorboard"}]')
     first, model_dir = _train(tmp_path, criteo_dir, "train.num_steps=4", *common)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "stopped early" not in first.stdout  # evals at 2 (best) and 4 (1 of 2)
@@ -194,6 +195,16 @@ def test_early_stopping_ends_at_the_right_eval_and_its_state_survives_resume(tmp
     assert "stopped early at step 6: early_stopping" in straight.stdout, straight.stderr[-3000:]
     assert (straight_dir / "eval_results.jsonl").read_text() == results
     assert json.loads((straight_dir / "best.json").read_text()) == best
+    # the records of the stages hold each evaluation once, with the values of eval_results.jsonl
+    logged = {r["step"]: r["metrics"] for r in _records(model_dir, "eval")}
+    assert [r["step"] for r in _records(model_dir, "eval")] == [2, 4, 6]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(model_dir / "tensorboard" / "eval"))
+    events.Reload()
+    scalars = events.Scalars("loss/binary_cross_entropy")
+    assert [e.step for e in scalars] == [2, 4, 6]
+    assert [e.value for e in scalars] == pytest.approx([logged[s]["loss/binary_cross_entropy"] for s in (2, 4, 6)])
 
     # resumed once more, the run stopped early at 6 runs that evaluation again, stops again there,
     # and records it once
@@ -201,6 +212,7 @@ def test_early_stopping_ends_at_the_right_eval_and_its_state_survives_resume(tmp
     assert again.returncode == 0, again.stderr[-3000:]
     assert "stopped early at step 6: early_stopping" in again.stdout
     assert (model_dir / "eval_results.jsonl").read_text() == results
+    assert [r["step"] for r in _records(model_dir, "eval")] == [2, 4, 6]
 
 
 def test_stage_checks_run_in_tzrec_run_check(tmp_path, criteo_dir):
