@@ -26,6 +26,8 @@ are registered on the run's own plugin manager for that run only. The loop, with
         tzrun_after_checkpoint_load(run, step, state)          # once    [every rank] sync ok
     tzrun_before_train(run)                                    # once    [every rank] sync ok
     try:
+        if resumed from a boundary's checkpoint (its evaluation followed it) and there is an
+           eval input: that step's evaluation, best checkpoint and stop agreement, as below
         for each segment (it ends at a checkpoint boundary: every save_checkpoints_steps,
                           every save_checkpoints_epochs epochs, and the last step):
             for each step of the segment:
@@ -38,13 +40,13 @@ are registered on the run's own plugin manager for that run only. The loop, with
                     make the TrainLog (one device sync for the loss, no collective)
                     tzrun_after_train_log(run, train_log)      # per interval [every rank] no collective
             ranks agree on signals (SIGTERM/SIGUSR1); on one: save the checkpoint and stop
+            tzrun_before_checkpoint_save(run, step, state)     # per boundary [every rank] sync ok
+            save checkpoint (one torch.distributed.checkpoint save of trainer.state(), stage
+                             states included, "evaluate_on_resume"), marker last
             if there is an eval input:
                 tzrun_before_eval(run, step)                   # per boundary [every rank] sync ok
                 evaluate -> metrics over all ranks; append to eval_results.jsonl
                 tzrun_after_eval(run, step, result)            # per boundary [every rank] sync ok
-            tzrun_before_checkpoint_save(run, step, state)     # per boundary [every rank] sync ok
-            save checkpoint (one torch.distributed.checkpoint save of trainer.state(), stage
-                             states included), marker last
             record the best checkpoint (eval.best_metric), prune old ones
             ranks agree on run.stop_requested (any rank asking stops all)
         tzrun_after_train(run, step)                           # once    [every rank] sync ok
@@ -305,7 +307,9 @@ def tzrun_after_train_log(run: RunContext, log: TrainLog) -> None:
 @hookspec
 def tzrun_before_eval(run: RunContext, step: int) -> None:
     """Called on every rank right before an evaluation pass at global step ``step``, at each
-    checkpoint boundary when there is an eval input (all ranks together: sync ok)."""
+    checkpoint boundary when there is an eval input, after that boundary's checkpoint is
+    written; and once more for the step a run resumes at, when its checkpoint was written at a
+    boundary, before training on (all ranks together: sync ok)."""
 
 
 @hookspec
@@ -313,13 +317,18 @@ def tzrun_after_eval(run: RunContext, step: int, result: EvalResult) -> None:
     """Called on every rank after an evaluation pass, at each checkpoint boundary when there is
     an eval input; ``result.metrics`` holds the values over all ranks' rows (identical on every
     rank, so every rank's stage decides alike). May set ``run.stop_requested`` (and
-    ``run.stop_reason``): the run then ends after this boundary. All ranks together: sync ok."""
+    ``run.stop_reason``): the run then ends after this boundary. The boundary's checkpoint is
+    already written, with the stages' state from before this call: a run resumed from it
+    evaluates ``step`` again (``step == run.start_step``) so that the stages reach the same
+    state; a stage that records evaluations replaces its record of that step. All ranks
+    together: sync ok."""
 
 
 @hookspec
 def tzrun_before_checkpoint_save(run: RunContext, step: int, state: dict[str, Any]) -> None:
     """Called on every rank before a checkpoint at ``step`` is written, at each checkpoint
-    boundary (all ranks together: sync ok). A plugin that keeps state puts it in
+    boundary, before that boundary's evaluation (:func:`tzrun_before_eval`), and at a stop by
+    a signal (all ranks together: sync ok). A plugin that keeps state puts it in
     ``state[<its name>]`` (JSON values); it is saved with the checkpoint (rank 0's copy). A
     stage object can instead implement ``state_dict()``/``load_state_dict()``, which the
     runner calls for it."""

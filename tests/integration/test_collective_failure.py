@@ -4,12 +4,15 @@ code, and leaves the last complete checkpoint usable (:mod:`tzrun.runner.watchdo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,17 +28,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 STEPS = ("train.num_steps=10", "train.save_checkpoints_steps=3", "train.rank_timeout_s=8")
 
 
-def _run(criteo_dir, tmp_path, fault, *extra, timeout=120):
+#: Fewer steps, for the tests that train a run three times.
+SHORT = ("train.num_steps=6",)
+
+
+def _run(criteo_dir, tmp_path, fault, *extra, timeout=120, model_dir=None, flags=()):
     """Train 2 ranks with ``fault``; returns the process, the seconds from the fault to the
     job's end, and the model dir."""
-    model_dir = tmp_path / "run"
+    model_dir = model_dir or tmp_path / "run"
     config = tmp_path / "run.toml"
     config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
-    env = {**os.environ, **fault_plugin.install(tmp_path / "site"), fault_plugin.ENV: fault,
+    env = {**os.environ, **fault_plugin.install(Path(tempfile.mkdtemp(dir=tmp_path, prefix="site-"))), fault_plugin.ENV: fault,
            fault_plugin.STAMP_ENV: str(tmp_path / "fault-time"),
            "TZRUN_STRICT_PLUGINS": "1", "PYTHONFAULTHANDLER": "1"}
     cmd = [sys.executable, "-m", "tzrun", "train", str(config),
-           *_sets(example_overrides(criteo_dir, model_dir, *STEPS, *extra)), "--nproc-per-node", "2"]
+           *_sets(example_overrides(criteo_dir, model_dir, *STEPS, *extra)), "--nproc-per-node", "2", *flags]
     # a session of its own, so that cleanup reaches every process the job started
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
                             start_new_session=True)
@@ -65,10 +72,11 @@ def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_exit_2(criteo_dir,
 
 
 def test_a_failure_while_rank_1_evaluates_stops_both_ranks(criteo_dir, tmp_path):
-    proc, seconds, _ = _run(criteo_dir, tmp_path, "raise-eval@3:1")
+    proc, seconds, model_dir = _run(criteo_dir, tmp_path, "raise-eval@3:1")
     assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
     assert proc.stderr.count("tzrec-run: rank 1 failed: eval.csv, line 7") == 1, proc.stderr[-3000:]
     assert seconds < 30, seconds
+    assert [s for s, _ in list_checkpoints(model_dir)] == [3]  # written before the evaluation that failed
 
 
 def test_a_frozen_rank_is_named_and_the_job_ends_within_rank_timeout(criteo_dir, tmp_path):
@@ -129,8 +137,25 @@ def test_a_bad_row_in_rank_1s_share_of_the_eval_data_stops_both_ranks(criteo_dir
     ids[2500] = 1_000_000
     pq.write_table(table.set_column(table.schema.get_field_index("cat_0"), "cat_0", pa.array(ids)), path)
     started = time.time()
-    proc, _, model_dir = _run(criteo_dir, tmp_path, "", f'data.eval_input="{bad}"')
+    proc, _, model_dir = _run(criteo_dir, tmp_path, "", f'data.eval_input="{bad}"', *SHORT)
     assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
     assert len(re.findall(rf"tzrec-run: rank 1 failed: {re.escape(str(path))}: row 2500 .*cat_0", proc.stderr)) == 1, \
         proc.stderr[-3000:]
     assert time.time() - started < 90
+    # the checkpoint of that boundary was written before its evaluation: complete, and verified
+    assert [s for s, _ in list_checkpoints(model_dir)] == [3]
+    inspect = subprocess.run([sys.executable, "-m", "tzrun", "ckpt", "inspect", str(model_dir / "checkpoints" / "step-3"),
+                              "--json"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    described = json.loads(inspect.stdout)
+    assert described["complete"] and described["manifest"]["state"] == "ok" and described["manifest"]["hashed"], described
+    assert not (model_dir / "eval_results.jsonl").exists() or not (model_dir / "eval_results.jsonl").read_text()
+
+    # with the eval data fixed, --resume evaluates step 3 first and ends as the run never interrupted
+    resumed, _, _ = _run(criteo_dir, tmp_path, "", *SHORT, flags=("--resume",))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "evaluating step 3 again: its result is not part of the checkpoint" in resumed.stderr
+    straight, _, straight_dir = _run(criteo_dir, tmp_path, "", *SHORT, model_dir=tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    rows = [json.loads(line) for line in (model_dir / "eval_results.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [3, 6]
+    assert rows == [json.loads(line) for line in (straight_dir / "eval_results.jsonl").read_text().splitlines()]

@@ -159,24 +159,60 @@ def test_early_stopping_ends_at_the_right_eval_and_its_state_survives_resume(tmp
     # The eval loss falls as training goes on, so in "max" mode the first evaluation stays the
     # best and every later one counts against the patience.
     common = ('eval.best_metric="loss/binary_cross_entropy"', 'eval.best_mode="max"', "train.save_checkpoints_steps=2",
-              "train.keep_checkpoint_max=1", 'train.stages=[{type = "early_stopping", patience = 2}]')
+              "train.keep_checkpoint_max=1",
+              'train.stages=[{type = "early_stopping", patience = 2}, {type = "metrics_log"}, {type = "tensorboard"}]')
     first, model_dir = _train(tmp_path, criteo_dir, "train.num_steps=4", *common)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "stopped early" not in first.stdout  # evals at 2 (best) and 4 (1 of 2)
     meta = json.loads((model_dir / "checkpoints" / "step-4" / "meta.json").read_text())
-    # the checkpoint of step 4 holds the state after the evaluation of step 4
+    # the checkpoint of step 4 was written before the evaluation of step 4: it holds the state
+    # after the evaluation of step 2, and says that its own evaluation is still to run
     assert meta["stages"]["early_stopping"] == {"metric": "loss/binary_cross_entropy", "best": pytest.approx(
-        meta["stages"]["early_stopping"]["best"]), "best_step": 2, "bad_evals": 1}
+        meta["stages"]["early_stopping"]["best"]), "best_step": 2, "bad_evals": 0}
+    assert meta["evaluate_on_resume"] is True
+    # the finished run resumed as it was: nothing to train, and its last evaluation is recorded
+    done = (model_dir / "eval_results.jsonl").read_text()
+    finished, _ = _train(tmp_path, criteo_dir, "train.num_steps=4", *common, flags=("--resume",))
+    assert finished.returncode == 0 and "evaluating step 4 again" not in finished.stderr, finished.stderr[-3000:]
+    assert (model_dir / "eval_results.jsonl").read_text() == done
 
     resumed, _ = _train(tmp_path, criteo_dir, "train.num_steps=12", *common, flags=("--resume",))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    # with its state restored the stage stops after the eval at 6; without it, it would go on to 10
+    assert "evaluating step 4 again: its result is not part of the checkpoint" in resumed.stderr
+    # with its state restored and the evaluation of 4 run again, the stage stops after the eval
+    # at 6; without either, it would go on to 8 or 10
     assert "stopped early at step 6: early_stopping: loss/binary_cross_entropy did not improve" in resumed.stdout
     assert "(step 2)" in resumed.stdout
     best = json.loads((model_dir / "best.json").read_text())
     assert best["step"] == 2 and best["checkpoint"] == "checkpoints/step-2"
     assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == ["step-2", "step-6"]
-    assert [r["step"] for r in map(json.loads, (model_dir / "eval_results.jsonl").read_text().splitlines())] == [2, 4, 6]
+    results = (model_dir / "eval_results.jsonl").read_text()
+    assert [json.loads(line)["step"] for line in results.splitlines()] == [2, 4, 6]
+
+    # the run never interrupted: the same evaluations, best checkpoint and stop
+    (tmp_path / "straight").mkdir()
+    straight, straight_dir = _train(tmp_path / "straight", criteo_dir, "train.num_steps=12", *common)
+    assert "stopped early at step 6: early_stopping" in straight.stdout, straight.stderr[-3000:]
+    assert (straight_dir / "eval_results.jsonl").read_text() == results
+    assert json.loads((straight_dir / "best.json").read_text()) == best
+    # the records of the stages hold each evaluation once, with the values of eval_results.jsonl
+    logged = {r["step"]: r["metrics"] for r in _records(model_dir, "eval")}
+    assert [r["step"] for r in _records(model_dir, "eval")] == [2, 4, 6]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(model_dir / "tensorboard" / "eval"))
+    events.Reload()
+    scalars = events.Scalars("loss/binary_cross_entropy")
+    assert [e.step for e in scalars] == [2, 4, 6]
+    assert [e.value for e in scalars] == pytest.approx([logged[s]["loss/binary_cross_entropy"] for s in (2, 4, 6)])
+
+    # resumed once more, the run stopped early at 6 runs that evaluation again, stops again there,
+    # and records it once
+    again, _ = _train(tmp_path, criteo_dir, "train.num_steps=12", *common, flags=("--resume",))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "stopped early at step 6: early_stopping" in again.stdout
+    assert (model_dir / "eval_results.jsonl").read_text() == results
+    assert [r["step"] for r in _records(model_dir, "eval")] == [2, 4, 6]
 
 
 def test_stage_checks_run_in_tzrec_run_check(tmp_path, criteo_dir):

@@ -5,10 +5,13 @@ the step, the segments, evaluation and checkpoints. Training runs in segments th
 checkpoint and an evaluation are due (every ``train.save_checkpoints_steps``, every
 ``train.save_checkpoints_epochs`` epochs, and the last step). Each segment is driven by a fresh
 TorchRec train pipeline that drains at the boundary, so no batch is in flight while the model is
-evaluated or saved. At a boundary the model is evaluated first and then saved, so that the
-checkpoint holds what the stages concluded from that evaluation (early stopping's patience, say);
-on resume, evaluations after the checkpoint's step are dropped from ``eval_results.jsonl`` and
-run again.
+evaluated or saved. At a boundary the checkpoint is written first, then the model is evaluated,
+the best checkpoint recorded and the stages asked whether to stop: an evaluation that fails leaves
+the boundary's checkpoint complete. Such a checkpoint says that its boundary's evaluation is
+pending (:mod:`~tzrun.runner.boundary_eval`): a run resumed from it evaluates that boundary again
+before training on, so that its results and the stages' decisions are an uninterrupted run's. On
+resume, evaluations after the checkpoint's step are dropped from ``eval_results.jsonl`` and run
+again.
 
 The trainer's state is one dict of ``Stateful`` objects (:meth:`Trainer.state`), saved by one
 ``torch.distributed.checkpoint`` call and loaded by one.
@@ -36,7 +39,8 @@ from tzrun.runner.checkpoint import (
     Blob, is_legacy, latest_checkpoint, load_checkpoint, read_legacy_entries, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
 )
-from tzrun.runner.evaluate import append_eval_result, evaluate, trim_eval_results
+from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation
+from tzrun.runner.evaluate import append_eval_result, evaluate
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.model_dir import claim_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
@@ -105,6 +109,8 @@ class Trainer:
         self._position: DataPosition | None = None
         self._nonfinite_seen = 0
         self._epoch_end_steps: set[int] = set()
+        self._evaluation_pending = False  # the checkpoint being written precedes its boundary's evaluation
+        self._resumed_boundary_pending = False
 
     # -- the run, top-down -----------------------------------------------------------------------
 
@@ -120,9 +126,10 @@ class Trainer:
         try:
             self.start_from(resume_from)
             call_lifecycle(self.pm, "tzrun_before_train", run=self.run)
-            for boundary in self.boundaries:
-                if not self.train_until(boundary):
-                    break
+            if self.evaluate_resumed_boundary():
+                for boundary in self.boundaries:
+                    if not self.train_until(boundary):
+                        break
             if self.last_checkpoint is None:  # resumed at the very end: nothing left to train
                 self.last_checkpoint = latest_checkpoint(self.session.model_dir)
             call_lifecycle(self.pm, "tzrun_after_train", run=self.run, step=self.step)
@@ -192,12 +199,23 @@ class Trainer:
         self.stream = TimedIterator(tally_skipped(self.data.batches(start.step), self.skipped))
         self.window = LogWindow(self.stream, self.info.world_size, skipped=self.skipped)
         if resume_from is not None:
+            self._resumed_boundary_pending = resume_evaluation(  # and trims eval_results.jsonl
+                self._loaded_loop, self.session.model_dir, start.step, has_eval=self.session.eval_input is not None,
+                nothing_left=start.step >= self.total, rank=self.info.rank, world_size=self.info.world_size)
             call_lifecycle(self.pm, "tzrun_after_checkpoint_load", run=self.run, step=start.step,
                            state=self._stage_state)
         record_start(self.session, self.run, self.plugins)
 
+    def evaluate_resumed_boundary(self) -> bool:
+        """On resume from a boundary's checkpoint, run that boundary's evaluation (and what
+        follows it) as the interrupted run would have. Returns whether training goes on."""
+        if not self._resumed_boundary_pending:
+            return True
+        self._log0("evaluating step %d again: its result is not part of the checkpoint (written before it)", self.step)
+        return self.conclude_boundary(self.evaluate())
+
     def train_until(self, boundary: int) -> bool:
-        """Train to ``boundary``, then stop (a signal), or evaluate and checkpoint. Returns
+        """Train to ``boundary``, then stop (a signal), or checkpoint and evaluate. Returns
         whether training goes on."""
         self.train_segment(boundary)
         if self.stopped_by is not None:
@@ -205,12 +223,12 @@ class Trainer:
             self._log0_warning("stopped by %s at step %d after writing %s; rerun with --resume to continue "
                                "(exit code %d)", self.stopped_by, self.step, self.last_checkpoint, EXIT_STOPPED_BY_SIGNAL)
             return False
-        try:
-            result = self.evaluate()  # first, so that the checkpoint holds the stages' state after it
-        except Exception:
-            self.save_after_failed_evaluation()
-            raise
-        self.save()
+        self.save(evaluation_pending=True)  # first: an evaluation that fails leaves it complete
+        return self.conclude_boundary(self.evaluate())
+
+    def conclude_boundary(self, result: EvalResult | None) -> bool:
+        """After a boundary's evaluation: record the best checkpoint, and ask the stages
+        whether to stop. Returns whether training goes on."""
         if result is not None and self.cfg.eval.best_metric is not None:
             self.record_best(result)
         return not self.any_rank_asks_to_stop()
@@ -328,22 +346,6 @@ class Trainer:
         self.last_eval = result
         return result
 
-    def save_after_failed_evaluation(self) -> None:
-        """An evaluation at a boundary raised (bad eval data, a metric): on a single process,
-        write the boundary's checkpoint anyway, so that the training is not lost, before the
-        error propagates. Its stages' state is from before that evaluation, which is not in
-        ``eval_results.jsonl``. With several ranks the others may still be inside the
-        evaluation's collectives, so nothing is written (the previous checkpoint stands)."""
-        if self.info.world_size > 1:
-            return
-        try:
-            self.save()
-        except Exception:
-            log.exception("evaluation at step %d failed, and so did writing its checkpoint", self.step)
-            return
-        self._log0_warning("evaluation at step %d failed (below); wrote %s first: fix the eval data or metric and "
-                           "rerun with --resume to continue from it", self.step, self.last_checkpoint)
-
     def state(self, *, loading: bool = False) -> dict[str, Any]:
         """Everything a checkpoint holds, as ``Stateful`` objects: the sharded model and
         optimizers, and (from rank 0, read by every rank) the loop position, schedules, update
@@ -362,8 +364,10 @@ class Trainer:
             lambda: {"rng": rng_state(), "train_metric_windows": self.train_metrics.window_state()}, self._load_rank)
         return state
 
-    def save(self) -> None:
-        """Checkpoint the current step (collective), then prune old checkpoints (rank 0)."""
+    def save(self, *, evaluation_pending: bool = False) -> None:
+        """Checkpoint the current step (collective), then prune old checkpoints (rank 0);
+        ``evaluation_pending`` at a boundary, whose evaluation follows."""
+        self._evaluation_pending = evaluation_pending and self.step > 0
         self._stage_state = self.stages.state_dict()
         call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
         self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
@@ -386,8 +390,6 @@ class Trainer:
         position = DataPosition.from_json(self._loaded_loop.get("data", meta["data"]))
         start = ResumePoint.after(step, position, self.session.whole_layout)
         self.stages.load_state_dict(self._stage_state)
-        if self.info.rank == 0:
-            trim_eval_results(self.session.model_dir, step)
         warn_if_plugins_changed(meta, self.plugins, self.info.rank)
         how = "exactly where it stopped" if start.layout == position.layout else (
             f"on a new layout: the {sum(b - a for a, b in start.layout.rows or ())} rows of epoch "
@@ -468,7 +470,7 @@ class Trainer:
     def _loop_state(self) -> dict[str, Any]:
         position = self._position
         return {"step": self.step, "epoch": position.epoch if position is not None else 0,
-                "data": position.to_json() if position is not None else None}
+                "data": position.to_json() if position is not None else None, PENDING_KEY: self._evaluation_pending}
 
     def _meta(self) -> dict[str, Any]:
         """The checkpoint's readable record (``meta.json``)."""

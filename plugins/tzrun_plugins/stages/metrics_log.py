@@ -10,7 +10,9 @@ Lines::
     {"kind": "eval", "step": 100, "rows": 40000, "metrics": {"auc": 0.77, ...}, "seconds": 0.4, "time": ...}
 
 On resume the lines of steps after the checkpoint are dropped first (they are logged again as
-the run replays those steps), so the file holds each step once; a fresh run starts it anew.
+the run replays those steps), and so is the evaluation of the checkpoint's own step when the
+resumed run evaluates that step again (a checkpoint written at a boundary precedes its
+evaluation), so the file holds each step once; a fresh run starts it anew.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class MetricsLogStage:
     @tzrun.hookimpl
     def tzrun_after_eval(self, run: tzrun.RunContext, step: int, result: tzrun.EvalResult) -> None:
         if self.path is not None:
+            if step and step == run.start_step:  # the resumed boundary evaluated again: replace its record
+                tzrun.keep_jsonl(self.path, lambda r: not (r.get("kind") == "eval" and r.get("step") == step))
             self._write({"kind": "eval", "step": step, "rows": result.rows, "metrics": dict(result.metrics),
                          "seconds": result.seconds, "time": time.time()})
 

@@ -1,0 +1,91 @@
+"""A checkpoint boundary's evaluation, which follows its checkpoint (and so may be re-run on resume).
+
+At a boundary the trainer writes the checkpoint first, then evaluates, then records the best
+checkpoint and asks the stages whether to stop. An evaluation that fails (bad eval data, a
+metric) on any number of ranks therefore leaves the boundary's checkpoint complete on disk. The
+checkpoint's loop state says ``"evaluate_on_resume": true``: its evaluation's result, and what
+the stages concluded from it (early stopping's patience, say), are not part of it. A run resumed
+from it evaluates that boundary again before training on (evaluation is deterministic), so that
+``eval_results.jsonl``, ``best.json`` and the stages' decisions are those of an uninterrupted run;
+it costs one evaluation per resume.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from tzrun.files import EVAL_RESULTS, read_jsonl
+from tzrun.runner.evaluate import trim_eval_results
+
+__all__ = ["PENDING_KEY", "resume_evaluation", "evaluation_pending", "trim_for_resume"]
+
+#: The loop-state key of a checkpoint written at a boundary, before that boundary's evaluation.
+PENDING_KEY = "evaluate_on_resume"
+
+
+def resume_evaluation(loop: Mapping[str, Any], model_dir: Path, step: int, *, has_eval: bool, nothing_left: bool,
+                      rank: int, world_size: int) -> bool:
+    """On resume from the checkpoint of ``step``: decide whether its boundary is evaluated
+    again (:func:`evaluation_pending`), then drop from ``eval_results.jsonl`` what the resumed
+    run records again (:func:`trim_for_resume`, rank 0). Collective with several ranks.
+
+    Args:
+        loop, model_dir, step, has_eval, nothing_left, world_size: as :func:`evaluation_pending`.
+        rank: this rank.
+
+    Returns:
+        Whether to evaluate ``step`` again before training on.
+    """
+    pending = evaluation_pending(loop, model_dir, step, has_eval=has_eval, nothing_left=nothing_left,
+                                 world_size=world_size)
+    if rank == 0:
+        trim_for_resume(model_dir, step, pending=pending)
+    return pending
+
+
+def evaluation_pending(loop: Mapping[str, Any], model_dir: Path, step: int, *, has_eval: bool,
+                       nothing_left: bool, world_size: int) -> bool:
+    """Whether a run resumed from the checkpoint of ``step`` (whose loop state is ``loop``)
+    re-runs that boundary's evaluation first. Not for a checkpoint without the flag (a signal
+    stop mid-segment, step 0, or one older than the flag), nor without an eval input. A
+    finished run resumed again (``nothing_left``) whose last evaluation is already in
+    ``eval_results.jsonl`` does not re-run it: its result would change nothing. Rank 0 decides
+    (it reads the file); every rank gets its answer (one collective with several ranks).
+
+    Args:
+        loop: the checkpoint's loop state.
+        model_dir: the run's model directory.
+        step: the checkpoint's step.
+        has_eval: whether the config has an eval input.
+        nothing_left: whether the run has no step left to train.
+        world_size: the number of ranks.
+
+    Returns:
+        Whether to evaluate ``step`` again before training on.
+    """
+    pending = bool(loop.get(PENDING_KEY, False)) and has_eval
+    if pending and nothing_left:
+        pending = not _recorded(model_dir, step)
+    if world_size > 1:
+        decision: list[Any] = [pending]
+        torch.distributed.broadcast_object_list(decision, src=0)
+        pending = bool(decision[0])
+    return pending
+
+
+def trim_for_resume(model_dir: Path, step: int, *, pending: bool) -> int:
+    """Drop from ``eval_results.jsonl`` the training run's evaluations the resumed run makes
+    again: those after ``step``, and that of ``step`` itself when it is ``pending``. Call on
+    rank 0. Returns how many lines were dropped."""
+    return trim_eval_results(model_dir, step - 1 if pending else step)
+
+
+def _recorded(model_dir: Path, step: int) -> bool:
+    """Whether the training run's evaluation of ``step`` is in ``eval_results.jsonl``."""
+    path = Path(model_dir) / EVAL_RESULTS
+    if not path.is_file():
+        return False
+    return any("command" not in r and int(r.get("step", -1)) == step for r in read_jsonl(path))
