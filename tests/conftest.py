@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tzrun.testing"]
+# tests.s3_server: the loopback S3 server fixtures of the remote-storage tests
+pytest_plugins = ["tzrun.testing", "tests.s3_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "deepfm_criteo.toml"
@@ -48,6 +49,3 @@ def run_cli(args: list[str], *, timeout: float = 600, env: dict[str, str] | None
     return subprocess.run(
         [sys.executable, "-m", "tzrun", *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
     )
-
-
-from tests.s3_server import s3_bucket, s3_server  # noqa: E402,F401  (fixtures for the remote-storage tests)

@@ -5,7 +5,6 @@ AWS environment (``AWS_ENDPOINT_URL`` and test credentials), as they would a rea
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
