@@ -41,7 +41,7 @@ def test_the_first_published_failure_wins_and_rank_0_prints_it(ended):
     assert rank1.announced and not rank0.announced
     follower = wd.Watchdog(rank0.store, 0, 2, 10.0)
     follower._follow(failure)
-    assert ended == [(2, "rank 1 failed: a.csv, line 3, column 'x': 'abc' is not a number")]
+    assert ended == [(errors.EXIT_DATA, "rank 1 failed: a.csv, line 3, column 'x': 'abc' is not a number")]
 
 
 def test_a_rank_whose_heartbeat_stops_is_lost_after_the_timeout(ended):
