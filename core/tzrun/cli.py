@@ -13,26 +13,22 @@ import json
 import logging
 import os
 import sys
-import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 from tzrun import __version__
 from tzrun.commands import COMMANDS, prepare
 from tzrun.errors import EXIT_BROKEN_PIPE, EXIT_CONFIG, EXIT_USAGE, TzrunError, exit_code_of
+from tzrun.logs import LOG_LEVEL_ENV, LOG_LEVELS
+from tzrun.logs import setup_logging as _setup_logging
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
-
-#: The levels ``--log-level`` and ``TZRUN_LOG_LEVEL`` take.
-LOG_LEVELS = ("debug", "info", "warning", "error")
-#: The environment variable that sets the log level when ``--log-level`` is not given.
-LOG_LEVEL_ENV = "TZRUN_LOG_LEVEL"
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors exit with :data:`~tzrun.errors.EXIT_USAGE` (64)
     instead of 2, with the usual usage line and ``tzrec-run: error: ...`` message."""
 
-    def error(self, message: str):  # noqa: ANN201 - NoReturn
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
@@ -210,43 +206,6 @@ def build_parser() -> argparse.ArgumentParser:
                                         "without TOPIC, the list of topics")
     help_.add_argument("topic", nargs="?", metavar="TOPIC")
     return parser
-
-
-def _setup_logging(level: str | None = None) -> None:
-    """INFO from tzrec-run on rank 0 only, warnings from every rank with the rank in the line;
-    libraries (FBGEMM logs through the root logger) at WARNING.
-
-    Args:
-        level: ``--log-level`` (or ``TZRUN_LOG_LEVEL``): tzrec-run's loggers (``tzrun.*``) log
-            from this level on every rank, except that ``info`` stays rank 0's (the other
-            ranks log warnings, as by default); ``error`` also quiets libraries' warnings.
-    """
-    rank = int(os.environ.get("RANK", 0))
-    chosen = getattr(logging, level.upper()) if level else None
-    logging.basicConfig(
-        level=max(logging.WARNING, chosen or logging.WARNING),
-        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    if chosen is None or (chosen == logging.INFO and rank != 0):
-        chosen = logging.INFO if rank == 0 else logging.WARNING
-    logging.getLogger("tzrun").setLevel(chosen)
-    # deprecation notices raised inside torchrec / FBGEMM / torch that a user cannot act on
-    for category, module in ((DeprecationWarning, r"(torchrec|fbgemm_gpu|torch\.jit)(\.|$)"),
-                             (FutureWarning, r"(torchrec|torch\.distributed\.checkpoint)(\.|$)")):
-        warnings.filterwarnings("ignore", category=category, module=module)
-    # FBGEMM's CPU dense embedding op (data-parallel tables) has no registered autograd kernel;
-    # torch's fallback computes the right gradient (tested) and warns about the fallback itself
-    warnings.filterwarnings("ignore", message="fbgemm::dense_embedding_codegen_lookup_function", category=UserWarning)
-    warnings.filterwarnings("ignore", message="Please use DTensor instead", category=FutureWarning)
-    # torchrec's planner and pipelines warn about every table on every rank at set-up
-    for name in ("torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
-                 "torchrec.distributed.utils", "torchrec.distributed.model_parallel"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # torch warns once per process that is_fx_tracing also answers for torch.export, when
-    # TorchRec's pipeline traces the model: an internal API note no user can act on
-    logging.getLogger("torch.fx._symbolic_trace").addFilter(
-        lambda record: "is_fx_tracing will return true" not in record.getMessage())
 
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
