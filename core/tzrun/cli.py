@@ -2,8 +2,8 @@
 
 Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
 ``env``, ``data synth``, ``convert``, ``help``. Every command exits with one of the codes of
-:mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the commands that need it, so ``--help``,
-``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
+:mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
+commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
 
 from __future__ import annotations
@@ -373,7 +373,7 @@ def console_main() -> None:
     from tzrun.launch import record_exit_code
 
     record_exit_code(code)
-    if argv and argv[0] in ("train", "evaluate"):
+    if _command_of(argv) in ("train", "evaluate"):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -382,6 +382,15 @@ def console_main() -> None:
         logging.shutdown()
         os._exit(code)
     raise SystemExit(code)
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is neither an option nor the value of
+    ``--log-level`` (the one global option that takes a value)."""
+    for i, token in enumerate(argv):
+        if not token.startswith("-") and (i == 0 or argv[i - 1] != "--log-level"):
+            return token
+    return None
 
 
 def _quiet_broken_pipe() -> int:

@@ -148,3 +148,13 @@ def test_nproc_per_node_passes_the_log_level_to_every_rank(monkeypatch):
     monkeypatch.setattr(launch, "run_torchrun", lambda command, env, world: started.update(command=command) or 0)
     assert cli.main(["--log-level", "debug", "train", "x.toml", "--nproc-per-node", "2"]) == 0
     assert started["command"][-5:] == ["tzrun", "--log-level", "debug", "train", "x.toml"]
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["train", "a.toml"], "train"), (["--log-level", "debug", "evaluate", "a.toml"], "evaluate"),
+    (["--log-level=info", "check", "a.toml"], "check"), (["--version"], None),
+])
+def test_the_command_is_found_after_global_options(argv, command):
+    """``train`` and ``evaluate`` end with ``os._exit`` (see console_main): a global option
+    before them must not hide them."""
+    assert cli._command_of(argv) == command
