@@ -1,8 +1,9 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
 Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
-``env``, ``data synth``, ``convert``. Torch is imported only by the commands that need it, so ``--help``,
-``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
+``env``, ``data synth``, ``convert``, ``help``. Every command exits with one of the codes of
+:mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
+commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
 
 from __future__ import annotations
@@ -12,23 +13,37 @@ import json
 import logging
 import os
 import sys
-import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 from tzrun import __version__
 from tzrun.commands import COMMANDS, prepare
-from tzrun.errors import EXIT_CONFIG, TzrunError
+from tzrun.errors import EXIT_BROKEN_PIPE, EXIT_CONFIG, EXIT_USAGE, TzrunError, exit_code_of
+from tzrun.logs import LOG_LEVEL_ENV, LOG_LEVELS
+from tzrun.logs import setup_logging as _setup_logging
 
-__all__ = ["main", "build_parser", "EXIT_CONFIG"]
+__all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors exit with :data:`~tzrun.errors.EXIT_USAGE` (64)
+    instead of 2, with the usual usage line and ``tzrec-run: error: ...`` message."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tzrec-run``."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="tzrec-run",
         description="Train recommendation models on TorchRec from one TOML file.",
+        epilog="Exit codes: tzrec-run help exit-codes. Help topics: tzrec-run help.",
     )
     parser.add_argument("--version", action="version", version=f"tzrec-run {__version__}")
+    log_level_help = (f"how much tzrec-run logs: {', '.join(LOG_LEVELS)} (default: info on rank 0, warning on the "
+                      f"others; also {LOG_LEVEL_ENV})")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help=log_level_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def config_args(p: argparse.ArgumentParser) -> None:
@@ -41,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--strict", action="store_true",
                        help="a broken plugin is an error with its traceback, not a warning that disables it "
                             "(as [plugins] strict = true or TZRUN_STRICT_PLUGINS=1)")
+        p.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help=log_level_help)
 
     train = sub.add_parser("train", help="train, evaluate and checkpoint as the config says")
     config_args(train)
@@ -185,35 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
                        help="criteo only: Parquet files, or the Criteo display-advertising text format "
                             "(tab-separated, no header, hexadecimal ids) as train/day_N.txt and eval/day_N.txt")
+
+    help_ = sub.add_parser("help", help="short help pages shipped with tzrec-run (errors name them); "
+                                        "without TOPIC, the list of topics")
+    help_.add_argument("topic", nargs="?", metavar="TOPIC")
     return parser
-
-
-def _setup_logging() -> None:
-    """INFO from tzrec-run on rank 0 only, warnings from every rank with the rank in the line;
-    libraries (FBGEMM logs through the root logger) at WARNING."""
-    rank = int(os.environ.get("RANK", 0))
-    logging.basicConfig(
-        level=logging.WARNING,
-        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    logging.getLogger("tzrun").setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    # deprecation notices raised inside torchrec / FBGEMM / torch that a user cannot act on
-    for category, module in ((DeprecationWarning, r"(torchrec|fbgemm_gpu|torch\.jit)(\.|$)"),
-                             (FutureWarning, r"(torchrec|torch\.distributed\.checkpoint)(\.|$)")):
-        warnings.filterwarnings("ignore", category=category, module=module)
-    # FBGEMM's CPU dense embedding op (data-parallel tables) has no registered autograd kernel;
-    # torch's fallback computes the right gradient (tested) and warns about the fallback itself
-    warnings.filterwarnings("ignore", message="fbgemm::dense_embedding_codegen_lookup_function", category=UserWarning)
-    warnings.filterwarnings("ignore", message="Please use DTensor instead", category=FutureWarning)
-    # torchrec's planner and pipelines warn about every table on every rank at set-up
-    for name in ("torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
-                 "torchrec.distributed.utils", "torchrec.distributed.model_parallel"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # torch warns once per process that is_fx_tracing also answers for torch.export, when
-    # TorchRec's pipeline traces the model: an internal API note no user can act on
-    logging.getLogger("torch.fx._symbolic_trace").addFilter(
-        lambda record: "is_fx_tracing will return true" not in record.getMessage())
 
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -350,6 +342,13 @@ def _fail_named(error: BaseException, model_dir: str) -> None:
 def console_main() -> None:
     """The ``tzrec-run`` executable (and ``python -m tzrun``): :func:`main`, then exit.
 
+    An error that is not a :class:`~tzrun.errors.TzrunError` prints its traceback and exits
+    with :data:`~tzrun.errors.EXIT_INTERNAL` (70), Ctrl-C outside training with 130. When the
+    reader of standard output goes away (``tzrec-run plugins --json | head -1``), the command
+    ends quietly with :data:`~tzrun.errors.EXIT_BROKEN_PIPE` (141, as a shell reports a command
+    killed by SIGPIPE): standard output is pointed at ``/dev/null`` so that the interpreter's
+    final flush cannot fail again (as Python's documentation of SIGPIPE recommends).
+
     After ``train`` and ``evaluate`` (the commands that start torch.distributed, TorchRec and
     FBGEMM), the process ends with ``os._exit`` once its output is flushed and the process
     group is destroyed, skipping the interpreter's teardown: native objects that survive to
@@ -358,23 +357,61 @@ def console_main() -> None:
     everything had been written. Other commands exit normally.
     """
     argv = sys.argv[1:]
-    code = main(argv)
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        print("tzrec-run: interrupted", file=sys.stderr)
+        code = exit_code_of(KeyboardInterrupt())
+    except Exception as error:  # noqa: BLE001 - an internal error: its traceback, then its exit code
+        import traceback
+
+        traceback.print_exc()
+        code = exit_code_of(error)
     from tzrun.launch import record_exit_code
 
     record_exit_code(code)
-    if argv and argv[0] in ("train", "evaluate"):
-        sys.stdout.flush()
-        sys.stderr.flush()
+    if _command_of(argv) in ("train", "evaluate"):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BrokenPipeError:
+                code = _quiet_broken_pipe()
         logging.shutdown()
         os._exit(code)
     raise SystemExit(code)
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is neither an option nor the value of
+    ``--log-level`` (the one global option that takes a value)."""
+    for i, token in enumerate(argv):
+        if not token.startswith("-") and (i == 0 or argv[i - 1] != "--log-level"):
+            return token
+    return None
+
+
+def _quiet_broken_pipe() -> int:
+    """Standard output's reader went away: point it at ``/dev/null`` (the interpreter's final
+    flush would fail again) and return :data:`~tzrun.errors.EXIT_BROKEN_PIPE`."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tzrec-run`` with ``argv`` (default: the process arguments); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    _setup_logging()
+    level = args.log_level or os.environ.get(LOG_LEVEL_ENV, "").strip().lower() or None
+    if level not in (None, *LOG_LEVELS):
+        print(f"tzrec-run: {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r}: expected one of {', '.join(LOG_LEVELS)}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    _setup_logging(level)
     launches = {"train": _cmd_train, "evaluate": _cmd_evaluate}  # these may start torchrun with argv
     try:
         if args.command in launches:
@@ -383,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TzrunError as error:
         if not _announced_by_rank0(error):
             print(f"tzrec-run: {_named_after_the_config(error, getattr(args, 'config', None))}", file=sys.stderr)
-        return EXIT_CONFIG
+        return exit_code_of(error)
 
 
 def _fail_collectively(error: BaseException) -> None:

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from tzrun.errors import EXIT_CONFIG
+from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_USAGE
 
 __all__ = ["prepare", "COMMANDS"]
 
@@ -91,7 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         wrong.append(f"--local-world-size {local} must divide --world-size {args.world_size}")
     if wrong:
         print(f"tzrec-run plan: {'; '.join(wrong)}", file=sys.stderr)
-        return EXIT_CONFIG
+        return EXIT_USAGE
     raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_run
     from tzrun.runner.session import Session
@@ -146,7 +146,7 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
 def cmd_synth(args: argparse.Namespace) -> int:
     if args.dataset == "taobao" and args.format != "parquet":
         print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
-        return EXIT_CONFIG
+        return EXIT_USAGE
     if args.dataset == "taobao":
         from tzrun.tools.synth_taobao import synth_taobao
 
@@ -178,7 +178,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
         return 0
     if args.format != "parquet":
         print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
-        return EXIT_CONFIG
+        return EXIT_USAGE
     report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
     print(
         f"wrote {report.train_rows} train and {report.eval_rows} eval rows to {report.out_dir} "
@@ -201,7 +201,7 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
         return 0
     described = describe_checkpoint(args.path, hashes=not args.no_hashes)
     print(json.dumps(described, indent=2) if args.json else format_description(described))
-    return 0 if described["manifest"]["state"] in ("ok", "unverified") else 1
+    return 0 if described["manifest"]["state"] in ("ok", "unverified") else EXIT_CHECKPOINT
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -222,7 +222,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                 out.write(conversion.toml)
         except OSError as error:
             print(f"tzrec-run convert: cannot write {args.out}: {error.strerror or error}", file=sys.stderr)
-            return EXIT_CONFIG
+            return EXIT_CANT_WRITE
         print(f"tzrec-run convert: wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(conversion.toml)
@@ -247,9 +247,23 @@ def cmd_env(args: argparse.Namespace) -> int:
                 print(f"problem: {problem}", file=sys.stderr)
         else:
             print("torch / fbgemm_gpu / torchrec: a known-good triple (FBGEMM 1.X with torch 2.(X+5) and torchrec 1.X)")
-    return 1 if problems else 0
+    return EXIT_CONFIG if problems else 0
+
+
+def cmd_help(args: argparse.Namespace) -> int:
+    from tzrun.help_topics import format_topics, read_topic
+
+    if args.topic is None:
+        print(format_topics())
+        return 0
+    text = read_topic(args.topic)
+    if text is None:
+        print(f"tzrec-run help: no topic '{args.topic}'\n{format_topics()}", file=sys.stderr)
+        return EXIT_USAGE
+    sys.stdout.write(text)
+    return 0
 
 
 #: The commands by name (``tzrec-run data`` is the synthetic-data command).
 COMMANDS = {"ckpt": cmd_ckpt, "check": cmd_check, "plan": cmd_plan, "plugins": cmd_plugins, "new-plugin": cmd_new_plugin,
-            "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert}
+            "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert, "help": cmd_help}

@@ -9,7 +9,18 @@ import difflib
 from typing import Iterable, Sequence
 
 __all__ = [
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "EXIT_DATA",
+    "EXIT_CHECKPOINT",
+    "EXIT_RANK_LOST",
+    "EXIT_INTERNAL",
+    "EXIT_CANT_WRITE",
+    "EXIT_STOPPED_BY_SIGNAL",
     "EXIT_CONFIG",
+    "EXIT_INTERRUPTED",
+    "EXIT_BROKEN_PIPE",
+    "exit_code_of",
     "TzrunError",
     "ConfigError",
     "ConfigProblem",
@@ -35,13 +46,66 @@ __all__ = [
 ]
 
 
-#: The exit code of a command stopped by a :class:`TzrunError` (a config, data, plugin or
-#: checkpoint problem), as for an argparse usage error.
-EXIT_CONFIG = 2
+# The exit codes of every tzrec-run command, sysexits-style (README, "Exit codes"; ``tzrec-run
+# help exit-codes``). Each TzrunError class carries its code as ``exit_code``; exit_code_of maps.
+#: The command did what it was asked.
+EXIT_OK = 0
+#: The command line is wrong (an unknown option, a missing argument, flags that do not go together).
+EXIT_USAGE = 64  # EX_USAGE
+#: The data is wrong: a bad row or label, input files whose columns do not fit the config, a
+#: non-finite loss or prediction computed from it.
+EXIT_DATA = 65  # EX_DATAERR
+#: A checkpoint cannot be used: missing, incomplete, damaged, written for another model, or none
+#: matches what was asked for (``ckpt inspect`` of a damaged one exits with it too).
+EXIT_CHECKPOINT = 66  # EX_NOINPUT
+#: A rank of a job stopped responding for ``train.rank_timeout_s`` (a frozen process or host),
+#: or the job's store stopped answering; every rank ends with it.
+EXIT_RANK_LOST = 69  # EX_UNAVAILABLE
+#: An internal error: anything not raised on purpose (a traceback is printed).
+EXIT_INTERNAL = 70  # EX_SOFTWARE
+#: The run's output cannot be written: a full disk, a read-only model dir, or a model dir
+#: another live run holds (``run.lock``).
+EXIT_CANT_WRITE = 73  # EX_CANTCREAT
+#: Stopped by SIGTERM, SIGUSR1 or Ctrl-C after writing a checkpoint: rerun with ``--resume``.
+EXIT_STOPPED_BY_SIGNAL = 75  # EX_TEMPFAIL
+#: The config or the environment is wrong: TOML, unknown names or options, a rejected plugin,
+#: a misused model dir or checkpoint flag, a config no sharding plan fits, a bad torch stack.
+EXIT_CONFIG = 78  # EX_CONFIG
+#: A second Ctrl-C (or one outside training): stopped at once, 128 + SIGINT as a shell reports it.
+EXIT_INTERRUPTED = 130
+#: The reader of standard output went away (``tzrec-run ... | head``): 128 + SIGPIPE, as a
+#: command killed by SIGPIPE reports it in a shell; no traceback.
+EXIT_BROKEN_PIPE = 141
 
 
 class TzrunError(Exception):
-    """Base class of every error raised on purpose by tzrec-run."""
+    """Base class of every error raised on purpose by tzrec-run.
+
+    Attributes:
+        exit_code: the exit code of a command this error stops (:func:`exit_code_of`); a
+            subclass (a plugin's own, too) sets the one that fits.
+    """
+
+    exit_code: int = EXIT_CONFIG
+
+
+def exit_code_of(error: BaseException) -> int:
+    """The exit code of a command (and of every rank of a job) stopped by ``error``.
+
+    A :class:`TzrunError` gives its class's ``exit_code``; a ``SystemExit`` its own code;
+    Ctrl-C :data:`EXIT_INTERRUPTED`; a closed standard output :data:`EXIT_BROKEN_PIPE`;
+    anything else :data:`EXIT_INTERNAL`.
+    """
+    if isinstance(error, TzrunError):
+        return int(error.exit_code)
+    if isinstance(error, SystemExit):
+        code = error.code
+        return code if isinstance(code, int) else (EXIT_OK if code is None else 1)
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(error, BrokenPipeError):
+        return EXIT_BROKEN_PIPE
+    return EXIT_INTERNAL
 
 
 class ConfigProblem:
@@ -176,6 +240,8 @@ class ConformanceError(TzrunError):
 class DataError(TzrunError):
     """Input data does not match the config: names the file and the column."""
 
+    exit_code = EXIT_DATA
+
 
 class DataCheckError(DataError):
     """``tzrec-run check`` found input files that do not fit the config (missing or mistyped
@@ -212,16 +278,22 @@ class NonFiniteLossError(TzrunError):
     """A training step's loss was NaN or infinite (``train.on_nonfinite_loss = "error"``);
     raised before that step's dense update and before any checkpoint holds its effects."""
 
+    exit_code = EXIT_DATA
+
 
 class NonFinitePredictionError(TzrunError):
     """An evaluation met NaN or infinite predictions (a diverged model): names the step, the
     output and the metric; raised before the evaluation's result is recorded."""
+
+    exit_code = EXIT_DATA
 
 
 class CheckpointError(TzrunError):
     """A checkpoint cannot be used: a file is missing, truncated or corrupted, it was written
     for another model, or none matches what was asked for. Names the file and an earlier
     checkpoint to use instead, when there is one."""
+
+    exit_code = EXIT_CHECKPOINT
 
 
 class IncompleteCheckpointError(CheckpointError, FileNotFoundError):
@@ -232,6 +304,8 @@ class WriteError(TzrunError):
     """A file of the run cannot be written: its disk is full, the model dir is read-only or
     not writable. Names the path, the reason and the fix; checkpoints completed before it stay
     usable (a checkpoint's completion marker is written last)."""
+
+    exit_code = EXIT_CANT_WRITE
 
 
 class RecordNotWrittenError(WriteError):

@@ -8,8 +8,9 @@ scheduler sends to the process it started, and exits with the job's own code.
   :class:`tzrun.runner.signals.StopSignals` and write a checkpoint.
 * torchrun reports any worker's non-zero exit as a failure (exit 1). Every worker records its
   exit code in a directory the launcher names (``TZRUN_EXIT_CODE_DIR``); when all ranks
-  recorded the same code (75 for a signal stop, 2 for a config or checkpoint error), the
-  launcher exits with it, otherwise with torchrun's.
+  recorded the same code (75 for a signal stop, 78 for a config error, 65 for a data error, ...:
+  :mod:`tzrun.errors`), the launcher exits with it, otherwise with torchrun's. A rank that froze
+  and was ended by another one's watchdog has its code (69) recorded by that watchdog.
 
 This module imports nothing heavy.
 """
@@ -37,13 +38,19 @@ SHUTDOWN_TIMEOUT = 300
 _TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 
 
-def record_exit_code(code: int) -> None:
-    """In a worker the launcher started: write this rank's exit code for the launcher."""
+def record_exit_code(code: int, rank: int | None = None) -> None:
+    """In a worker the launcher started: write this rank's exit code for the launcher.
+
+    Args:
+        code: the exit code.
+        rank: the rank it is for (default: this process's); a watchdog records a frozen
+            rank's code after ending it.
+    """
     directory = os.environ.get(EXIT_CODE_DIR_ENV)
     if not directory or "RANK" not in os.environ:
         return
     try:
-        Path(directory, f"rank-{os.environ['RANK']}").write_text(f"{int(code)}\n")
+        Path(directory, f"rank-{os.environ['RANK'] if rank is None else rank}").write_text(f"{int(code)}\n")
     except OSError:  # the launcher's exit code falls back to torchrun's
         pass
 

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tzrun.cli import main
+from tzrun.errors import EXIT_DATA
 
 CONFIG = """\
 model_dir = "{root}/model"
@@ -92,7 +93,7 @@ def _check(capsys: pytest.CaptureFixture[str], config: Path, *flags: str) -> tup
 def test_a_column_missing_in_the_third_file_is_named_with_the_file(tmp_path, capsys):
     train = _parquet_dir(tmp_path / "train", [_table(), _table(), _table(cat3=None), _table()])
     code, out, err = _check(capsys, _config(tmp_path, train))
-    assert code == 2, out
+    assert code == EXIT_DATA, out
     third = (train / "part-00002.parquet").as_posix()
     lines = [line.strip() for line in err.splitlines()]
     assert f"{third}: column 'cat3' missing (the file has 3 columns)" in lines, err
@@ -115,7 +116,7 @@ def test_a_misspelled_feature_column_gets_a_did_you_mean_once_for_all_files(tmp_
     train = _parquet_dir(tmp_path / "train", [_table(), _table(), _table()])
     config = _config(tmp_path, train, **{'name = "cat3"': 'name = "cat_3"'})
     code, out, err = _check(capsys, config)
-    assert code == 2
+    assert code == EXIT_DATA
     first = (train / "part-00000.parquet").as_posix()
     assert f"{first}: column 'cat_3' missing (did you mean 'cat3'?) (and in 2 more files)" in err, err
     assert "1 data problem " in err
@@ -124,7 +125,7 @@ def test_a_misspelled_feature_column_gets_a_did_you_mean_once_for_all_files(tmp_
 def test_int64_in_one_file_and_string_in_another_names_both_files(tmp_path, capsys):
     train = _parquet_dir(tmp_path / "train", [_table(), _table(), _table(cat3=pa.array(["a", "b", "c", "d"]))])
     code, out, err = _check(capsys, _config(tmp_path, train))
-    assert code == 2
+    assert code == EXIT_DATA
     one, three = (train / "part-00000.parquet").as_posix(), (train / "part-00002.parquet").as_posix()
     assert f"{three}: column 'cat3' is string here but int64 in {one}" in err, err
 
@@ -144,7 +145,7 @@ def test_a_string_column_for_num_buckets_points_at_column_types_in_csv(tmp_path,
         (train / f"part-{i}.csv").write_text("label,price,cat3,user\n0,1.5,3,u1\n1,2.5,4,u2\n")
     csv = '[data.reader]\ntype = "csv"\ncolumn_types = { label = "int64", price = "float64" }'
     code, out, err = _check(capsys, _config(tmp_path, train, reader=csv))
-    assert code == 2
+    assert code == EXIT_DATA
     first = (train / "part-0.csv").as_posix()
     assert (f"{first}: column 'cat3' is string, which feature 'cat3' (num_buckets) cannot read; declare integer ids "
             '(a csv column is text unless data.reader.column_types = { cat3 = "int64" })') in err, err
@@ -163,12 +164,12 @@ def test_a_csv_header_missing_a_column_in_a_later_file(tmp_path, capsys):
         (train / f"part-{i}.csv").write_text(f"{line}\n0,1.5,3,u1\n")
     csv = '[data.reader]\ntype = "csv"\ncolumn_types = { label = "int64", price = "float64", prize = "float64", cat3 = "int64" }'
     code, out, err = _check(capsys, _config(tmp_path, train, reader=csv))
-    assert code == 2
+    assert code == EXIT_DATA
     # column_types naming a column the header lacks is the reader's own error, named per file
     assert (train / "part-0.csv").as_posix() in err
     csv = '[data.reader]\ntype = "csv"\ndefault_type = "int64"'
     code, out, err = _check(capsys, _config(tmp_path, train, reader=csv))
-    assert code == 2
+    assert code == EXIT_DATA
     assert f"{(train / 'part-2.csv').as_posix()}: column 'price' missing (did you mean 'prize'?)" in err, err
     assert "part-0.csv" not in err and "part-1.csv" not in err
 
@@ -176,7 +177,7 @@ def test_a_csv_header_missing_a_column_in_a_later_file(tmp_path, capsys):
 def test_a_missing_input_path_is_a_problem_when_the_other_input_exists(tmp_path, capsys):
     train = _parquet_dir(tmp_path / "train", [_table()])
     code, out, err = _check(capsys, _config(tmp_path, train, eval_input=tmp_path / "evl"))
-    assert code == 2
+    assert code == EXIT_DATA
     assert f"{(tmp_path / 'evl').as_posix()}: data.eval_input does not exist" in err, err
 
 
@@ -187,7 +188,7 @@ def test_no_input_reachable_is_a_note_unless_data_is_required(tmp_path, capsys):
     assert code == 0, err
     assert "data not checked: data.train_input" in out and "--require-data" in out
     code, out, err = _check(capsys, config, "--require-data")
-    assert code == 2
+    assert code == EXIT_DATA
     assert "data.train_input does not exist" in err and "data.eval_input does not exist" in err
 
 
@@ -196,7 +197,7 @@ def test_a_directory_without_readable_files_is_a_problem(tmp_path, capsys):
     train.mkdir()
     (train / "part-00000").write_bytes(b"x")
     code, out, err = _check(capsys, _config(tmp_path, train))
-    assert code == 2
+    assert code == EXIT_DATA
     assert "no input files found" in err and "data.reader.suffixes" in err
 
 
@@ -207,7 +208,7 @@ def test_many_files_are_sampled_and_the_count_said(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(input_check, "MAX_FILES", 3)
     config = _config(tmp_path, train)
     code, out, err = _check(capsys, config)
-    assert code == 2  # the last file is always among those read
+    assert code == EXIT_DATA  # the last file is always among those read
     assert "part-00007.parquet: column 'cat3' missing" in err
     (train / "part-00007.parquet").unlink()
     code, out, err = _check(capsys, config)

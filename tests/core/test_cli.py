@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tzrun.errors import EXIT_CONFIG
 
 
 def test_help_lists_the_commands():
@@ -100,7 +101,7 @@ def test_check_params_decides_fused_sparse_optimizers_for_the_device_it_is_told(
     from tzrun.cli import main
 
     adam = 'train.sparse_optimizer={type="adam", lr=0.01}'
-    assert main(["check", str(EXAMPLE), "--params", "--device", "cpu", "--set", adam]) == 2
+    assert main(["check", str(EXAMPLE), "--params", "--device", "cpu", "--set", adam]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert f"tzrec-run: {EXAMPLE}: 1 problem\n  train.sparse_optimizer.type: sparse optimizer 'adam' (FBGEMM ADAM) has no FBGEMM CPU kernel" in err
     assert main(["check", str(EXAMPLE), "--params", "--device", "cuda", "--set", adam]) == 0
@@ -113,6 +114,6 @@ def test_a_models_own_config_error_names_the_config_file(capsys):
     from tests.conftest import EXAMPLE
     from tzrun.cli import main
 
-    assert main(["check", str(EXAMPLE), "--params", "--set", "model.wide_embedding_dim=6"]) == 2
+    assert main(["check", str(EXAMPLE), "--params", "--set", "model.wide_embedding_dim=6"]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert f"tzrec-run: {EXAMPLE}: 1 problem\n  model.wide_embedding_dim: 6 is not a multiple of 4" in err

@@ -10,7 +10,7 @@ import pytest
 import tzrun
 from tzrun.cli import main
 from tzrun.config.load import read_config
-from tzrun.errors import ConfigError
+from tzrun.errors import EXIT_CONFIG, ConfigError
 from tzrun.plugins import make_plugin_manager
 from tzrun.testing import load_config_text, registered
 
@@ -218,7 +218,7 @@ def test_check_passes_on_every_example(example, capsys):
 def test_check_reports_all_problems_with_the_file_name(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text(MINIMAL.replace("num_steps = 10", "num_steps = 10\nnum_epochs = 1").replace('"adam"', '"adma"'))
-    assert main(["check", str(bad)]) == 2
+    assert main(["check", str(bad)]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert f"{bad}: 2 problems" in err
     assert "train.dense_optimizer.type: unknown dense optimizer 'adma'" in err and "did you mean 'adam'?" in err

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import REPO
 from tests.core.torcheasyrec_examples import DEEPFM_CRITEO, EXAMPLES
 from tzrun.cli import main
+from tzrun.errors import EXIT_CONFIG
 from tzrun.tools.convert import Identifier, ProtoTextError, convert_pipeline_config, parse_text_proto
 from tzrun.runner.records import emit_toml
 from tzrun.testing import load_config_text
@@ -574,7 +575,7 @@ def test_a_model_that_is_not_converted_leaves_a_placeholder_and_check_asks_for_i
     conversion = convert(text)
     assert "model" not in conversion.tree and len(conversion.tree["features"]["sparse"]) == 3
     assert not_converted(conversion)["model_config"] == (
-        "multi_tower, unused: the model is not converted; write [model] (docs/models.md)")
+        "multi_tower, unused: the model is not converted; write [model] (tzrec-run help models)")
     assert "# TODO: what is not converted" in conversion.toml and "# type = \"...\"" in conversion.toml
     out = tmp_path / "converted.toml"
     out.write_text(conversion.toml)
@@ -582,12 +583,12 @@ def test_a_model_that_is_not_converted_leaves_a_placeholder_and_check_asks_for_i
     assert check.returncode != 0 and "model" in check.stderr
 
 
-def test_cli_exits_2_on_a_parse_error_or_a_missing_file(tmp_path, capsys):
+def test_cli_exits_with_the_config_error_code_on_a_parse_error_or_a_missing_file(tmp_path, capsys):
     bad = tmp_path / "bad.config"
     bad.write_text("train_config {\n  num_steps: 10\n")
-    assert main(["convert", str(bad)]) == 2
+    assert main(["convert", str(bad)]) == EXIT_CONFIG
     assert f"{bad}:3:1: expected '}}' to close the message opened at line 1, column 14" in capsys.readouterr().err
-    assert main(["convert", str(tmp_path / "missing.config")]) == 2
+    assert main(["convert", str(tmp_path / "missing.config")]) == EXIT_CONFIG
     assert "missing.config: cannot read the file: No such file or directory" in capsys.readouterr().err
     good = tmp_path / "deepfm_criteo.config"
     good.write_text(DEEPFM_CRITEO)

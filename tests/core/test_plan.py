@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 from tzrun.cli import EXIT_CONFIG, main
+from tzrun.errors import EXIT_USAGE
 from tzrun.testing import tiny_config_text
 
 FULL = REPO / "examples" / "deepfm_criteo_full.toml"
@@ -121,5 +122,5 @@ def test_the_full_criteo_tables_on_8_gpus(capsys, local_world_size):
 
 def test_bad_cluster_arguments_are_refused(capsys, tiny):
     code, _, err = plan(capsys, tiny, "--world-size", 8, "--local-world-size", 3)
-    assert code == EXIT_CONFIG
+    assert code == EXIT_USAGE
     assert "--local-world-size 3 must divide --world-size 8" in err

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch.distributed as dist
 
+from tzrun import errors
 from tzrun.errors import DataError
 from tzrun.runner import watchdog as wd
 
@@ -25,10 +26,9 @@ def _pair(timeout_s=10.0):
     return [wd.Watchdog(dist.PrefixStore("job", store), rank, 2, timeout_s) for rank in (0, 1)]
 
 
-def test_exit_codes_follow_the_documented_table():
-    assert wd.exit_code_of(DataError("x")) == 2
-    assert wd.exit_code_of(RuntimeError("x")) == 1
-    assert wd.exit_code_of(KeyboardInterrupt()) == 130
+def test_a_rank_publishes_the_exit_code_one_rank_would_exit_with():
+    assert wd.exit_code_of is errors.exit_code_of  # one mapping (tests/core/test_exit_codes.py)
+    assert wd.exit_code_of(DataError("x")) == 65
 
 
 def test_the_first_published_failure_wins_and_rank_0_prints_it(ended):
@@ -36,12 +36,12 @@ def test_the_first_published_failure_wins_and_rank_0_prints_it(ended):
     rank1.publish(DataError("a.csv, line 3, column 'x': 'abc' is not a number\nmore"))
     rank0.publish(RuntimeError("gloo: connection closed"))  # a consequence, published later
     failure = json.loads(rank0.store.get("failure"))
-    assert failure == {"rank": 1, "code": 2, "type": "DataError",
+    assert failure == {"rank": 1, "code": errors.EXIT_DATA, "type": "DataError",
                        "message": "rank 1 failed: a.csv, line 3, column 'x': 'abc' is not a number"}
     assert rank1.announced and not rank0.announced
     follower = wd.Watchdog(rank0.store, 0, 2, 10.0)
     follower._follow(failure)
-    assert ended == [(2, "rank 1 failed: a.csv, line 3, column 'x': 'abc' is not a number")]
+    assert ended == [(errors.EXIT_DATA, "rank 1 failed: a.csv, line 3, column 'x': 'abc' is not a number")]
 
 
 def test_a_rank_whose_heartbeat_stops_is_lost_after_the_timeout(ended):

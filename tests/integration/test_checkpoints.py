@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
-from tzrun.errors import CheckpointError, ConfigError, IncompleteCheckpointError
+from tzrun.errors import EXIT_CHECKPOINT, CheckpointError, ConfigError, IncompleteCheckpointError
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.checkpoint import MARKER, list_checkpoints, load_checkpoint, read_saved
@@ -158,7 +158,7 @@ def test_a_damaged_marker_makes_the_checkpoint_incomplete_never_unverified(train
     with pytest.raises(IncompleteCheckpointError, match=r"step-8: not a complete checkpoint \(its COMPLETE marker"):
         _evaluate(model_dir, criteo_dir, str(path), f'model_dir="{model_dir}"')
     inspected = run_cli(["ckpt", "inspect", str(path)])
-    assert inspected.returncode == 1 and "not checked: incomplete (its COMPLETE marker" in inspected.stdout
+    assert inspected.returncode == EXIT_CHECKPOINT and "not checked: incomplete (its COMPLETE marker" in inspected.stdout
     assert "state       incomplete" in inspected.stdout
 
 
@@ -257,11 +257,11 @@ def test_ckpt_ls_and_inspect(trained, tmp_path):
     with open(path / "state" / ".metadata", "ab") as f:
         f.write(b"x")
     damaged = run_cli(["ckpt", "inspect", str(path)])
-    assert damaged.returncode == 1 and "manifest    DAMAGED\n  state/.metadata: longer than written" in damaged.stdout
+    assert damaged.returncode == EXIT_CHECKPOINT and "manifest    DAMAGED\n  state/.metadata: longer than written" in damaged.stdout
     incomplete = run_cli(["ckpt", "inspect", str(model_dir / "checkpoints" / "step-9")])
-    assert incomplete.returncode == 1 and "incomplete (no COMPLETE marker" in incomplete.stdout
+    assert incomplete.returncode == EXIT_CHECKPOINT and "incomplete (no COMPLETE marker" in incomplete.stdout
     missing = run_cli(["ckpt", "ls", str(tmp_path / "nowhere")])
-    assert missing.returncode == 2 and "nowhere: no such model dir" in missing.stderr
+    assert missing.returncode == EXIT_CHECKPOINT and "nowhere: no such model dir" in missing.stderr
 
 
 def test_evaluate_command_on_one_process(trained, criteo_dir, tmp_path):
@@ -278,7 +278,7 @@ def test_evaluate_command_on_one_process(trained, criteo_dir, tmp_path):
     assert recorded["command"] == "evaluate" and recorded["checkpoint"] == str(best.path(model_dir))
     assert recorded["loss/binary_cross_entropy"] == pytest.approx(best.value, abs=1e-6)
     none = run_cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--model-dir", str(tmp_path / "empty")])
-    assert none.returncode == 2 and "no complete checkpoint to evaluate" in none.stderr
+    assert none.returncode == EXIT_CHECKPOINT and "no complete checkpoint to evaluate" in none.stderr
 
 
 

@@ -19,9 +19,8 @@ import pytest
 from tests.conftest import EXAMPLE, REPO, example_overrides
 from tests.integration import fault_plugin
 from tests.integration.test_train import _sets
-from tzrun.errors import EXIT_CONFIG
+from tzrun.errors import EXIT_DATA, EXIT_RANK_LOST
 from tzrun.runner.checkpoint import list_checkpoints
-from tzrun.runner.watchdog import EXIT_RANK_LOST
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 
@@ -61,9 +60,9 @@ def _run(criteo_dir, tmp_path, fault, *extra, timeout=120, model_dir=None, flags
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), seconds, model_dir
 
 
-def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_exit_2(criteo_dir, tmp_path):
+def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_the_data_error_code(criteo_dir, tmp_path):
     proc, seconds, model_dir = _run(criteo_dir, tmp_path, "raise@4:1")
-    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    assert proc.returncode == EXIT_DATA, proc.stderr[-3000:]
     assert proc.stderr.count("tzrec-run: rank 1 failed: part-1.csv, line 151, column 'I3'") == 1, proc.stderr[-3000:]
     assert "Traceback" not in _rank_lines(proc.stderr, 0)  # rank 0 only waited: no traceback of its own
     # rank 0 waited in a collective: without the watchdog it would wait train.collective_timeout_s (300 s)
@@ -73,7 +72,7 @@ def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_exit_2(criteo_dir,
 
 def test_a_failure_while_rank_1_evaluates_stops_both_ranks(criteo_dir, tmp_path):
     proc, seconds, model_dir = _run(criteo_dir, tmp_path, "raise-eval@3:1")
-    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    assert proc.returncode == EXIT_DATA, proc.stderr[-3000:]
     assert proc.stderr.count("tzrec-run: rank 1 failed: eval.csv, line 7") == 1, proc.stderr[-3000:]
     assert seconds < 30, seconds
     assert [s for s, _ in list_checkpoints(model_dir)] == [3]  # written before the evaluation that failed
@@ -115,7 +114,7 @@ def test_a_bad_row_in_rank_1s_share_stops_both_ranks_naming_file_row_and_column(
     pq.write_table(table.set_column(table.schema.get_field_index("cat_0"), "cat_0", pa.array(ids)), last)
     started = time.time()
     proc, _, model_dir = _run(criteo_dir, tmp_path, "", f'data.train_input="{bad}"')
-    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    assert proc.returncode == EXIT_DATA, proc.stderr[-3000:]
     root_cause = re.findall(rf"tzrec-run: rank 1 failed: {re.escape(str(last))}: row 500 .*cat_0", proc.stderr)
     assert len(root_cause) == 1, proc.stderr[-3000:]  # once, from rank 0, naming the file, the row and the column
     # without the watchdog rank 0 would wait train.collective_timeout_s (300 s) in its next collective
@@ -138,7 +137,7 @@ def test_a_bad_row_in_rank_1s_share_of_the_eval_data_stops_both_ranks(criteo_dir
     pq.write_table(table.set_column(table.schema.get_field_index("cat_0"), "cat_0", pa.array(ids)), path)
     started = time.time()
     proc, _, model_dir = _run(criteo_dir, tmp_path, "", f'data.eval_input="{bad}"', *SHORT)
-    assert proc.returncode == EXIT_CONFIG, proc.stderr[-3000:]
+    assert proc.returncode == EXIT_DATA, proc.stderr[-3000:]
     assert len(re.findall(rf"tzrec-run: rank 1 failed: {re.escape(str(path))}: row 2500 .*cat_0", proc.stderr)) == 1, \
         proc.stderr[-3000:]
     assert time.time() - started < 90

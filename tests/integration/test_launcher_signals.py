@@ -18,6 +18,7 @@ from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.runner.manifest import check_checkpoint
 from tzrun.runner.run_lock import LOCK_FILE
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL
+from tzrun.errors import EXIT_CANT_WRITE
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
 
@@ -60,7 +61,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_with_exit_75_and_resume_finis
     assert _results(model_dir)[-1]["step"] == 400
 
 
-def test_two_ranks_refuse_a_model_dir_a_live_run_holds_together_with_exit_2(criteo_dir, tmp_path):
+def test_two_ranks_refuse_a_model_dir_a_live_run_holds_together_with_exit_73(criteo_dir, tmp_path):
     import json
     import os
     import socket
@@ -74,6 +75,6 @@ def test_two_ranks_refuse_a_model_dir_a_live_run_holds_together_with_exit_2(crit
     proc = subprocess.run([sys.executable, "-m", "tzrun", "train", str(config),
                            *_sets(example_overrides(criteo_dir, model_dir, *STEPS)), "--nproc-per-node", "2"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-3000:]  # every rank refused (2), not torchrun's failure (1)
+    assert proc.returncode == EXIT_CANT_WRITE, proc.stderr[-3000:]  # every rank refused (73), not torchrun's failure (1)
     assert f"is in use by another run (host {socket.gethostname()}, pid {os.getpid()}" in proc.stderr
     assert sorted(p.name for p in model_dir.iterdir()) == [LOCK_FILE]

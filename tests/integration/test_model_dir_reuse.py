@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_cli
+from tzrun.errors import EXIT_DATA
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ def _train(tmp_path: Path, hidden: int = 8, dim: int = 4):
 def test_a_run_that_saved_nothing_is_retried_with_a_fixed_feature_but_not_with_another_model(tmp_path: Path):
     _data(tmp_path / "data", null_label_at=40)  # fails at step 2, before the checkpoint of step 3
     failed = _train(tmp_path)
-    assert failed.returncode == 2 and "row 40 (counting from 0): column 'label'" in failed.stderr
+    assert failed.returncode == EXIT_DATA and "row 40 (counting from 0): column 'label'" in failed.stderr
     assert (tmp_path / "run" / "resolved_config.json").is_file() and not (tmp_path / "run" / "checkpoints").exists()
 
     other_model = _train(tmp_path, hidden=6)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tzrun.testing import tiny_config_text
+from tzrun.errors import EXIT_CONFIG
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +124,7 @@ def test_plot_draws_non_empty_pngs(staged, tmp_path):
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     missing = run_cli(["plot", str(tmp_path / "nowhere")])
-    assert missing.returncode == 2 and "metrics.jsonl: no such file" in missing.stderr
+    assert missing.returncode == EXIT_CONFIG and "metrics.jsonl: no such file" in missing.stderr
 
 
 def test_a_run_records_its_resolved_config_with_sources_and_its_environment(staged):
@@ -150,7 +151,7 @@ def test_a_model_dir_of_another_run_is_refused_unless_overwritten(staged, criteo
     _, model_dir, tmp = staged
     proc, _ = _train(tmp, criteo_dir, "model.deep_hidden_units=[4]", "train.num_steps=2", model_dir=model_dir,
                      flags=("--resume",))
-    assert proc.returncode == 2
+    assert proc.returncode == EXIT_CONFIG
     assert "holds another run" in proc.stderr and "model.deep_hidden_units: [16, 8] in the model dir's run, [4] now" in proc.stderr
     assert (model_dir / "checkpoints" / "step-12" / "COMPLETE").exists()  # nothing was touched
 
@@ -226,7 +227,7 @@ def test_stage_checks_run_in_tzrec_run_check(tmp_path, criteo_dir):
         return run_cli(args)
 
     unknown = check('train.stages=[{type = "early_stopping", metric = "aucc"}]')
-    assert unknown.returncode == 2
+    assert unknown.returncode == EXIT_CONFIG
     assert "train.stages[0].metric: 'aucc' is not an eval result (available: auc, loss/binary_cross_entropy)" in unknown.stderr
     unset = check('train.stages=[{type = "early_stopping"}]')
     assert "train.stages[0].metric: is not set and neither is eval.best_metric" in unset.stderr
@@ -234,11 +235,11 @@ def test_stage_checks_run_in_tzrec_run_check(tmp_path, criteo_dir):
                     'eval.best_mode="min"')
     assert "differs from eval.best_metric 'loss/binary_cross_entropy'" in differs.stderr
     bad_option = check('train.stages=[{type = "early_stopping", metric = "auc", patience = 0}]')
-    assert bad_option.returncode == 2 and "train.stages[0].patience" in bad_option.stderr
+    assert bad_option.returncode == EXIT_CONFIG and "train.stages[0].patience" in bad_option.stderr
     config.write_text("\n".join(l for l in tiny_config_text(criteo_dir, tmp_path / "run").splitlines()
                                 if not l.startswith("eval_input")))
     no_eval = check('train.stages=[{type = "early_stopping", metric = "auc"}]', "metrics=[]")
-    assert no_eval.returncode == 2 and "train.stages[0]: early stopping needs evaluations: set data.eval_input" in no_eval.stderr
+    assert no_eval.returncode == EXIT_CONFIG and "train.stages[0]: early stopping needs evaluations: set data.eval_input" in no_eval.stderr
     config.write_text(tiny_config_text(criteo_dir, tmp_path / "run"))
     ok = check('train.stages=[{type = "early_stopping", metric = "auc"}]')
     assert ok.returncode == 0, ok.stderr

@@ -13,6 +13,7 @@ from sklearn.metrics import roc_auc_score
 from tests.conftest import EXAMPLE, example_overrides, run_cli
 from tzrun.runner.checkpoint import MARKER, list_checkpoints
 from tzrun_plugins.metrics.auc import binary_auc
+from tzrun.errors import EXIT_CONFIG
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ def test_model_dir_with_checkpoints_is_refused_without_overwrite(criteo_dir, tmp
     assert run_cli(["train", str(EXAMPLE), *sets]).returncode == 0
     before = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
     again = run_cli(["train", str(EXAMPLE), *sets])
-    assert again.returncode == 2
+    assert again.returncode == EXIT_CONFIG
     assert f"{model_dir} already has checkpoints (latest: step-12); pass --resume to continue from it, --overwrite" in again.stderr
     assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == before  # nothing lost
     assert run_cli(["train", str(EXAMPLE), *sets, "--overwrite"]).returncode == 0

@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import EXAMPLE, REPO, example_overrides, run_cli
 from tests.integration.test_train import _sets
+from tzrun.errors import EXIT_CANT_WRITE
 
 pytestmark = pytest.mark.slow
 
@@ -87,24 +88,24 @@ def test_a_full_disk_and_a_read_only_model_dir_are_named_and_lose_nothing(criteo
     assert steps["trained"][0] == 0, steps["trained"][1][-3000:]
     model_dir = tmp_path / "disk" / "run"
 
-    # evaluate on a read-only dir: the result is printed, the record's failure named, exit 2
+    # evaluate on a read-only dir: the result is printed, the record's failure named, exit 73
     code, text = steps["evaluate-read-only"]
-    assert code == 2, text[-3000:]
+    assert code == EXIT_CANT_WRITE, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
     assert "eval of " in text and "step 3" in text and "auc=" in text
     assert (f"tzrec-run: the evaluation above was not recorded: {model_dir}/eval_results.jsonl: cannot write: "
             "Read-only file system (EROFS)") in text
 
-    # resume into a read-only dir: one named line, exit 2
+    # resume into a read-only dir: one named line, exit 73
     code, text = steps["resume-read-only"]
-    assert code == 2 and "Traceback" not in text, text[-3000:]
+    assert code == EXIT_CANT_WRITE and "Traceback" not in text, text[-3000:]
     line = next(x for x in text.splitlines() if x.startswith("tzrec-run: "))
     assert f": cannot write: Read-only file system (EROFS)" in line and str(model_dir) in line, text[-3000:]
     assert f"make {model_dir} writable" in line
 
-    # a disk that fills while the checkpoint of step 6 is written: one named line, exit 2 ...
+    # a disk that fills while the checkpoint of step 6 is written: one named line, exit 73 ...
     code, text = steps["resume-full"]
-    assert code == 2 and "Traceback" not in text, text[-3000:]
+    assert code == EXIT_CANT_WRITE and "Traceback" not in text, text[-3000:]
     line = next(x for x in text.splitlines() if x.startswith("tzrec-run: "))
     assert "cannot write: No space left on device (ENOSPC)" in line and "free space on that disk" in line, text[-3000:]
     assert str(model_dir) in line
@@ -120,7 +121,7 @@ def test_metrics_jsonl_on_a_full_disk_ends_the_run_with_one_named_line(criteo_di
     config.write_text(EXAMPLE.read_text().replace('type = "metrics_log"', 'type = "metrics_log"\npath = "/dev/full"'))
     model_dir = tmp_path / "run"
     proc = run_cli(["train", str(config), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=3"))])
-    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.returncode == EXIT_CANT_WRITE, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"tzrec-run: /dev/full: cannot write: No space left on device (ENOSPC); free space on that disk (or set "

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from tests.plugin_kit.dists import config_file, tzrun_cli, write_distribution
+from tzrun.errors import EXIT_CONFIG
 
 # Each copy of ``twin_opt`` is SGD with its own factor on the lr, so the trained weights tell
 # which one ran; the build also writes which plugin built it.
@@ -52,7 +53,7 @@ def test_a_clash_breaks_only_the_configs_that_name_it_and_a_qualified_name_picks
     assert bystander.returncode == 0 and bystander.stderr == "", bystander.stderr
 
     ambiguous = tzrun_cli(["check", config, "--set", 'train.dense_optimizer={type="twin_opt", lr=0.1}'], site)
-    assert ambiguous.returncode == 2
+    assert ambiguous.returncode == EXIT_CONFIG
     assert ("train.dense_optimizer.type: dense optimizer 'twin_opt' is registered by 2 plugins: 'twin_a' (tzrun-twin-a 1.0) "
             "and 'twin_b' (tzrun-twin-b 1.0); say which one with type = \"twin_a:twin_opt\" or type = \"twin_b:twin_opt\"") in ambiguous.stderr
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.plugin_kit.dists import config_file, tzrun_cli, write_distribution
+from tzrun.errors import EXIT_CONFIG
 
 FINE_OPTIMIZER = """
     import attrs, tzrun
@@ -60,7 +61,7 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_others_work(site_dir, tm
     assert {"sturdy", "tzrun_plugins.optim"} <= {p["name"] for p in listing["plugins"]}
 
     strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
-    assert strict.returncode == 2
+    assert strict.returncode == EXIT_CONFIG
     assert "tzrec-run: plugin 'flaky' (from tzrun-flaky 2.0) failed to load: ImportError: needs libfoo" in strict.stderr
     assert "strict plugin mode is on" in strict.stderr
     assert "Traceback (most recent call last)" in strict.stderr and 'flaky_mod.py", line 1' in strict.stderr
@@ -84,10 +85,10 @@ def test_a_registration_hook_that_raises_is_named_and_the_rest_work(site_dir, tm
             "the other plugins are loaded") in proc.stderr
     for component in ('metrics=[{type="half_done", lr=1.0}]', 'train.dense_optimizer={type="raiser_sgd", lr=0.1}'):
         half = tzrun_cli(["check", config, "--set", component], site_dir)
-        assert half.returncode == 2 and "unknown " in half.stderr  # the whole plugin is disabled
+        assert half.returncode == EXIT_CONFIG and "unknown " in half.stderr  # the whole plugin is disabled
 
     strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
-    assert strict.returncode == 2 and "its tzrun_register_metrics raised RuntimeError: boom" in strict.stderr
+    assert strict.returncode == EXIT_CONFIG and "its tzrun_register_metrics raised RuntimeError: boom" in strict.stderr
     assert "Traceback (most recent call last)" in strict.stderr
 
 
@@ -106,12 +107,12 @@ def test_a_distribution_for_another_tzrec_run_version_is_rejected_without_being_
     assert "install a version of tzrun-future made for tzrec-run 0.1.0, or uninstall it" in proc.stderr
     assert not marker.exists()
     rejected = tzrun_cli(["check", config, *uses("future_sgd")], site_dir)
-    assert rejected.returncode == 2 and "unknown dense optimizer 'future_sgd'" in rejected.stderr
+    assert rejected.returncode == EXIT_CONFIG and "unknown dense optimizer 'future_sgd'" in rejected.stderr
 
     failed = json.loads(tzrun_cli(["plugins", "--json"], site_dir).stdout)["failed"]
     assert [(f["name"], f["reason"]) for f in failed] == [("future", "incompatible")]
     strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
-    assert strict.returncode == 2 and "plugin 'future' (from tzrun-future 3.0) was rejected" in strict.stderr
+    assert strict.returncode == EXIT_CONFIG and "plugin 'future' (from tzrun-future 3.0) was rejected" in strict.stderr
 
 
 @pytest.mark.parametrize(
@@ -132,12 +133,12 @@ def test_a_plugin_for_another_hook_api_is_rejected_whole(site_dir, tmp_path, hoo
     """})
     config = str(config_file(tmp_path))
     proc = tzrun_cli(["check", config, *uses("old_sgd")], site_dir)
-    assert proc.returncode == 2  # none of its hooks is used, not even the ones that match
+    assert proc.returncode == EXIT_CONFIG  # none of its hooks is used, not even the ones that match
     assert "unknown dense optimizer 'old_sgd'" in proc.stderr
     assert f"plugin 'old' (from tzrun-old 0.0.1) was rejected: {expected}" in proc.stderr
     assert tzrun_cli(["check", config], site_dir).returncode == 0  # the rest work
     strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
-    assert strict.returncode == 2 and expected in strict.stderr
+    assert strict.returncode == EXIT_CONFIG and expected in strict.stderr
 
 
 def test_a_lifecycle_hook_that_raises_is_named_disabled_and_training_goes_on(site_dir, tmp_path):

@@ -10,7 +10,7 @@ import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from tzrun.data.batch import Batch
-from tzrun.errors import ConfigError
+from tzrun.errors import EXIT_CONFIG, ConfigError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, ModelContext, SparseFeature
 from tzrun.testing import load_config_text
 from tzrun_plugins.models.mmoe import MMoETaskConfig
@@ -219,7 +219,7 @@ def test_check_refuses_a_loss_or_metric_reading_an_output_the_model_lacks():
          "--set", 'metrics=[{type = "auc", label = "click", prediction = "prob/ctr"}]'],
         capture_output=True, text=True, cwd=repo,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == EXIT_CONFIG
     assert ("losses[0]: reads the model output 'logits' (the default of loss 'binary_cross_entropy'), but mmoe "
             "outputs logits/ctr, probs/ctr, logits/cvr, probs/cvr") in proc.stderr
     assert "metrics[0].prediction: reads the model output 'prob/ctr'" in proc.stderr and "did you mean 'probs/ctr'?" in proc.stderr

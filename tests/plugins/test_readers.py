@@ -18,7 +18,7 @@ from tzrun.data.dataset import merge_intervals, subtract_intervals
 from tzrun.data.features import BatchBuilder, feature_specs
 from tzrun.data.hashing import hash_to_buckets
 from tzrun.data.loader import RankInput
-from tzrun.errors import DataError
+from tzrun.errors import EXIT_CONFIG, DataError
 from tzrun.testing import load_config_text
 from tzrun_plugins.readers.delimited import CsvConfig, CsvReader
 from tzrun_plugins.readers.parquet import ParquetConfig, ParquetReader
@@ -331,7 +331,7 @@ def test_check_refuses_a_column_a_headerless_file_does_not_have(capsys):
     assert main(["check", str(config)]) == 0
     capsys.readouterr()
     code = main(["check", str(config), "--set", 'features.sparse[0].column="C27"', "--set", 'data.labels=["click"]'])
-    assert code == 2
+    assert code == EXIT_CONFIG
     err = capsys.readouterr().err
     assert f"{config}: 1 problem\n  data.reader.column_names: the run reads column(s) " in err
     assert "'C27'" in err and "'click'" in err

@@ -13,7 +13,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from tests.plugins.test_models import ROWS, _batch, _build, _ctx, registries  # noqa: F401
 from tzrun.data.batch import Batch
-from tzrun.errors import ConfigError
+from tzrun.errors import EXIT_CONFIG, ConfigError
 from tzrun.testing import load_config_text
 from tzrun_plugins.losses.ranking import SampledSoftmaxConfig, build_sampled_softmax
 from tzrun_plugins.metrics.retrieval import HitRateAtK, RecallAtK
@@ -122,12 +122,12 @@ def _check(config: Path, *sets: str):
 def test_check_refuses_a_sampler_for_a_model_without_sampled_outputs_and_sampled_reads_without_one():
     proc = _check(REPO / "examples" / "deepfm_criteo.toml",
                   'data.sampler={type = "negative", item_table = "items.parquet", item_id = "c1", num_negatives = 8}')
-    assert proc.returncode == 2
+    assert proc.returncode == EXIT_CONFIG
     assert ("data.sampler: model deepfm does not use sampled negatives (it makes no 'sampled_similarity' output); "
             "remove [data.sampler] or use a two-tower model") in proc.stderr
     proc = _check(REPO / "examples" / "dssm_taobao.toml", 'losses=[{type = "sampled_softmax"}]',
                   'metrics=[{type = "recall_at_k", sampled = true, prediction = "sampled_similarity"}]')
-    assert proc.returncode == 2
+    assert proc.returncode == EXIT_CONFIG
     assert "losses[0]: reads 'sampled_similarity', which needs sampled negatives: add [data.sampler]" in proc.stderr
     assert "metrics[0]: reads 'sampled_similarity'" in proc.stderr
 

@@ -71,7 +71,7 @@ def _sampler_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProb
     for what in ("metrics", "train_metrics"):
         reads += [(f"{what}[{i}]", s.prediction) for i, s in enumerate(metric_slots(cfg, registries, what))]
     return [ConfigProblem(path, f"reads '{SAMPLED_OUTPUT}', which needs sampled negatives: add [data.sampler] "
-                                "(see docs/retrieval.md)") for path, read in reads if read == SAMPLED_OUTPUT]
+                                "(tzrec-run help retrieval)") for path, read in reads if read == SAMPLED_OUTPUT]
 
 
 def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from tzrun.errors import TzrunError
+from tzrun.errors import EXIT_CANT_WRITE, TzrunError
 
 __all__ = ["LOCK_FILE", "ModelDirLockedError", "RunLock", "acquire_run_lock", "claim_run_lock"]
 
@@ -36,7 +36,9 @@ LOCK_FILE = "run.lock"
 
 
 class ModelDirLockedError(TzrunError):
-    """Another run holds the model dir's lock."""
+    """Another run holds the model dir's lock (exit code :data:`~tzrun.errors.EXIT_CANT_WRITE`)."""
+
+    exit_code = EXIT_CANT_WRITE
 
 
 def _process_start(pid: int) -> str | None:

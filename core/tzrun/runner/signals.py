@@ -9,12 +9,9 @@ from typing import Any
 
 import torch
 
+from tzrun.errors import EXIT_STOPPED_BY_SIGNAL  # 75: a retry with --resume (torchrun --max-restarts does one) continues
+
 __all__ = ["EXIT_STOPPED_BY_SIGNAL", "StopSignals"]
-
-
-#: The exit code of a run stopped by SIGTERM, SIGUSR1 or SIGINT after writing its checkpoint: a retry
-#: with ``--resume`` (torchrun ``--max-restarts`` does one) continues it.
-EXIT_STOPPED_BY_SIGNAL = 75
 
 
 class StopSignals:

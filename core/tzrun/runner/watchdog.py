@@ -18,12 +18,13 @@ per restart attempt) and does three cheap things:
 * rank 0 reads every rank's heartbeat and the other ranks read rank 0's: a rank whose heartbeat
   did not change for ``train.rank_timeout_s`` seconds (measured on the watcher's own clock, so
   clocks need not agree across hosts) is declared lost. The watcher publishes that as the
-  job's failure (exit code 1), ends the lost rank's process when it runs on the same host (a
-  frozen process never exits by itself, and torchrun would wait for it), and exits.
+  job's failure (exit code :data:`~tzrun.errors.EXIT_RANK_LOST`, 69), ends the lost rank's process
+  when it runs on the same host (a frozen process never exits by itself, and torchrun would wait
+  for it) and records the code for it, and exits.
 
 A rank publishes its own failure with :func:`fail_collectively` (the trainer's and the CLI's
 error paths call it): the exception's type and one-line message, the rank and the exit code it
-maps to (:data:`tzrun.errors.EXIT_CONFIG` for a :class:`~tzrun.errors.TzrunError`, 1 otherwise).
+maps to (:func:`tzrun.errors.exit_code_of`, as on one rank).
 The first failure published wins. The failing rank then ends as usual (its own message and
 exit code); should its teardown wait on a peer, the thread ends it after ``GRACE_S``.
 
@@ -43,31 +44,19 @@ import threading
 import time
 from typing import Any
 
-from tzrun.errors import EXIT_CONFIG, TzrunError
+from tzrun.errors import EXIT_RANK_LOST, TzrunError, exit_code_of
 
 __all__ = ["EXIT_RANK_LOST", "Watchdog", "start_watchdog", "current", "fail_collectively", "stop_watchdog",
            "exit_code_of", "announced_by_rank0"]
 
 log = logging.getLogger("tzrun")
 
-#: The exit code of the ranks of a job one of whose ranks stopped responding.
-EXIT_RANK_LOST = 1
 #: Seconds between two checks for a published failure.
 POLL_S = 0.5
 #: Seconds the failing rank's own teardown may take before its watchdog ends the process.
 GRACE_S = 10.0
 
 _current: "Watchdog | None" = None
-
-
-def exit_code_of(error: BaseException) -> int:
-    """The exit code a rank stopped by ``error`` ends with: 2 for a :class:`TzrunError` (a
-    config, data, plugin or checkpoint error), 130 for Ctrl-C, 1 for anything else."""
-    if isinstance(error, TzrunError):
-        return EXIT_CONFIG
-    if isinstance(error, KeyboardInterrupt):
-        return 130
-    return 1
 
 
 def one_line(error: BaseException, collective_timeout_s: float | None = None) -> str:
@@ -235,6 +224,9 @@ class Watchdog:
                    f"train.rank_timeout_s = {self.rank_timeout_s:g})")
         self.store.compare_set("failure", "", json.dumps({"rank": peer, "code": EXIT_RANK_LOST, "message": message}))
         if beat.get("host") == socket.gethostname() and beat.get("pid") and int(beat["pid"]) != os.getpid():
+            from tzrun.launch import record_exit_code
+
+            record_exit_code(EXIT_RANK_LOST, rank=peer)  # for it, so that the launcher exits with the job's code
             _kill_frozen(int(beat["pid"]))
         _end(EXIT_RANK_LOST, message, self)
 

@@ -14,11 +14,11 @@ _DATA_NOT_CONVERTED = {
     "pin_memory": "tzrec-run decides pinning itself (a speed option)",
     "drop_remainder": "every row is trained on here; a short last batch is not dropped",
     "min_batch_size": "every row is trained on here; short batches are not dropped",
-    "shuffle": "set data.shuffle_buffer_rows (a number of rows; docs/data.md#shuffling)",
-    "shuffle_buffer_size": "set data.shuffle_buffer_rows (a number of rows; docs/data.md#shuffling)",
+    "shuffle": "set data.shuffle_buffer_rows (a number of rows; tzrec-run help shuffling)",
+    "shuffle_buffer_size": "set data.shuffle_buffer_rows (a number of rows; tzrec-run help shuffling)",
     "fg_threads": "tzrec-run has no feature generator (FG)",
     "fg_encoded": "tzrec-run has no feature generator (FG)",
-    "fg_encoded_multival_sep": "set separator on each multi-value [[features.sparse]] (docs/data.md)",
+    "fg_encoded_multival_sep": "set separator on each multi-value [[features.sparse]] (tzrec-run help features)",
     "is_orderby_partition": "MaxCompute (ODPS) input is not supported",
     "odps_data_quota_name": "MaxCompute (ODPS) input is not supported",
     "odps_data_compression": "MaxCompute (ODPS) input is not supported",
@@ -67,7 +67,7 @@ def convert_data(node: Node, data: dict[str, Any]) -> None:
     for name in _SAMPLERS:
         node.skip(name, "not converted: the converted two-tower model trains on in-batch negatives; to sample "
                         "negatives from an item table, add [data.sampler] type = \"negative\" with the sampled_softmax "
-                        "loss (docs/retrieval.md; graph-based and hard-negative samplers have no equivalent)")
+                        "loss (tzrec-run help retrieval; graph-based and hard-negative samplers have no equivalent)")
     node.rest()
 
 

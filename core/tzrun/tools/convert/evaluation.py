@@ -78,7 +78,7 @@ def _loss(node: Node, task: _Task, outputs: Outputs) -> None:
         out = {"type": "in_batch_softmax"}
         loss.skip("label_smoothing", "ignored by TorchEasyRec's matching models too")
         node.note(name, "matching model: in_batch_softmax over the batch's other items (sampled negatives: "
-                        "[data.sampler] and sampled_softmax, docs/retrieval.md)")
+                        "[data.sampler] and sampled_softmax: tzrec-run help retrieval)")
     elif name == "softmax_cross_entropy":
         out = {"type": "softmax_cross_entropy"}
         if task.num_class:
@@ -140,7 +140,7 @@ def _metric(node: Node, task: _Task, outputs: Outputs, into: list[dict[str, Any]
         if task.match:
             out["in_batch"] = True
             node.note(name, "over the batch's other items as candidates (in_batch = true); with [data.sampler], "
-                            "sampled = true scores the sampled items instead (docs/retrieval.md)")
+                            "sampled = true scores the sampled items instead (tzrec-run help retrieval)")
         result_name, base_name = f"recall@{k}", f"recall_at_{k}"
     elif name in ("mean_absolute_error", "mean_squared_error"):
         out = {"type": "mae" if name == "mean_absolute_error" else "mse"}

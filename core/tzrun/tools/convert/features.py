@@ -27,12 +27,12 @@ _KINDS = ("id_feature", "raw_feature", "combo_feature", "lookup_feature", "match
           "sequence_overlap_feature", "sequence_tokenize_feature", "sequence_custom_feature",
           "sequence_kv_dot_product", "sequence_bool_mask_feature", "sequence_combine_feature")
 _NO_FG = ("tzrec-run has no feature generator: compute '{name}' into a column and declare it in "
-          "[[features.sparse]] or [[features.dense]] (docs/data.md)")
+          "[[features.sparse]] or [[features.dense]] (tzrec-run help features)")
 _SKIPPED = {
     "init_fn": "embeddings are initialized by TorchRec's default here",
     "use_mask": "feature masking has no equivalent",
     "weighted": "weighted 'id:weight' strings are not parsed: put the weights in a parallel column and set "
-                "weight_column (docs/data.md)",
+                "weight_column (tzrec-run help features)",
     "fg_encoded_default_value": "tzrec-run has no feature generator (FG): a missing value gives no id",
     "fg_value_type": "tzrec-run has no feature generator (FG)",
     "sequence_fields": "tzrec-run has no feature generator (FG)",
@@ -141,7 +141,7 @@ def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
                                      "(fg_mode FG_NONE), so each is num_buckets = its table size")
     if hashed:
         root.note("feature_configs", f"{', '.join(hashed)}: hashed with FNV-1a 64 here, not the feature generator's "
-                                     "hash: as many buckets, other ids (docs/data.md#where-this-differs-from-torcheasyrec)")
+                                     "hash: as many buckets, other ids (tzrec-run help features)")
     return out
 
 
@@ -175,7 +175,7 @@ def _sequence_feature(node: Node, groups: Groups, out: FeatureSet, encoded: bool
             members += _feature(kind, child, out, groups, seq, encoded)
         else:
             _placeholder(f"sequence {kind}", child, out, "only the id features of a sequence are converted: compute "
-                         "'{name}' into a list column and declare it in [[features.sparse]] (docs/data.md)",
+                         "'{name}' into a list column and declare it in [[features.sparse]] (tzrec-run help features)",
                          f"{seq.prefix}{child.value('feature_name', 'str', '?')}")
     node.rest()
     out.names[name] = members
@@ -388,4 +388,4 @@ def _normalizer(node: Node, table: dict[str, Any]) -> None:
         except ValueError:
             pass
     node.skip("normalizer", f"'{text}': the value is fed without it; precompute it into the column, or use "
-                            "log1p, mean and std (docs/data.md)")
+                            "log1p, mean and std (tzrec-run help features)")

@@ -126,7 +126,7 @@ def sparse_optimizer(node: Node) -> Optional[dict[str, Any]]:
         opt.rest()
         if kind in _GPU_ONLY:
             node.note(name, f"FBGEMM has no CPU kernel for '{kind}': to train on CPU add cpu_policy = \"data_parallel\" "
-                            "(docs/sparse_optimizers.md#cpu-policy)")
+                            "(tzrec-run help sparse-optimizers-cpu)")
     schedule = _schedule(node)
     if schedule is not None:
         out["lr_schedule"] = schedule

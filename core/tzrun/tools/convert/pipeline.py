@@ -58,7 +58,7 @@ def _loss_weighting(model_node: Node, outputs: Outputs, train: dict[str, Any]) -
     weighting: dict[str, Any] = {"type": "pareto"}
     if outputs.min_weights:
         weighting["min_weights"] = dict(outputs.min_weights)
-    note = "Pareto-efficient weights at every step (docs/losses.md#loss-weighting)"
+    note = "Pareto-efficient weights at every step (tzrec-run help loss-weighting)"
     if len(outputs.losses) > 2:
         weighting["solver"] = "pe_ltr"
         note += "; solver = \"pe_ltr\" gives TorchEasyRec's weights, \"exact\" the true minimum"
@@ -175,7 +175,7 @@ def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet
     node.used.update(architecture)
     if architecture:
         node.findings.not_converted.append(Finding(
-            "model_config", f"{', '.join(architecture)}: the model is not converted; write [model] (docs/models.md)"))
+            "model_config", f"{', '.join(architecture)}: the model is not converted; write [model] (tzrec-run help models)"))
     return converted.table if converted is not None else None
 
 
@@ -188,7 +188,7 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
     lines = [f"# Converted from the TorchEasyRec config {name} by `tzrec-run convert`.",
              "# Fill in the TODO at the end, then run `tzrec-run check` on this file." if todo else
              "# Run `tzrec-run check` on this file; the comments below list what was not converted and why.",
-             "# See docs/migration.md for what each field became and why."]
+             "# `tzrec-run help migration` and the docs' migration guide say what each field became and why."]
     for title, items in (("Not converted (no equivalent here; protobuf field: why)", findings.not_converted),
                          ("Converted with another meaning, or a TorchEasyRec default written out", findings.notes)):
         if items:
@@ -197,7 +197,7 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
     emit_toml(lines, tree, "", "", {})
     if not todo:
         return "\n".join(lines) + "\n"
-    lines += ["", "# " + "-" * 98, "# TODO: what is not converted; write it (docs/models.md, docs/data.md)."]
+    lines += ["", "# " + "-" * 98, "# TODO: what is not converted; write it (tzrec-run help models, tzrec-run help features)."]
     if "model_dir" not in tree:
         lines.append('# model_dir = "..."   # where checkpoints and logs go (required)')
     if missing:

@@ -25,7 +25,7 @@ def constraints(node: Node) -> Optional[dict[str, Any]]:
         for v in given:
             if v not in allowed:
                 node.findings.not_converted.append(Finding(node.at(name), f"'{v}' is not offered here (choose from "
-                                                           f"{', '.join(allowed)}; docs/plan.md#constraints)"))
+                                                           f"{', '.join(allowed)}; tzrec-run help plan-constraints)"))
         if kept:
             out[name] = kept
     node.rest()
@@ -90,7 +90,7 @@ def convert_train(node: Node, train: dict[str, Any]) -> None:
     if accumulation and accumulation > 1:
         train["gradient_accumulation_steps"] = accumulation
         node.note("gradient_accumulation_steps", "embeddings get each batch's unscaled gradient here, not the "
-                                                 "1/N-scaled one (docs/optimizers.md#gradient-accumulation)")
+                                                 "1/N-scaled one (tzrec-run help gradient-accumulation)")
     clipping = node.child("grad_clipping")
     if clipping is not None:
         by = clipping.value("clipping_type", "str", "none").lower()
@@ -111,7 +111,7 @@ def convert_train(node: Node, train: dict[str, Any]) -> None:
             train["global_embedding_constraints"] = converted
     _stages(node, train)
     node.skip("fine_tune_checkpoint", "a start point is a command-line option here: `tzrec-run train --init-from "
-                                      "CKPT` with a tzrec-run checkpoint (docs/checkpoints.md#fine-tuning-from-another-run)")
+                                      "CKPT` with a tzrec-run checkpoint (tzrec-run help fine-tuning)")
     node.skip("fine_tune_ckpt_param_map", "use `tzrec-run train --init-from CKPT --init-map FILE` (the same "
                                           "'NEW_NAME OLD_NAME' lines)")
     for name in ("save_checkpoints_timestamp_interval", "save_checkpoints_timestamps", "save_checkpoints_timestamp_quorum"):
