@@ -32,7 +32,7 @@ from tzrun.config.schema import DataConfig
 from tzrun.data.features import FeatureSpecs
 from tzrun.data.hashing import is_hashable
 from tzrun.data.schemas import type_kind
-from tzrun.errors import DataError, did_you_mean
+from tzrun.errors import DataError, StorageError, did_you_mean
 
 __all__ = ["ColumnUse", "DataReport", "column_uses", "check_inputs", "check_data", "MAX_FILES"]
 
@@ -218,18 +218,25 @@ def check_inputs(reader: Any, inputs: Mapping[str, str], columns: Sequence[str],
     listed: dict[str, list[str]] = {}
     absent: list[str] = []
     problems: list[str] = []
+    unopenable: dict[str, str] = {}  # a URL whose store this installation cannot open (odps://, ...)
     for key, path in inputs.items():
         try:
             listed[key] = list(reader.files(path))
+        except StorageError as exc:
+            absent.append(key)
+            unopenable[key] = str(exc)
         except DataError as exc:
             if _exists(path):
                 problems.append(str(exc))
             else:
                 absent.append(key)
     if absent and not listed and not problems and not require:
-        shown = ", ".join(f"{key} '{inputs[key]}'" for key in absent)
-        return DataReport([], [f"data not checked: {shown} not found here (--require-data makes this an error)"])
-    problems += [f"{inputs[key]}: {key} does not exist (no file, directory or glob match)" for key in absent]
+        shown = ", ".join(f"{key} '{inputs[key]}'" for key in absent if key not in unopenable)
+        notes = [f"data not checked: {shown} not found here (--require-data makes this an error)"] if shown else []
+        notes += [f"data not checked: {key}: {reason} (--require-data makes this an error)" for key, reason in unopenable.items()]
+        return DataReport([], notes)
+    problems += [unopenable.get(key, f"{inputs[key]}: {key} does not exist (no file, directory or glob match)")
+                 for key in absent]
     notes = []
     found = _Findings()
     for key, files in listed.items():
