@@ -1,8 +1,8 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
 Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
-``env``, ``data synth``, ``convert``. Torch is imported only by the commands that need it, so ``--help``,
-``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
+``env``, ``data synth``, ``convert``, ``install-stack``, ``init``. Torch is imported only by the
+commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from tzrun import __version__
 from tzrun.commands import COMMANDS, prepare
 from tzrun.errors import EXIT_CONFIG, TzrunError
+from tzrun.install_commands import add_parsers as add_install_parsers
 
 __all__ = ["main", "build_parser", "EXIT_CONFIG"]
 
@@ -173,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="the installed versions, and whether torch / fbgemm / torchrec are a known-good triple")
     env.add_argument("--json", action="store_true", help="print JSON")
+    add_install_parsers(sub)  # install-stack, init
 
     data = sub.add_parser("data", help="data utilities")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")

@@ -30,6 +30,7 @@ __all__ = [
     "IncompleteCheckpointError",
     "WriteError",
     "RecordNotWrittenError",
+    "MissingDependencyError",
     "did_you_mean",
 ]
 
@@ -256,3 +257,8 @@ def unknown_component_message(kind: str, name: str, available: Sequence[str]) ->
     if guess is not None:
         msg += f"; did you mean '{guess}'?"
     return msg + ")"
+
+
+class MissingDependencyError(TzrunError):
+    """A package a command needs is not installed (torch, FBGEMM, TorchRec, or an extra's); the
+    one-line message names it and the one command that installs it (:mod:`tzrun.stack`)."""
