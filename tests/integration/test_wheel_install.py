@@ -33,9 +33,16 @@ def readme_install_commands() -> list[str]:
     return [c for c in commands if c.startswith("python -m pip install") or c.startswith("tzrec-run install-stack")]
 
 
+#: seconds each command took, printed at the end of the test (run pytest with -s to see them)
+_TIMES: dict[str, float] = {}
+
+
 def _run(command: list[str] | str, cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
     args = shlex.split(command) if isinstance(command, str) else command
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    started = time.monotonic()
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    _TIMES[" ".join(Path(a).name if os.sep in a else a for a in args)[:90]] = time.monotonic() - started
+    return done
 
 
 def test_wheel_installs_and_trains_outside_the_repository(tmp_path):
@@ -44,7 +51,9 @@ def test_wheel_installs_and_trains_outside_the_repository(tmp_path):
     assert len(commands) == 3 and commands[-1] == "tzrec-run install-stack", commands
     dist, venv, work = tmp_path / "dist", tmp_path / "venv", tmp_path / "work"
     work.mkdir()
-    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)], tmp_path, dict(os.environ))
+    # the build itself is not what this test is about: the project's own setuptools, no isolation
+    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(REPO)],
+                 tmp_path, dict(os.environ))
     assert built.returncode == 0 and (dist / _WHEEL).is_file(), built.stderr
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
     assert _run([str(python), "-m", "venv", str(venv)], tmp_path, dict(os.environ)).returncode == 0
@@ -85,3 +94,5 @@ def test_wheel_installs_and_trains_outside_the_repository(tmp_path):
     assert plot.returncode == EXIT_CONFIG
     assert plot.stderr == "tzrec-run: tzrec-run plot needs matplotlib, which is not installed: run `pip install 'tzrec-run[plot]'`\n"
     print(f"wheel build, fresh install and a 2-step run outside the repository: {time.monotonic() - started:.1f} s")
+    for command, seconds in _TIMES.items():
+        print(f"  {seconds:6.1f} s  {command}")
