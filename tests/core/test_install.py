@@ -139,3 +139,25 @@ def test_env_names_no_repository_file(capsys):
     err = capsys.readouterr().err
     assert "to install fbgemm_gpu and torchrec, run: tzrec-run install-stack" in err
     assert "scripts/" not in err and "requirements/" not in err
+
+
+def test_install_stack_installs_only_what_is_missing(monkeypatch):
+    from tzrun.tools import install_stack
+
+    def versions(**installed):
+        monkeypatch.setattr(install_stack, "_version", lambda name: installed.get(name.replace("-", "_")))
+
+    versions()
+    steps = install_stack.install_steps("cpu", python="py")
+    assert steps == [
+        ["py", "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--index-url",
+         "https://download.pytorch.org/whl/cpu", "torch>=2.13,<2.14"],
+        ["py", "-m", "pip", "install", "--disable-pip-version-check", "torch>=2.13,<2.14", "fbgemm-gpu-cpu>=1.8,<1.9"],
+        ["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"],
+    ]
+    versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0")  # the published torchrec
+    assert install_stack.install_steps("cpu", python="py") == [["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"]]
+    versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0+tzrun.cpu")
+    assert install_stack.install_steps("cpu", python="py") == []
+    versions(torch="2.14.0", fbgemm_gpu="1.8.0", torchrec="1.8.0+tzrun.cuda")
+    assert [s[-1] for s in install_stack.install_steps("cuda", python="py")] == ["torch>=2.13,<2.14", "fbgemm-gpu>=1.8,<1.9"]
