@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from tzrun.errors import EXIT_CONFIG
+from tzrun.stack import join_and
 
 __all__ = ["add_parsers", "COMMANDS", "EXAMPLES", "example_text", "synth_command", "env_advice", "print_env_advice"]
 
@@ -123,7 +124,7 @@ def print_env_advice(advice: Mapping[str, Any], problems: Sequence[str]) -> None
     if advice["note"]:
         print(f"note: {advice['note']}", file=sys.stderr)
     if advice["install"]:
-        what = (" and ".join(advice["missing"]) if advice["missing"]
+        what = (join_and(advice["missing"]) if advice["missing"]
                 else "the matching releases" if problems else "the corrected torchrec")
         print(f"to install {what}, run: {advice['install']}", file=sys.stderr)
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import importlib.util
 import re
 from importlib import metadata
-from typing import Mapping
 
 from tzrun.errors import MissingDependencyError
 
 __all__ = [
     "TORCH_INDEX", "TORCH_RANGE", "FBGEMM", "EXTRAS", "INSTALL_STACK", "detect_stack", "install_stack_command",
-    "extra_command", "missing_extras", "require_stack", "require_extra", "torchrec_needs_correction",
+    "extra_command", "missing_extras", "require_stack", "require_extra", "torchrec_needs_correction", "join_and",
 ]
 
 #: PyTorch's wheel index for each stack (PyPI's torch for Linux is a CUDA build).
@@ -47,6 +46,11 @@ def _installed(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+def join_and(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def detect_stack() -> str:
@@ -82,7 +86,7 @@ def require_stack() -> None:
     missing = [name for name, module in _MODULES.items() if importlib.util.find_spec(module) is None]
     if missing:
         raise MissingDependencyError(
-            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed (train, evaluate, check "
+            f"{join_and(missing)} {'is' if len(missing) == 1 else 'are'} not installed (train, evaluate, check "
             f"and plan need torch, FBGEMM and TorchRec): run `{install_stack_command()}`")
 
 

@@ -10,7 +10,6 @@ import io
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
