@@ -219,6 +219,9 @@ def _setup_logging() -> None:
 
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from tzrun.stack import require_stack
+
+    require_stack()  # before torchrun itself needs torch
     rest, skip = [], False
     for token in argv:
         if skip:

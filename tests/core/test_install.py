@@ -113,7 +113,8 @@ def test_a_missing_stack_package_is_one_line_with_the_command(monkeypatch, tmp_p
     config.write_text(example_text("deepfm_criteo"))
     for command in ("train", "evaluate", "check"):
         extra = ["--checkpoint", "latest"] if command == "evaluate" else []
-        assert main([command, str(config), *extra]) == EXIT_CONFIG
+        launch = ["--nproc-per-node", "2"] if command == "evaluate" else []  # through torchrun
+        assert main([command, str(config), *extra, *launch]) == EXIT_CONFIG
         err = capsys.readouterr().err
         assert err == ("tzrec-run: torchrec is not installed (train, evaluate, check and plan need torch, FBGEMM "
                        "and TorchRec): run `tzrec-run install-stack`\n")
