@@ -57,6 +57,8 @@ def synth_command(text: str) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    """``tzrec-run init``: write the example config into ``args.dir`` (not over an existing file
+    unless ``--force``) and print the commands that make its data and train it."""
     text = example_text(args.example)
     target = Path(args.dir) / f"{args.example}.toml"
     if target.exists() and not args.force:
@@ -78,6 +80,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_install_stack(args: argparse.Namespace) -> int:
+    """``tzrec-run install-stack``: :func:`tzrun.tools.install_stack.install_stack` for the stack
+    asked for, or the installed FBGEMM's."""
     from tzrun.stack import detect_stack
     from tzrun.tools.install_stack import install_stack
 

@@ -1,7 +1,7 @@
 """tzrec-run installed as a user would: the wheel built from this repository, installed into a
 fresh virtual environment outside it with the README's commands only ("Install from a wheel"),
-then ``env``, ``init``, the ``data synth`` command ``init`` prints, ``train`` and ``plot`` run from a
-directory outside the repository."""
+then ``env``, ``init``, the ``data synth`` command ``init`` prints, ``train``, ``plot`` and ``check``
+run from a directory outside the repository."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def _run(command: list[str] | str, cwd: Path, env: dict[str, str], timeout: floa
     args = shlex.split(command) if isinstance(command, str) else command
     started = time.monotonic()
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    _TIMES[" ".join(Path(a).name if os.sep in a else a for a in args)[:90]] = time.monotonic() - started
+    _TIMES[f"{len(_TIMES) + 1:2d}. " + " ".join(Path(a).name if os.sep in a else a for a in args)[:90]] = (
+        time.monotonic() - started)
     return done
 
 
@@ -93,6 +94,11 @@ def test_wheel_installs_and_trains_outside_the_repository(tmp_path):
     plot = _run("tzrec-run plot runs/deepfm_criteo", work, env)
     assert plot.returncode == EXIT_CONFIG
     assert plot.stderr == "tzrec-run: tzrec-run plot needs matplotlib, which is not installed: run `pip install 'tzrec-run[plot]'`\n"
+    board = _run(["tzrec-run", "check", "deepfm_criteo.toml", "--no-data", "--set", 'train.stages=[{type = "tensorboard"}]'],
+                 work, env)
+    assert board.returncode == EXIT_CONFIG
+    assert "train.stages[0]: the tensorboard stage needs TensorBoard, which is not installed: run `pip install " \
+           "'tzrec-run[tensorboard]'`" in board.stderr, board.stderr
     print(f"wheel build, fresh install and a 2-step run outside the repository: {time.monotonic() - started:.1f} s")
     for command, seconds in _TIMES.items():
         print(f"  {seconds:6.1f} s  {command}")
