@@ -16,17 +16,26 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.tzrun-setup"
 shopt -s nullglob
-inputs=(requirements/*.txt pyproject.toml contrib_*/pyproject.toml)
+inputs=(requirements/*.txt pyproject.toml contrib_*/pyproject.toml core/tzrun/tools/torchrec_wheel.py)
 want="$stack $(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: $venv is up to date"
   exit 0
 fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+case "$stack" in
+  cpu) torch_index=https://download.pytorch.org/whl/cpu ;;
+  cuda) torch_index=https://download.pytorch.org/whl/cu128 ;;
+  *) echo "setup: TZRUN_STACK must be cpu or cuda, not '$stack'" >&2; exit 2 ;;
+esac
 echo "setup: installing the $stack stack (torch, fbgemm, torchrec)"
+# torch alone from PyTorch's index for the stack (--no-deps: that index is asked about torch only)
+"${pip[@]}" --no-deps --extra-index-url "$torch_index" -c requirements/constraints.txt \
+  "$(grep -m1 '^torch==' "requirements/$stack.txt")"
 "${pip[@]}" -c requirements/constraints.txt -r "requirements/$stack.txt"
-# torchrec's metadata asks for the CUDA fbgemm-gpu package and torchmetrics 1.0.3: no deps.
-"${pip[@]}" --no-deps -r requirements/torchrec-nodeps.txt
+# TorchRec with its FBGEMM and torchmetrics requirements corrected, so that pip check passes (a
+# script of the standard library: tzrec-run itself is not installed yet)
+"$venv/bin/python" core/tzrun/tools/torchrec_wheel.py --stack "$stack" -- -c requirements/constraints.txt
 echo "setup: installing tzrec-run (editable) and its test tools"
 "${pip[@]}" -c requirements/constraints.txt -e ".[test]"
 # the editable install imports tzrun through a finder hook that type checkers cannot follow; a

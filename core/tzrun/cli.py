@@ -1,7 +1,7 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
 Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
-``env``, ``data synth``, ``convert``, ``help``. Every command exits with one of the codes of
+``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``help``. Every command exits with one of the codes of
 :mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
 commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
@@ -20,6 +20,7 @@ from tzrun.commands import COMMANDS, prepare
 from tzrun.errors import EXIT_BROKEN_PIPE, EXIT_CONFIG, EXIT_USAGE, TzrunError, exit_code_of
 from tzrun.logs import LOG_LEVEL_ENV, LOG_LEVELS
 from tzrun.logs import setup_logging as _setup_logging
+from tzrun.install_commands import add_parsers as add_install_parsers
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -189,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="the installed versions, and whether torch / fbgemm / torchrec are a known-good triple")
     env.add_argument("--json", action="store_true", help="print JSON")
+    add_install_parsers(sub)  # install-stack, init
 
     data = sub.add_parser("data", help="data utilities")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
@@ -209,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from tzrun.stack import require_stack
+
+    require_stack()  # before torchrun itself needs torch
     rest, skip = [], False
     for token in argv:
         if skip:

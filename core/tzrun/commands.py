@@ -11,11 +11,15 @@ import sys
 from typing import Any, Sequence
 
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_USAGE
+from tzrun.install_commands import COMMANDS as INSTALL_COMMANDS
 
 __all__ = ["prepare", "COMMANDS"]
 
 
 def prepare(config: str, overrides: Sequence[str], strict: bool = False):  # noqa: ANN202
+    from tzrun.stack import require_stack
+
+    require_stack()  # one line naming what is missing of torch / FBGEMM / TorchRec, and the fix
     from tzrun.config.load import disabled_plugins, load_config, read_config, strict_plugins
     from tzrun.plugins import make_plugin_manager
     from tzrun.registry import collect_registries
@@ -232,21 +236,19 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    from tzrun.install_commands import env_advice, print_env_advice
     from tzrun.runner.records import check_stack, stack_versions
 
     versions = stack_versions()
     problems = check_stack(versions)
+    advice = env_advice(versions, problems)
     if args.json:
-        print(json.dumps({"versions": versions, "problems": problems}, indent=2))
+        print(json.dumps({"versions": versions, "problems": problems, **advice}, indent=2))
     else:
         width = max(len(k) for k in versions)
         for name, version in versions.items():
             print(f"{name:<{width}}  {version or 'not installed'}")
-        if problems:
-            for problem in problems:
-                print(f"problem: {problem}", file=sys.stderr)
-        else:
-            print("torch / fbgemm_gpu / torchrec: a known-good triple (FBGEMM 1.X with torch 2.(X+5) and torchrec 1.X)")
+        print_env_advice(advice, problems)
     return EXIT_CONFIG if problems else 0
 
 
@@ -264,6 +266,8 @@ def cmd_help(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The commands by name (``tzrec-run data`` is the synthetic-data command).
-COMMANDS = {"ckpt": cmd_ckpt, "check": cmd_check, "plan": cmd_plan, "plugins": cmd_plugins, "new-plugin": cmd_new_plugin,
-            "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert, "help": cmd_help}
+#: The commands by name (``tzrec-run data`` is the synthetic-data command; install-stack and init
+#: are in :mod:`tzrun.install_commands`).
+COMMANDS = {**INSTALL_COMMANDS, "ckpt": cmd_ckpt, "check": cmd_check, "plan": cmd_plan, "plugins": cmd_plugins,
+            "new-plugin": cmd_new_plugin, "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert,
+            "help": cmd_help}

@@ -42,6 +42,7 @@ __all__ = [
     "WriteError",
     "StorageError",
     "RecordNotWrittenError",
+    "MissingDependencyError",
     "did_you_mean",
 ]
 
@@ -336,3 +337,8 @@ def unknown_component_message(kind: str, name: str, available: Sequence[str]) ->
 class StorageError(TzrunError):
     """A path names a store this installation cannot open (a URL scheme whose fsspec
     implementation is not installed); the message names the path and the extra to install."""
+
+
+class MissingDependencyError(TzrunError):
+    """A package a command needs is not installed (torch, FBGEMM, TorchRec, or an extra's); the
+    one-line message names it and the one command that installs it (:mod:`tzrun.stack`)."""

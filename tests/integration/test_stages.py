@@ -141,7 +141,7 @@ def test_a_run_records_its_resolved_config_with_sources_and_its_environment(stag
     assert check.returncode == 0, check.stderr  # the record is a config that trains the same run
     env = json.loads((model_dir / "env.json").read_text())
     assert env["versions"]["torch"].startswith("2.13.0") and env["versions"]["fbgemm_gpu"] == "1.8.0"
-    assert env["versions"]["torchrec"] == "1.8.0" and env["stack_problems"] == []
+    assert env["versions"]["torchrec"].startswith("1.8.0") and env["stack_problems"] == []
     assert env["world_size"] == 1 and env["seed"] == 3
     assert {p["name"] for p in env["plugins"]} >= {"tzrun_plugins.stages", "tzrun_plugins.models"}
     assert env["git"] is None  # the config is not in a git repository

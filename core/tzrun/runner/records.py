@@ -249,14 +249,14 @@ def check_stack(versions: Mapping[str, str | None]) -> list[str]:
     problems = []
     for name, parsed in (("torch", torch_v), ("fbgemm_gpu", fbgemm_v), ("torchrec", torchrec_v)):
         if parsed is None:
-            problems.append(f"{name} is not installed (run scripts/setup.sh)")
+            problems.append(f"{name} is not installed")
     if torch_v and fbgemm_v:
         if fbgemm_v[0] != 1 or torch_v != (2, fbgemm_v[1] + 5):
             want = f"torch 2.{fbgemm_v[1] + 5}" if fbgemm_v[0] == 1 else "the torch its release notes name"
             problems.append(
                 f"fbgemm_gpu {versions['fbgemm_gpu']} is built for {want}, but torch is {versions['torch']}: "
-                "its kernels may fail to load or crash; install the matching pair (requirements/cpu.txt pins "
-                "torch 2.13.0 with fbgemm-gpu-cpu 1.8.0)")
+                "its kernels may fail to load or crash; install the matching pair (tzrec-run install-stack "
+                "installs torch 2.13 with FBGEMM 1.8 and TorchRec 1.8)")
     if fbgemm_v and torchrec_v and torchrec_v != fbgemm_v:
         problems.append(
             f"torchrec {versions['torchrec']} goes with fbgemm_gpu {torchrec_v[0]}.{torchrec_v[1]}, but fbgemm_gpu is "

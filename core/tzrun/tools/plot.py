@@ -37,7 +37,11 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
 
     Raises:
         TzrunError: when the model dir has no ``metrics.jsonl`` or it holds no records.
+        MissingDependencyError: when matplotlib (the ``plot`` extra) is not installed.
     """
+    from tzrun.stack import require_extra
+
+    require_extra("plot")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -22,6 +22,7 @@ Scalars come from the loop's train log, so they match the progress lines and
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,6 +50,12 @@ class TensorBoardConfig:
     log_dir: Optional[str] = None
     histograms_every_n_steps: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     flush_secs: int = attrs.field(default=30, validator=attrs.validators.gt(0))
+
+    def __attrs_post_init__(self) -> None:
+        # checked with the config (tzrec-run check too), before any training starts
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("the tensorboard stage needs TensorBoard, which is not installed: "
+                             "run `pip install 'tzrec-run[tensorboard]'`")
 
 
 class TensorBoardStage(ClosedAtTheEnd):

@@ -1,0 +1,108 @@
+"""What of the torch / FBGEMM / TorchRec stack and of tzrec-run's extras is installed, and the
+one command that installs what is missing. Imports nothing heavy (``tzrec-run env`` and the
+checks before ``train``, ``evaluate`` and ``check`` use it before torch is imported).
+
+The stack is installed by ``tzrec-run install-stack`` (:mod:`tzrun.tools.install_stack`): torch
+2.13 from PyTorch's index for the stack, FBGEMM 1.8 and TorchRec 1.8.0 with its metadata
+corrected (:mod:`tzrun.tools.torchrec_wheel`). Everything it names works for a user who installed
+tzrec-run from a wheel: no file of the repository is needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from importlib import metadata
+
+from tzrun.errors import MissingDependencyError
+
+__all__ = [
+    "TORCH_INDEX", "TORCH_RANGE", "FBGEMM", "EXTRAS", "INSTALL_STACK", "detect_stack", "install_stack_command",
+    "extra_command", "missing_extras", "require_stack", "require_extra", "torchrec_needs_correction", "join_and",
+]
+
+#: PyTorch's wheel index for each stack (PyPI's torch for Linux is a CUDA build).
+TORCH_INDEX = {"cpu": "https://download.pytorch.org/whl/cpu", "cuda": "https://download.pytorch.org/whl/cu128"}
+#: The torch releases FBGEMM 1.8 is built for (FBGEMM 1.X goes with torch 2.(X+5)).
+TORCH_RANGE = ">=2.13,<2.14"
+#: The FBGEMM distribution of each stack, with the releases TorchRec 1.8 goes with.
+FBGEMM = {"cpu": "fbgemm-gpu-cpu>=1.8,<1.9", "cuda": "fbgemm-gpu>=1.8,<1.9"}
+#: tzrec-run's optional extras: the import each needs, and what it is for.
+EXTRAS = {
+    "tensorboard": ("tensorboard", "the tensorboard stage"),
+    "plot": ("matplotlib", "tzrec-run plot"),
+    "s3": ("s3fs", "s3:// paths"),
+    "gcs": ("gcsfs", "gs:// paths"),
+    "azure": ("adlfs", "abfs:// and az:// paths"),
+}
+#: The command that installs the stack (what is missing of it, or all of it).
+INSTALL_STACK = "tzrec-run install-stack"
+
+_MODULES = {"torch": "torch", "fbgemm_gpu": "fbgemm_gpu", "torchrec": "torchrec"}
+
+
+def _installed(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def join_and(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def detect_stack() -> str:
+    """``cuda`` when FBGEMM's CUDA build is installed, else ``cpu``."""
+    return "cuda" if _installed("fbgemm-gpu") is not None else "cpu"
+
+
+def install_stack_command(stack: str | None = None) -> str:
+    """The one command that installs what is missing of the stack for ``stack`` (default: the
+    installed FBGEMM's, else the CPU stack)."""
+    return INSTALL_STACK + (" --cuda" if (stack or detect_stack()) == "cuda" else "")
+
+
+def extra_command(extra: str) -> str:
+    """The command that installs ``extra``'s packages, e.g. ``pip install 'tzrec-run[plot]'``."""
+    return f"pip install 'tzrec-run[{extra}]'"
+
+
+def missing_extras() -> list[str]:
+    """The extras (of :data:`EXTRAS`) whose package is not installed."""
+    return [extra for extra, (module, _) in EXTRAS.items() if importlib.util.find_spec(module) is None]
+
+
+def require_stack() -> None:
+    """Raise a one-line error when torch, FBGEMM or TorchRec cannot be imported (``train``,
+    ``evaluate``, ``check`` and ``plan`` need all three).
+
+    Only looks the modules up (no import), so it costs milliseconds.
+
+    Raises:
+        MissingDependencyError: naming what is missing and :func:`install_stack_command`.
+    """
+    missing = [name for name, module in _MODULES.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise MissingDependencyError(
+            f"{join_and(missing)} {'is' if len(missing) == 1 else 'are'} not installed (train, evaluate, check "
+            f"and plan need torch, FBGEMM and TorchRec): run `{install_stack_command()}`")
+
+
+def require_extra(extra: str) -> None:
+    """Raise a one-line error when ``extra``'s package is not installed.
+
+    Raises:
+        MissingDependencyError: naming the extra and :func:`extra_command`.
+    """
+    module, what = EXTRAS[extra]
+    if importlib.util.find_spec(module) is None:
+        raise MissingDependencyError(
+            f"{what} needs {module}, which is not installed: run `{extra_command(extra)}`")
+
+
+def torchrec_needs_correction(version: str | None) -> bool:
+    """Whether the installed TorchRec is the published 1.8 wheel, whose metadata asks for the
+    CUDA FBGEMM and torchmetrics 1.0.3 (``pip check`` fails) rather than the corrected one."""
+    return bool(version) and re.match(r"^1\.8\.", version or "") is not None and "+tzrun" not in (version or "")

@@ -1,0 +1,163 @@
+"""The install pieces a user relies on: a consistent environment (pip check), TorchRec's corrected
+wheel, ``tzrec-run init`` from the shipped examples, and one-line errors naming what is missing."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import REPO
+from tzrun.cli import main
+from tzrun.errors import EXIT_CONFIG, MissingDependencyError
+from tzrun.install_commands import EXAMPLES, example_text, synth_command
+from tzrun.tools.torchrec_wheel import correct_wheel, corrected_requirements
+
+_PUBLISHED_METADATA = """Metadata-Version: 2.4
+Name: torchrec
+Version: 1.8.0
+Requires-Python: >=3.10
+Requires-Dist: fbgemm-gpu
+Requires-Dist: tensordict
+Requires-Dist: torchmetrics==1.0.3
+Requires-Dist: tqdm
+Requires-Dist: iopath; extra == "datasets"
+
+Requires-Dist: fbgemm-gpu (a line of the description, left alone)
+"""
+
+
+def test_the_project_environment_passes_pip_check():
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_torchrec_metadata_is_corrected_for_each_stack():
+    lines = _PUBLISHED_METADATA.split("\n")
+    cpu = corrected_requirements(lines, "cpu")
+    assert "Version: 1.8.0+tzrun.cpu" in cpu
+    assert "Requires-Dist: fbgemm-gpu-cpu>=1.8,<1.9" in cpu and "Requires-Dist: torchmetrics>=1.0.3" in cpu
+    assert "Requires-Dist: fbgemm-gpu (a line of the description, left alone)" in cpu
+    assert 'Requires-Dist: iopath; extra == "datasets"' in cpu and "Requires-Dist: tensordict" in cpu
+    cuda = corrected_requirements(lines, "cuda")
+    assert "Requires-Dist: fbgemm-gpu>=1.8,<1.9" in cuda and "Version: 1.8.0+tzrun.cuda" in cuda
+    with pytest.raises(ValueError, match="not TorchRec 1.8.0's metadata"):
+        corrected_requirements(["Version: 1.7.0", "Requires-Dist: fbgemm-gpu"], "cpu")
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def test_corrected_wheel_has_a_record_that_matches_its_files(tmp_path):
+    published = tmp_path / "torchrec-1.8.0-py311-none-any.whl"
+    with zipfile.ZipFile(published, "w") as whl:
+        whl.writestr("torchrec/__init__.py", "VERSION = 1\n")
+        whl.writestr("torchrec-1.8.0.dist-info/METADATA", _PUBLISHED_METADATA)
+        whl.writestr("torchrec-1.8.0.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: py311-none-any\n")
+        whl.writestr("torchrec-1.8.0.dist-info/RECORD", "stale\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    corrected = correct_wheel(published, out, "cpu")
+    assert corrected.name == "torchrec-1.8.0+tzrun.cpu-py311-none-any.whl"
+    with zipfile.ZipFile(corrected) as whl:
+        names = set(whl.namelist())
+        assert names == {"torchrec/__init__.py", "torchrec-1.8.0+tzrun.cpu.dist-info/METADATA",
+                         "torchrec-1.8.0+tzrun.cpu.dist-info/WHEEL", "torchrec-1.8.0+tzrun.cpu.dist-info/RECORD"}
+        rows = list(csv.reader(io.StringIO(whl.read("torchrec-1.8.0+tzrun.cpu.dist-info/RECORD").decode())))
+        for name, digest, size in rows:
+            if name.endswith("RECORD"):
+                assert digest == size == ""
+                continue
+            data = whl.read(name)
+            assert digest == _record_hash(data) and int(size) == len(data), name
+        assert "torchmetrics>=1.0.3" in whl.read("torchrec-1.8.0+tzrun.cpu.dist-info/METADATA").decode()
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_shipped_examples_are_the_repositorys_and_name_their_data(name):
+    text = example_text(name)
+    assert text == (REPO / "examples" / f"{name}.toml").read_text(encoding="utf-8"), (
+        f"core/tzrun/tools/templates/examples/{name}.toml differs from examples/{name}.toml: copy it over")
+    assert synth_command(text).startswith("tzrec-run data synth ")
+
+
+def test_init_writes_a_starter_config_and_refuses_to_overwrite_it(tmp_path, capsys):
+    assert main(["init", str(tmp_path / "proj"), "--example", "dssm_taobao"]) == 0
+    out = capsys.readouterr().out
+    written = tmp_path / "proj" / "dssm_taobao.toml"
+    assert written.read_text(encoding="utf-8") == example_text("dssm_taobao")
+    assert f"cd {tmp_path / 'proj'}" in out
+    assert "tzrec-run data synth taobao --rows 300000 --out data/taobao_synth\n" in out
+    assert "tzrec-run train dssm_taobao.toml" in out
+    written.write_text("# mine\n")
+    assert main(["init", str(tmp_path / "proj"), "--example", "dssm_taobao"]) == EXIT_CONFIG
+    err = capsys.readouterr().err.strip()
+    assert err == f"tzrec-run init: {written} exists; pass --force to overwrite it"
+    assert written.read_text() == "# mine\n"
+    assert main(["init", str(tmp_path / "proj"), "--example", "dssm_taobao", "--force"]) == 0
+    assert written.read_text(encoding="utf-8") == example_text("dssm_taobao")
+
+
+def test_a_missing_stack_package_is_one_line_with_the_command(monkeypatch, tmp_path, capsys):
+    from tzrun import stack
+
+    monkeypatch.setitem(stack._MODULES, "torchrec", "tzrun_no_such_torchrec")
+    config = tmp_path / "c.toml"
+    config.write_text(example_text("deepfm_criteo"))
+    for command in ("train", "evaluate", "check"):
+        extra = ["--checkpoint", "latest"] if command == "evaluate" else []
+        launch = ["--nproc-per-node", "2"] if command == "evaluate" else []  # through torchrun
+        assert main([command, str(config), *extra, *launch]) == EXIT_CONFIG
+        err = capsys.readouterr().err
+        assert err == ("tzrec-run: torchrec is not installed (train, evaluate, check and plan need torch, FBGEMM "
+                       "and TorchRec): run `tzrec-run install-stack`\n")
+
+
+def test_a_missing_extra_names_it(monkeypatch):
+    from tzrun import stack
+
+    monkeypatch.setitem(stack.EXTRAS, "plot", ("tzrun_no_such_matplotlib", "tzrec-run plot"))
+    with pytest.raises(MissingDependencyError, match=r"^tzrec-run plot needs tzrun_no_such_matplotlib, which is not "
+                                                     r"installed: run `pip install 'tzrec-run\[plot\]'`$"):
+        stack.require_extra("plot")
+
+
+def test_env_names_no_repository_file(capsys):
+    from tzrun.install_commands import env_advice, print_env_advice
+
+    versions = {"torch": "2.13.0+cpu", "fbgemm_gpu": None, "torchrec": None}
+    advice = env_advice(versions, ["fbgemm_gpu is not installed", "torchrec is not installed"])
+    assert advice["missing"] == ["fbgemm_gpu", "torchrec"] and advice["install"].startswith("tzrec-run install-stack")
+    print_env_advice(advice, ["fbgemm_gpu is not installed", "torchrec is not installed"])
+    err = capsys.readouterr().err
+    assert "to install fbgemm_gpu and torchrec, run: tzrec-run install-stack" in err
+    assert "scripts/" not in err and "requirements/" not in err
+
+
+def test_install_stack_installs_only_what_is_missing(monkeypatch):
+    from tzrun.tools import install_stack
+
+    def versions(**installed):
+        monkeypatch.setattr(install_stack, "_version", lambda name: installed.get(name.replace("-", "_")))
+
+    versions()
+    steps = install_stack.install_steps("cpu", python="py")
+    assert steps == [
+        ["py", "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--index-url",
+         "https://download.pytorch.org/whl/cpu", "torch>=2.13,<2.14"],
+        ["py", "-m", "pip", "install", "--disable-pip-version-check", "torch>=2.13,<2.14", "fbgemm-gpu-cpu>=1.8,<1.9"],
+        ["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"],
+    ]
+    versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0")  # the published torchrec
+    assert install_stack.install_steps("cpu", python="py") == [["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"]]
+    versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0+tzrun.cpu")
+    assert install_stack.install_steps("cpu", python="py") == []
+    versions(torch="2.14.0", fbgemm_gpu="1.8.0", torchrec="1.8.0+tzrun.cuda")
+    assert [s[-1] for s in install_stack.install_steps("cuda", python="py")] == ["torch>=2.13,<2.14", "fbgemm-gpu>=1.8,<1.9"]
