@@ -177,7 +177,11 @@ def list_files(
     if fs is None:
         files, seen = _list_local(text, suffixes)
     else:
-        files, seen = _list_remote(fs, inner, text, suffixes)
+        try:
+            files, seen = _list_remote(fs, inner, text, suffixes)
+        except Exception as error:  # the store's client raises its own types (botocore's, ...)
+            raise DataError(f"{text}: cannot be listed: {type(error).__name__}: {error}; check the path and the "
+                            "store's credentials and endpoint in its standard environment (AWS_*, ...)") from None
     if seen is not None and not files:
         raise DataError(_no_files_in_directory(text, sorted(seen), suffixes, hint))
     if not files:

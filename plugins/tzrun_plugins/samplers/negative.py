@@ -48,7 +48,8 @@ class NegativeSamplerConfig:
 
     Attributes:
         item_table: the item table: a Parquet file or a directory of them, or a CSV file
-            (``.csv``, ``.tsv``, ``.txt``, or ``format = "csv"``).
+            (``.csv``, ``.tsv``, ``.txt``, or ``format = "csv"``); a local path or a URL
+            (``s3://bucket/items.parquet``).
         item_id: its id column (TorchEasyRec's ``item_id_field``).
         num_negatives: items drawn per batch, shared by every row of the batch
             (``num_sample``).
@@ -104,8 +105,10 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
 
     from tzrun_plugins.readers.delimited import COLUMN_TYPES
 
+    from tzrun import arrow_filesystem, open_file
+
     path = cfg.item_table
-    if not os.path.exists(path):
+    if not _exists(path):
         raise DataError(f"{path}: the item table (data.sampler.item_table) does not exist; "
                         "write it or fix the path (relative paths start at the working directory)")
     kind = cfg.format
@@ -114,12 +117,24 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
     try:
         if kind == "csv":
             types = {c: COLUMN_TYPES[t] for c, t in cfg.column_types.items()}
-            return pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter=cfg.delimiter),
-                                  convert_options=pacsv.ConvertOptions(column_types=types))
-        return pq.read_table(path)
+            with open_file(path, "rb") as f:
+                return pacsv.read_csv(f, parse_options=pacsv.ParseOptions(delimiter=cfg.delimiter),
+                                      convert_options=pacsv.ConvertOptions(column_types=types))
+        fs, inner = arrow_filesystem(path)
+        return pq.read_table(inner, filesystem=fs)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: cannot read the item table as {kind.upper()}: {exc}; "
                         "check the file (or data.sampler.format)") from None
+
+
+def _exists(path: str) -> bool:
+    """Whether ``path`` (a local path or a URL) names a file or directory."""
+    from tzrun import filesystem, is_remote
+
+    if not is_remote(path):
+        return os.path.exists(path)
+    fs, inner = filesystem(path)
+    return bool(fs.exists(inner))
 
 
 class NegativeSampler:
