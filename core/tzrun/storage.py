@@ -170,7 +170,8 @@ def list_files(
     Raises:
         DataError: when nothing matches; for a directory, naming a few of the files it holds,
             the suffixes looked for and ``data.reader.suffixes``.
-        StorageError: for a URL whose scheme is not installed (see :func:`as_path`).
+        StorageError: for a URL whose scheme is not installed (see :func:`as_path`), or whose
+            store refuses the listing (credentials, endpoint, network), naming the URL.
     """
     text = os.fspath(input_path)
     fs, inner = filesystem(text) if is_remote(text) else (None, text)
@@ -180,8 +181,8 @@ def list_files(
         try:
             files, seen = _list_remote(fs, inner, text, suffixes)
         except Exception as error:  # the store's client raises its own types (botocore's, ...)
-            raise DataError(f"{text}: cannot be listed: {type(error).__name__}: {error}; check the path and the "
-                            "store's credentials and endpoint in its standard environment (AWS_*, ...)") from None
+            raise StorageError(f"{text}: cannot be listed: {type(error).__name__}: {error}; check the path and the "
+                               "store's credentials and endpoint in its standard environment (AWS_*, ...)") from None
     if seen is not None and not files:
         raise DataError(_no_files_in_directory(text, sorted(seen), suffixes, hint))
     if not files:

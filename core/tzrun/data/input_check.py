@@ -35,7 +35,6 @@ from tzrun.data.features import FeatureSpecs
 from tzrun.data.hashing import is_hashable
 from tzrun.data.schemas import type_kind
 from tzrun.errors import DataError, did_you_mean
-from tzrun.storage import filesystem, is_remote
 
 __all__ = ["ColumnUse", "DataReport", "column_uses", "check_inputs", "check_data", "MAX_FILES"]
 
@@ -198,6 +197,8 @@ def _check_files(reader: Any, files: Sequence[str], columns: Sequence[str], uses
 def _exists(path: str) -> bool:
     """Whether ``path`` names something (a URL: an object or a prefix of objects); a store
     that cannot answer counts as existing, so that the reader's own error is the one shown."""
+    from tzrun.storage import filesystem, is_remote
+
     if not is_remote(path):
         return os.path.exists(path)
     fs, inner = filesystem(path)
