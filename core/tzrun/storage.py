@@ -174,9 +174,10 @@ def list_files(
             store refuses the listing (credentials, endpoint, network), naming the URL.
     """
     text = os.fspath(input_path)
-    fs, inner = filesystem(text) if is_remote(text) else (None, text)
+    local = text.split("://", 1)[1] if scheme(text) in ("file", "local") else text
+    fs, inner = filesystem(text) if is_remote(text) else (None, local)
     if fs is None:
-        files, seen = _list_local(text, suffixes)
+        files, seen = _list_local(inner, suffixes)
     else:
         try:
             files, seen = _list_remote(fs, inner, text, suffixes)

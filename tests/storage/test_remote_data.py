@@ -154,3 +154,26 @@ def test_two_ranks_read_their_shards_from_s3(tiny_data, s3_bucket, tmp_path):
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-5000:]
     final = json.loads((tmp_path / "run" / "eval_results.jsonl").read_text(encoding="utf-8").splitlines()[-1])
     assert final["step"] == 2 and final["rows"] == 512  # both ranks' shards of the eval files were read
+
+
+def test_vocab_files_and_item_tables_are_read_from_s3(s3_bucket, tmp_path):
+    from tzrun.data.vocab import read_vocab_file
+    from tzrun_plugins.samplers.negative import NegativeSamplerConfig, read_item_table
+
+    fs = fsspec.filesystem("s3")
+    bucket = s3_bucket.removeprefix("s3://")
+    fs.pipe(f"{bucket}/vocab/city.txt", "köln\r\nparis\n\nrome\n".encode())
+    assert read_vocab_file(f"{s3_bucket}/vocab/city.txt") == ("köln", "paris", "rome")
+    with fs.open(f"{bucket}/items/part-0.parquet", "wb") as f:
+        pq.write_table(pa.table({"item": [3, 5], "price": [1.5, 2.0]}), f)
+    cfg = NegativeSamplerConfig(item_table=f"{s3_bucket}/items", item_id="item", num_negatives=1)
+    assert read_item_table(cfg).to_pydict() == {"item": [3, 5], "price": [1.5, 2.0]}
+    with pytest.raises(DataError, match=rf"^{s3_bucket}/nope.parquet: the item table \(data.sampler.item_table\) does not exist"):
+        read_item_table(NegativeSamplerConfig(item_table=f"{s3_bucket}/nope.parquet", item_id="item", num_negatives=1))
+
+
+def test_file_urls_read_as_local_paths(tiny_data):
+    from tzrun_plugins.readers.parquet import ParquetConfig, ParquetReader
+
+    reader = ParquetReader(ParquetConfig())
+    assert reader.row_groups(f"file://{tiny_data / 'train'}") == reader.row_groups(str(tiny_data / "train"))
