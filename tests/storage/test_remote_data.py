@@ -111,6 +111,12 @@ def test_check_reads_every_s3_file_and_names_the_one_missing_a_column(tiny_data,
     assert f"{s3_bucket}/train/part-2.parquet: column 'cat_5' missing" in out.err, out
     assert "part-0.parquet" not in out.err  # the other files are fine
     assert main([*argv, "--no-data"]) == 0  # config only: the data is not read
+    from tzrun_plugins.readers.parquet import ParquetConfig, ParquetReader
+
+    reader = ParquetReader(ParquetConfig())
+    third = reader.row_groups(f"{s3_bucket}/train")[2]
+    with pytest.raises(DataError, match=rf"^{third.path}: column\(s\) 'cat_5' missing \(the file has: label, int_0"):
+        list(reader.read(third, 0, 8, ["cat_5"]))  # and so does a run, at its first read of the file
     fs.rm(f"{bucket}/train/part-2.parquet")
     assert main(argv) == 0, capsys.readouterr()
     assert "data.train_input: schemas of 3 file(s) read" in capsys.readouterr().out
