@@ -103,9 +103,8 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from tzrun import arrow_filesystem, as_path, is_remote, open_file
     from tzrun_plugins.readers.delimited import COLUMN_TYPES
-
-    from tzrun import arrow_filesystem, open_file
 
     path = cfg.item_table
     if not _exists(path):
@@ -117,9 +116,12 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
     try:
         if kind == "csv":
             types = {c: COLUMN_TYPES[t] for c, t in cfg.column_types.items()}
+            options = {"parse_options": pacsv.ParseOptions(delimiter=cfg.delimiter),
+                       "convert_options": pacsv.ConvertOptions(column_types=types)}
+            if not is_remote(path):
+                return pacsv.read_csv(os.fspath(as_path(path)), **options)
             with open_file(path, "rb") as f:
-                return pacsv.read_csv(f, parse_options=pacsv.ParseOptions(delimiter=cfg.delimiter),
-                                      convert_options=pacsv.ConvertOptions(column_types=types))
+                return pacsv.read_csv(f, **options)
         fs, inner = arrow_filesystem(path)
         return pq.read_table(inner, filesystem=fs)
     except (pa.ArrowException, OSError) as exc:
@@ -129,10 +131,10 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
 
 def _exists(path: str) -> bool:
     """Whether ``path`` (a local path or a URL) names a file or directory."""
-    from tzrun import filesystem, is_remote
+    from tzrun import as_path, filesystem, is_remote
 
     if not is_remote(path):
-        return os.path.exists(path)
+        return os.path.exists(as_path(path))
     fs, inner = filesystem(path)
     return bool(fs.exists(inner))
 
