@@ -170,14 +170,20 @@ def list_files(
     Raises:
         DataError: when nothing matches; for a directory, naming a few of the files it holds,
             the suffixes looked for and ``data.reader.suffixes``.
-        StorageError: for a URL whose scheme is not installed (see :func:`as_path`).
+        StorageError: for a URL whose scheme is not installed (see :func:`as_path`), or whose
+            store refuses the listing (credentials, endpoint, network), naming the URL.
     """
     text = os.fspath(input_path)
-    fs, inner = filesystem(text) if is_remote(text) else (None, text)
+    local = text.split("://", 1)[1] if scheme(text) in ("file", "local") else text
+    fs, inner = filesystem(text) if is_remote(text) else (None, local)
     if fs is None:
-        files, seen = _list_local(text, suffixes)
+        files, seen = _list_local(inner, suffixes)
     else:
-        files, seen = _list_remote(fs, inner, text, suffixes)
+        try:
+            files, seen = _list_remote(fs, inner, text, suffixes)
+        except Exception as error:  # the store's client raises its own types (botocore's, ...)
+            raise StorageError(f"{text}: cannot be listed: {type(error).__name__}: {error}; check the path and the "
+                               "store's credentials and endpoint in its standard environment (AWS_*, ...)") from None
     if seen is not None and not files:
         raise DataError(_no_files_in_directory(text, sorted(seen), suffixes, hint))
     if not files:

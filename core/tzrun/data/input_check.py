@@ -15,7 +15,9 @@ the run reads is checked in every file:
 The same problem in many files is one line, naming the first file and how many more have it.
 An input path that does not exist is a problem when another input of the config exists, or
 when the caller requires the data (``--require-data``); otherwise the data is taken to be not
-reachable from here and only a note says so. At most ``max_files`` files of an input are read
+reachable from here and only a note says so. Inputs on an object store (``s3://``, ``gs://``,
+...) are listed and their schemas read the same way, by byte-range reads of each file's footer
+or first line. At most ``max_files`` files of an input are read
 (evenly spread over its files, first and last included).
 """
 
@@ -193,7 +195,17 @@ def _check_files(reader: Any, files: Sequence[str], columns: Sequence[str], uses
 
 
 def _exists(path: str) -> bool:
-    return os.path.exists(path)
+    """Whether ``path`` names something (a URL: an object or a prefix of objects); a store
+    that cannot answer counts as existing, so that the reader's own error is the one shown."""
+    from tzrun.storage import filesystem, is_remote
+
+    if not is_remote(path):
+        return os.path.exists(path)
+    fs, inner = filesystem(path)
+    try:
+        return bool(fs.exists(inner))
+    except Exception:  # credentials, network: the listing's error says which
+        return True
 
 
 def check_inputs(reader: Any, inputs: Mapping[str, str], columns: Sequence[str], uses: Sequence[ColumnUse],

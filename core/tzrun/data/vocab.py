@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from tzrun.storage import open_file
+
 __all__ = ["OOV_ID", "read_vocab_file", "check_vocab"]
 
 #: The id of every token that is not in a feature's vocabulary.
@@ -17,17 +19,18 @@ OOV_ID = 0
 
 
 def read_vocab_file(path: str) -> tuple[str, ...]:
-    """The tokens of a vocabulary file: one per line, UTF-8, in order.
+    """The tokens of a vocabulary file (a local path or a URL): one per line, UTF-8, in order.
 
     A trailing ``\\n`` or ``\\r\\n`` ends each line; nothing else is stripped, and empty
     lines are ignored.
 
     Raises:
         OSError: when the file cannot be read.
+        StorageError: for a URL whose scheme is not installed.
         UnicodeDecodeError: when it is not UTF-8.
     """
-    with open(path, encoding="utf-8", newline="") as f:
-        lines = f.read().split("\n")
+    with open_file(path, "rb") as f:
+        lines = f.read().decode("utf-8").split("\n")
     return tuple(line[:-1] if line.endswith("\r") else line for line in lines if line not in ("", "\r"))
 
 

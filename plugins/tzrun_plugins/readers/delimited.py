@@ -8,7 +8,9 @@ is kept in memory, in the reader (DataLoader workers inherit it). Reading rows `
 stop)`` of a group reads that group's bytes only and parses them ``batch_rows`` rows at a time,
 so memory stays bounded by one group whatever the file sizes. Nothing is written next to the
 data. The scan is redone when a file's size or modification time changes between listing and
-reading (then reading stops with an error: the rows would not be the listed ones).
+reading (then reading stops with an error: the rows would not be the listed ones). Files may be
+URLs (``s3://``, ``gs://``, ...): the scan then streams each file once, and a read fetches the
+byte range of its group only (for an object, its ETag stands for the modification time).
 
 Every column has a declared type (``column_types``, else ``default_type``): types are never
 inferred, because a guess made from one block of rows can differ from the guess for another
@@ -22,7 +24,6 @@ is a bad row the core leaves out and counts (see :mod:`tzrun_plugins.readers.bad
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import attrs
@@ -33,6 +34,7 @@ import pyarrow.csv as pacsv
 from tzrun import BAD_ROW_COLUMN, RowGroup, list_files
 from tzrun.errors import DataError
 from tzrun_plugins.readers.bad_lines import convert_fields, with_bad_rows
+from tzrun_plugins.readers.inputs import open_input, stamp as file_stamp
 
 __all__ = ["CsvConfig", "CsvReader", "build_csv", "COLUMN_TYPES"]
 
@@ -147,14 +149,14 @@ class _FileIndex:
 
     Attributes:
         names: the file's columns.
-        stamp: ``(size, mtime_ns)`` when it was scanned.
+        stamp: ``(size, version)`` when it was scanned (see :func:`~tzrun_plugins.readers.inputs.stamp`).
         offsets: byte offset of each group's first row, then the end of the data.
         lines: 1-based line number of each group's first row.
         rows: rows of each group.
     """
 
     names: tuple[str, ...]
-    stamp: tuple[int, int]
+    stamp: tuple[int, Any]
     offsets: np.ndarray
     lines: np.ndarray
     rows: np.ndarray
@@ -230,7 +232,7 @@ class CsvReader:
             DataError: when the file cannot be read, is compressed, or its header is not one.
         """
         try:
-            with open(path, "rb") as f:
+            with open_input(path) as f:
                 if f.read(2) == b"\x1f\x8b":
                     raise DataError(f"{path}: is gzip-compressed; the csv reader reads plain text (decompress it first)")
                 f.seek(0)
@@ -263,10 +265,9 @@ class CsvReader:
                 f"(the file has: {', '.join(index.names)}); fix [features]/[data] or data.reader"
             )
         try:
-            stamp = _stamp(group.path)
-            if stamp != index.stamp:
+            if file_stamp(group.path) != index.stamp:
                 raise DataError(f"{group.path}: the file changed after it was listed; restart the run on stable data")
-            with open(group.path, "rb") as f:
+            with open_input(group.path) as f:
                 f.seek(int(index.offsets[group.index]))
                 data = f.read(int(index.offsets[group.index + 1] - index.offsets[group.index]))
         except OSError as exc:
@@ -288,7 +289,7 @@ class CsvReader:
     def describe_row(self, group: RowGroup, row: int) -> str:
         """``line N``: the 1-based line of row ``row`` of ``group`` (named in errors)."""
         index = self._index.get(group.path) or self._scan(group.path)
-        with open(group.path, "rb") as f:
+        with open_input(group.path) as f:
             f.seek(int(index.offsets[group.index]))
             data = f.read(int(index.offsets[group.index + 1] - index.offsets[group.index]))
         buf = np.frombuffer(data, np.uint8)
@@ -377,7 +378,7 @@ class CsvReader:
     def _scan(self, path: str) -> _FileIndex:
         """Index ``path`` (see the module docstring), once per reader."""
         try:
-            stamp = _stamp(path)
+            stamp = file_stamp(path)
             cached = self._index.get(path)
             if cached is not None and cached.stamp == stamp:
                 return cached
@@ -387,7 +388,7 @@ class CsvReader:
         self._index[path] = index
         return index
 
-    def _scan_file(self, path: str, stamp: tuple[int, int]) -> _FileIndex:
+    def _scan_file(self, path: str, stamp: tuple[int, Any]) -> _FileIndex:
         cfg = self.cfg
         per_group = cfg.rows_per_group
         offsets: list[int] = []
@@ -395,7 +396,7 @@ class CsvReader:
         rows, lines_before = 0, 0
         names: tuple[str, ...] | None = None if cfg.header else tuple(cfg.column_names)
         base, line_start, prev = 0, 0, 0
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             head = f.read(2)
             if head == b"\x1f\x8b":
                 raise DataError(f"{path}: is gzip-compressed; the csv reader reads plain text (decompress it first)")
@@ -455,11 +456,6 @@ class CsvReader:
                 f"that the header does not have (the file has: {', '.join(names)})"
             )
         return names
-
-
-def _stamp(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
 
 
 def _line_numbers(buf: np.ndarray, starts: np.ndarray, first_line: int) -> np.ndarray:

@@ -5,18 +5,24 @@ row group's column chunks, and stops at the last row asked for, so memory stays 
 one row group's compressed columns, whatever the file sizes. A directory is searched
 recursively for files ending in ``suffixes`` (``.parquet`` and ``.pq``; names starting with
 ``.`` or ``_`` are skipped); a glob may use ``**``.
+
+Inputs may be URLs (``s3://bucket/train/``, ``gs://``, ``abfs://``, ``hdfs://``): a file on a
+store is opened through fsspec and read by byte ranges, the footer first, then, for a read,
+the wanted column chunks of one row group, fetched together (``pre_buffer``).
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import attrs
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tzrun import RowGroup, is_hashable, list_files
+from tzrun import RowGroup, is_hashable, is_remote, list_files
 from tzrun.errors import DataError
+from tzrun_plugins.readers.inputs import open_input
 
 __all__ = ["ParquetConfig", "ParquetReader", "build_parquet"]
 
@@ -58,10 +64,8 @@ class ParquetReader:
         """
         groups = []
         for path in list_files(input_path, self.cfg.suffixes):
-            try:
-                metadata = pq.ParquetFile(path).metadata
-            except (OSError, pa.ArrowException) as exc:
-                raise DataError(f"{path}: not a readable Parquet file: {exc}") from None
+            with _parquet_file(path) as parquet_file:
+                metadata = parquet_file.metadata
             groups.extend(RowGroup(path, i, metadata.row_group(i).num_rows) for i in range(metadata.num_row_groups))
         return groups
 
@@ -80,15 +84,14 @@ class ParquetReader:
         Raises:
             DataError: when it is not a readable Parquet file.
         """
-        try:
-            metadata = pq.read_metadata(path)
+        with _parquet_file(path) as parquet_file:
+            metadata = parquet_file.metadata
             return metadata.schema.to_arrow_schema() if metadata.num_rows else None
-        except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{path}: not a readable Parquet file: {exc}") from None
 
     def describe_row(self, group: RowGroup, row: int) -> str:
         """``row N``: the 0-based index in its file of row ``row`` of ``group`` (named in errors)."""
-        metadata = pq.ParquetFile(group.path).metadata
+        with _parquet_file(group.path) as parquet_file:
+            metadata = parquet_file.metadata
         return f"row {sum(metadata.row_group(i).num_rows for i in range(group.index)) + row} (counting from 0)"
 
     def read(self, group: RowGroup, start: int, stop: int, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -97,10 +100,11 @@ class ParquetReader:
         Raises:
             DataError: naming the file, for a missing column or an unreadable row group.
         """
-        try:
-            parquet_file = pq.ParquetFile(group.path)
-        except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{group.path}: not a readable Parquet file: {exc}") from None
+        with _source(group.path) as source:
+            yield from self._read(source, group, start, stop, columns)
+
+    def _read(self, source: Any, group: RowGroup, start: int, stop: int, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        parquet_file = _open(source, group.path)
         names = parquet_file.schema_arrow.names
         missing = [c for c in columns if c not in names]
         if missing:
@@ -112,10 +116,7 @@ class ParquetReader:
             schema = parquet_file.schema_arrow
             text = [c for c in columns if is_hashable(schema.field(c).type)]
             if text:
-                try:
-                    parquet_file = pq.ParquetFile(group.path, metadata=parquet_file.metadata, read_dictionary=text)
-                except (OSError, pa.ArrowException) as exc:
-                    raise DataError(f"{group.path}: not a readable Parquet file: {exc}") from None
+                parquet_file = _open(source, group.path, metadata=parquet_file.metadata, read_dictionary=text)
         # one thread: DataLoader workers are the parallelism, and Arrow's own pool would
         # oversubscribe the cores (and is one more thread pool a forked worker inherits).
         # Record batches are decoded one at a time and only up to ``stop``.
@@ -134,6 +135,53 @@ class ParquetReader:
             at += batch.num_rows
             if lo < hi:
                 yield batch.slice(lo, hi - lo)
+
+
+@contextmanager
+def _source(path: str) -> Iterator[Any]:
+    """What pyarrow opens for ``path``: the path itself when local (read as always), an open
+    file through :func:`open_input` for a URL (closed on leaving).
+
+    Raises:
+        DataError: naming the file, when it cannot be opened.
+    """
+    if not is_remote(path):
+        yield path
+        return
+    try:
+        source = open_input(path)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+def _open(source: Any, path: str, **options: Any) -> pq.ParquetFile:
+    """``source`` (from :func:`_source`) as a Parquet file; a remote one fetches the column
+    chunks of a read together (``pre_buffer``).
+
+    Raises:
+        DataError: naming the file, when it is not readable Parquet.
+    """
+    try:
+        if source is path:
+            return pq.ParquetFile(path, **options)
+        return pq.ParquetFile(source, pre_buffer=True, **options)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: not a readable Parquet file: {exc}") from None
+
+
+@contextmanager
+def _parquet_file(path: str) -> Iterator[pq.ParquetFile]:
+    """``path`` opened as Parquet (its footer read).
+
+    Raises:
+        DataError: naming the file, when it cannot be opened or is not Parquet.
+    """
+    with _source(path) as source:
+        yield _open(source, path)
 
 
 def build_parquet(cfg: ParquetConfig) -> ParquetReader:

@@ -48,7 +48,8 @@ class NegativeSamplerConfig:
 
     Attributes:
         item_table: the item table: a Parquet file or a directory of them, or a CSV file
-            (``.csv``, ``.tsv``, ``.txt``, or ``format = "csv"``).
+            (``.csv``, ``.tsv``, ``.txt``, or ``format = "csv"``); a local path or a URL
+            (``s3://bucket/items.parquet``).
         item_id: its id column (TorchEasyRec's ``item_id_field``).
         num_negatives: items drawn per batch, shared by every row of the batch
             (``num_sample``).
@@ -102,10 +103,11 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from tzrun import arrow_filesystem, as_path, is_remote, open_file
     from tzrun_plugins.readers.delimited import COLUMN_TYPES
 
     path = cfg.item_table
-    if not os.path.exists(path):
+    if not _exists(path):
         raise DataError(f"{path}: the item table (data.sampler.item_table) does not exist; "
                         "write it or fix the path (relative paths start at the working directory)")
     kind = cfg.format
@@ -114,12 +116,27 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
     try:
         if kind == "csv":
             types = {c: COLUMN_TYPES[t] for c, t in cfg.column_types.items()}
-            return pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter=cfg.delimiter),
-                                  convert_options=pacsv.ConvertOptions(column_types=types))
-        return pq.read_table(path)
+            options = {"parse_options": pacsv.ParseOptions(delimiter=cfg.delimiter),
+                       "convert_options": pacsv.ConvertOptions(column_types=types)}
+            if not is_remote(path):
+                return pacsv.read_csv(os.fspath(as_path(path)), **options)
+            with open_file(path, "rb") as f:
+                return pacsv.read_csv(f, **options)
+        fs, inner = arrow_filesystem(path)
+        return pq.read_table(inner, filesystem=fs)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: cannot read the item table as {kind.upper()}: {exc}; "
                         "check the file (or data.sampler.format)") from None
+
+
+def _exists(path: str) -> bool:
+    """Whether ``path`` (a local path or a URL) names a file or directory."""
+    from tzrun import as_path, filesystem, is_remote
+
+    if not is_remote(path):
+        return os.path.exists(as_path(path))
+    fs, inner = filesystem(path)
+    return bool(fs.exists(inner))
 
 
 class NegativeSampler:
