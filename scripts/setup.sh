@@ -29,9 +29,13 @@ case "$stack" in
   *) echo "setup: TZRUN_STACK must be cpu or cuda, not '$stack'" >&2; exit 2 ;;
 esac
 echo "setup: installing the $stack stack (torch, fbgemm, torchrec)"
-# torch alone from PyTorch's index for the stack (--no-deps: that index is asked about torch only)
-"${pip[@]}" --no-deps --extra-index-url "$torch_index" -c requirements/constraints.txt \
-  "$(grep -m1 '^torch==' "requirements/$stack.txt")"
+# torch alone (--no-deps) from PyTorch's index for the stack; the CPU build first from the
+# configured indexes, when they hold it (a local wheel cache or mirror: no retries of an
+# unreachable PyTorch index)
+torch_req="$(grep -m1 '^torch==' "requirements/$stack.txt")"
+if ! { [ "$stack" = cpu ] && "${pip[@]}" --no-deps -c requirements/constraints.txt "$torch_req" 2>/dev/null; }; then
+  "${pip[@]}" --no-deps --extra-index-url "$torch_index" -c requirements/constraints.txt "$torch_req"
+fi
 "${pip[@]}" -c requirements/constraints.txt -r "requirements/$stack.txt"
 # TorchRec with its FBGEMM and torchmetrics requirements corrected, so that pip check passes (a
 # script of the standard library: tzrec-run itself is not installed yet)
