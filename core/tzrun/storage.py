@@ -33,9 +33,11 @@ __all__ = [
     "open_file",
     "list_files",
     "remove_tree",
+    "forget_listings",
 ]
 
-#: A local :class:`pathlib.Path` or a :class:`upath.UPath` (a ``Path`` subclass) for a URL.
+#: A local :class:`pathlib.Path` or a :class:`upath.UPath` for a URL (same API; in universal-pathlib 0.3
+#: not a ``Path`` subclass, so never re-wrap one in ``Path(...)``: use :func:`as_path`).
 StoragePath = Path
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -59,6 +61,8 @@ def is_remote(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a URL of a store other than the local disk (``file://`` is local)."""
     if isinstance(path, Path) and not _is_upath(path):
         return False
+    if _is_upath(path):
+        return getattr(path, "protocol", "") not in ("", "file", "local")
     found = scheme(str(path))
     return found is not None and found not in ("file", "local")
 
@@ -71,8 +75,8 @@ def as_path(path: str | os.PathLike[str]) -> Path:
         StorageError: for a URL whose scheme has no fsspec implementation installed, naming
             the ``tzrec-run`` extra that installs it.
     """
-    if isinstance(path, Path) and (not _is_upath(path) or is_remote(path)):
-        return path
+    if _is_upath(path) or (isinstance(path, Path) and not is_remote(path)):
+        return path if is_remote(path) else Path(str(path).split("://", 1)[-1])
     text = os.fspath(path)
     found = scheme(text)
     if found is None:
@@ -85,7 +89,7 @@ def as_path(path: str | os.PathLike[str]) -> Path:
     return UPath(text)
 
 
-def _is_upath(path: Path) -> bool:
+def _is_upath(path: object) -> bool:
     return type(path).__module__.startswith("upath")
 
 
@@ -151,6 +155,17 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
         fs.rm(inner, recursive=True)
     except FileNotFoundError:
         pass
+
+
+def forget_listings(path: str | os.PathLike[str]) -> None:
+    """Drop what this process's fsspec filesystem remembers of the listings under ``path``
+    (s3fs, gcsfs and adlfs cache directory listings, so a key another process wrote or
+    removed since would be missed). Call before listing or checking for files other ranks or
+    runs write (checkpoints, markers). Nothing to do for a local path."""
+    if not is_remote(path):
+        return
+    fs, _ = filesystem(path)
+    fs.invalidate_cache()
 
 
 def list_files(
