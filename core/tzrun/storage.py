@@ -34,6 +34,7 @@ __all__ = [
     "list_files",
     "remove_tree",
     "forget_listings",
+    "storage_options",
 ]
 
 #: A local :class:`pathlib.Path` or a :class:`upath.UPath` for a URL (same API; in universal-pathlib 0.3
@@ -86,7 +87,22 @@ def as_path(path: str | os.PathLike[str]) -> Path:
     _check_protocol(found, text)
     from upath import UPath
 
-    return UPath(text)
+    return UPath(text, **storage_options(text))
+
+
+#: Schemes whose fsspec filesystem caches directory listings (s3fs, gcsfs, adlfs).
+_LISTING_CACHES = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"}
+
+
+def storage_options(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The fsspec options every access to ``path`` uses: for stores whose filesystem caches
+    directory listings, no listing cache. Several processes (ranks, runs, ``tzrec-run ckpt``)
+    write a model dir; a cached listing would hide a checkpoint another rank wrote, and s3fs
+    reads a file it rewrote since (``eval_results.jsonl``, ``best.json``) by a stale ETag
+    and fails with ``FileExpired``. Endpoints and credentials are never options here: they
+    come from each store's standard environment."""
+    found = scheme(str(path))
+    return {"use_listings_cache": False} if found in _LISTING_CACHES else {}
 
 
 def _is_upath(path: object) -> bool:
@@ -118,7 +134,7 @@ def filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:
     found = scheme(text)
     if found is not None and found not in ("file", "local"):
         _check_protocol(found, text)
-    return fsspec.core.url_to_fs(text)
+    return fsspec.core.url_to_fs(text, **storage_options(text))
 
 
 def arrow_filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:

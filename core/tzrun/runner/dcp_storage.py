@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tzrun.storage import is_remote
+from tzrun.storage import is_remote, storage_options
 
 __all__ = ["storage_writer", "storage_reader"]
 
@@ -20,7 +20,7 @@ def storage_writer(path: Path) -> Any:
     if is_remote(path):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-        return FsspecWriter(str(path))
+        return FsspecWriter(str(path), **storage_options(path))
     from torch.distributed.checkpoint import FileSystemWriter
 
     return FileSystemWriter(str(path))
@@ -31,7 +31,7 @@ def storage_reader(path: Path) -> Any:
     if is_remote(path):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-        return FsspecReader(str(path))
+        return FsspecReader(str(path), **storage_options(path))
     from torch.distributed.checkpoint import FileSystemReader
 
     return FileSystemReader(str(path))
