@@ -33,7 +33,6 @@ __all__ = [
     "open_file",
     "list_files",
     "remove_tree",
-    "forget_listings",
     "storage_options",
 ]
 
@@ -76,8 +75,10 @@ def as_path(path: str | os.PathLike[str]) -> Path:
         StorageError: for a URL whose scheme has no fsspec implementation installed, naming
             the ``tzrec-run`` extra that installs it.
     """
-    if _is_upath(path) or (isinstance(path, Path) and not is_remote(path)):
-        return path if is_remote(path) else Path(str(path).split("://", 1)[-1])
+    if isinstance(path, Path):  # a local path
+        return path
+    if _is_upath(path):
+        return path if is_remote(path) else Path(path.path)  # type: ignore[attr-defined]
     text = os.fspath(path)
     found = scheme(text)
     if found is None:
@@ -171,17 +172,6 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
         fs.rm(inner, recursive=True)
     except FileNotFoundError:
         pass
-
-
-def forget_listings(path: str | os.PathLike[str]) -> None:
-    """Drop what this process's fsspec filesystem remembers of the listings under ``path``
-    (s3fs, gcsfs and adlfs cache directory listings, so a key another process wrote or
-    removed since would be missed). Call before listing or checking for files other ranks or
-    runs write (checkpoints, markers). Nothing to do for a local path."""
-    if not is_remote(path):
-        return
-    fs, _ = filesystem(path)
-    fs.invalidate_cache()
 
 
 def list_files(

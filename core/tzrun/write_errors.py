@@ -97,11 +97,12 @@ def named_write_error(error: BaseException, model_dir: str | os.PathLike[str], w
 
     if isinstance(error, (TzrunError, KeyboardInterrupt, SystemExit)):
         return None  # named already, or not a failure
+    local = None if is_remote(model_dir) else Path(model_dir)  # a URL has no local disk to check
     for found in _os_errors(error):
         if found.errno in _FULL or found.errno in _READ_ONLY or (
-                found.errno in _DENIED and _inside(found.filename, Path(model_dir))):
+                found.errno in _DENIED and local is not None and _inside(found.filename, local)):
             return WriteError(write_failure_message(found, as_path(model_dir), what))
-    if not is_remote(model_dir) and _disk_full(Path(model_dir)):
+    if local is not None and _disk_full(local):
         # torch.save's zip writer reports a short write as "RuntimeError: [enforce fail at
         # inline_container.cc] unexpected pos ...", without the errno: the disk tells instead
         full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

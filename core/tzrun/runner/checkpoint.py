@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.files import write_atomic
-from tzrun.storage import as_path, forget_listings, is_remote, remove_tree
+from tzrun.storage import as_path, is_remote, remove_tree
 from tzrun.runner.dcp_storage import storage_reader, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
@@ -117,7 +117,6 @@ def is_complete(path: Path) -> bool:
 def list_checkpoints(model_dir: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints under ``model_dir``, oldest first."""
     root = as_path(model_dir) / "checkpoints"
-    forget_listings(root)  # another rank or run may have saved or removed one since
     found = []
     if root.is_dir():
         for child in root.iterdir():
@@ -148,7 +147,6 @@ def remove_incomplete_checkpoints(model_dir: Path) -> list[Path]:
     returns what was removed. A directory with a damaged marker is left for inspection (it is
     not listed, and a save of the same step replaces it). Call on one rank only."""
     root = as_path(model_dir) / "checkpoints"
-    forget_listings(root)
     removed = []
     if root.is_dir():
         for child in root.iterdir():
@@ -448,8 +446,6 @@ def read_legacy_entries(path: Path, rank: int, same_world_size: bool) -> dict[st
     """The entries a current checkpoint keeps in ``state/`` (``loop``, ``schedules``,
     ``update``, ``train_metrics``, ``stages``, and ``rank.<R>`` when the world size is the
     same), read from a 0.1.0 checkpoint's own files (its manifest verified them)."""
-    import torch
-
     path = as_path(path)
     meta = read_meta(path)
     entries: dict[str, Any] = {

@@ -12,7 +12,7 @@ from tzrun.errors import CheckpointError
 from tzrun.runner.checkpoint import checkpoint_step, is_complete, read_meta
 from tzrun.runner.manifest import check_checkpoint
 from tzrun.runner.retention import read_best
-from tzrun.storage import as_path, forget_listings
+from tzrun.storage import as_path
 
 __all__ = ["CheckpointListing", "list_checkpoint_dirs", "format_listing", "describe_checkpoint", "format_description"]
 
@@ -68,7 +68,6 @@ def list_checkpoint_dirs(model_dir: Path) -> list[CheckpointListing]:
         CheckpointError: when ``model_dir`` does not exist.
     """
     model_dir = as_path(model_dir)
-    forget_listings(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: no such model dir")
     root = model_dir / "checkpoints"

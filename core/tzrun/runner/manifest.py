@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import attrs
 
-from tzrun.storage import as_path, forget_listings
+from tzrun.storage import as_path
 
 __all__ = [
     "MARKER",
@@ -106,7 +106,6 @@ def listed_files(root: Path) -> list[str]:
     """Every file under a checkpoint directory that its manifest lists: all but the marker,
     the manifest and temporary files of an atomic write (``.NAME.tmp``)."""
     root = as_path(root)
-    forget_listings(root)  # other ranks wrote files here
     names = []
     for path in root.rglob("*"):
         if not path.is_file():
