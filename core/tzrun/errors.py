@@ -261,4 +261,5 @@ def unknown_component_message(kind: str, name: str, available: Sequence[str]) ->
 
 class StorageError(TzrunError):
     """A path names a store this installation cannot open (a URL scheme whose fsspec
-    implementation is not installed); the message names the path and the extra to install."""
+    implementation is not installed; the message names the path and the extra to install),
+    or a place on a store that does not exist (a model dir in a missing bucket)."""

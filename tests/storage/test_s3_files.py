@@ -11,6 +11,7 @@ import socket
 import pytest
 
 import tzrun
+from tzrun.errors import StorageError
 from tzrun.runner.checkpoint import list_checkpoints, remove_incomplete_checkpoints
 from tzrun.runner.manifest import MANIFEST, MARKER, check_checkpoint, describe_files, manifest_bytes, marker_bytes
 from tzrun.runner.retention import prune_checkpoints, read_best, record_best
@@ -80,3 +81,11 @@ def test_checkpoints_on_s3_are_listed_checked_pruned_and_cleaned_up(s3_bucket: s
     assert [s for s, _ in list_checkpoints(model_dir)] == [2, 6, 8]
     fs, inner = tzrun.filesystem(model_dir)
     assert not [k for k in fs.find(inner) if "/step-4/" in k or "/step-10/" in k]  # every object removed
+
+
+def test_a_model_dir_in_a_missing_bucket_is_refused_and_no_bucket_is_created(s3_bucket: str) -> None:
+    missing = f"{s3_bucket}-missing"
+    with pytest.raises(StorageError, match=rf"{missing}/run: cannot create the run lock: its bucket .* does not exist"):
+        acquire_run_lock(f"{missing}/run")
+    fs, _ = tzrun.filesystem(missing)
+    assert not fs.exists(missing.removeprefix("s3://"))

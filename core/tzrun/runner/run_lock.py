@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from tzrun.errors import TzrunError
+from tzrun.errors import StorageError, TzrunError
 from tzrun.storage import as_path, is_remote
 
 __all__ = ["LOCK_FILE", "ModelDirLockedError", "RunLock", "acquire_run_lock", "claim_run_lock"]
@@ -115,6 +115,10 @@ def _create_object(path: Path, content: bytes) -> bool:
         return True
     except FileExistsError:
         return False
+    except FileNotFoundError:
+        raise StorageError(
+            f"{path.parent}: cannot create the run lock: its bucket (or container) does not exist, or these credentials "
+            "cannot see it; create it first (tzrec-run does not create buckets) or fix model_dir") from None
     except (NotImplementedError, ValueError, TypeError) as error:  # no exclusive create on this store
         log.warning("%s: this store cannot create a file only if it is absent (%s); the run lock is checked, "
                     "then written, so two runs started at the same moment could both take it", path, error)
@@ -139,7 +143,8 @@ def acquire_run_lock(model_dir: Path, command: str | None = None) -> RunLock:
             was written on another host, or when it cannot be read.
     """
     model_dir = as_path(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
+    if not is_remote(model_dir):  # an object store has no directories (and s3fs would create a missing bucket)
+        model_dir.mkdir(parents=True, exist_ok=True)
     path = model_dir / LOCK_FILE
     command = command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     for _ in range(2):
@@ -180,7 +185,7 @@ def claim_run_lock(model_dir: Path, rank: int, world_size: int) -> RunLock | Non
     if rank == 0:
         try:
             lock = acquire_run_lock(model_dir)
-        except ModelDirLockedError as error:
+        except (ModelDirLockedError, StorageError) as error:
             refusal = str(error)
         except OSError as error:  # a read-only or full model dir: refused on every rank, not a hang
             from tzrun.write_errors import write_failure_message
