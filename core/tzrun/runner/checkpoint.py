@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.files import write_atomic
-from tzrun.storage import as_path, is_remote, remove_tree
 from tzrun.runner.dcp_storage import storage_reader, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
@@ -63,6 +62,7 @@ from tzrun.runner.manifest import (
     unverified_allowed,
     verify_hashes_by_default,
 )
+from tzrun.storage import as_path, is_remote, remove_tree
 
 if TYPE_CHECKING:
     import torch
@@ -284,8 +284,10 @@ def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], met
     if is_complete(path):
         return path
     if rank == 0:
-        if path.exists():  # an earlier save of this step that never completed
-            remove_tree(path) if is_remote(path) else shutil.rmtree(path)
+        if path.exists() and is_remote(path):  # an earlier save of this step that never completed
+            remove_tree(path)
+        elif path.exists():
+            shutil.rmtree(path)
         path.mkdir(parents=True)
     dist.barrier()  # nobody writes into a directory rank 0 is still clearing
     dcp.save(dict(state), storage_writer=storage_writer(path / "state"))  # returns on every rank once all wrote

@@ -131,8 +131,8 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
             ``load_optimizer`` with renames.
     """
     import torch.distributed.checkpoint as dcp
-    from tzrun.runner.checkpoint import init_lazy_states, is_complete, latest_checkpoint, load_planner, verify_checkpoint
 
+    from tzrun.runner.checkpoint import init_lazy_states, is_complete, latest_checkpoint, load_planner, verify_checkpoint
     from tzrun.runner.dcp_storage import storage_reader
 
     source = as_path(init.checkpoint)
