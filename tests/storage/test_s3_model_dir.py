@@ -49,7 +49,8 @@ class Losses:
             os.kill(os.getpid(), self.signum)
 
 
-def _train(criteo_dir: Path, model_dir: str, recorder: Losses, *extra: str, resume: bool = False, init_from=None):
+def _train(criteo_dir: Path, model_dir: str, recorder: Losses, *extra: str, resume: bool = False, overwrite: bool = False,
+           init_from=None):
     from tzrun.runner.distributed import shutdown_distributed
     from tzrun.runner.trainer import train
 
@@ -57,7 +58,8 @@ def _train(criteo_dir: Path, model_dir: str, recorder: Losses, *extra: str, resu
     registries = collect_registries(pm)
     raw = parse_config(tiny_config_text(criteo_dir, "unused"), "<test>", [f'model_dir="{model_dir}"', *STEPS, *extra])
     try:
-        return train(load_config(raw, registries), raw, pm, registries, resume=resume, init_from=init_from)
+        return train(load_config(raw, registries), raw, pm, registries, resume=resume, overwrite=overwrite,
+                     init_from=init_from)
     finally:
         shutdown_distributed()
 
@@ -120,11 +122,17 @@ def test_one_rank_stopped_by_sigterm_on_s3_resumes_exactly_and_evaluate_ckpt_and
 
     from tzrun.runner.init_from import InitFrom
 
-    started = _train(criteo_dir, str(tmp_path / "warm"), Losses(), "train.num_steps=1",
+    warm = f"{s3_bucket}/warm"
+    started = _train(criteo_dir, warm, Losses(), "train.num_steps=1",
                      init_from=InitFrom(f"{model_dir}/checkpoints/step-6", None, False, (), ()))
     assert started.steps == 1
-    report = json.loads((tmp_path / "warm" / "init_report.json").read_text())
+    report = json.loads(tzrun.as_path(f"{warm}/init_report.json").read_text())
     assert report["checkpoint"] == f"{model_dir}/checkpoints/step-6" and report["loaded"]
+
+    _train(criteo_dir, model_dir, Losses(), "train.num_steps=1", overwrite=True)  # the earlier run's outputs go
+    assert [s for s, _ in list_checkpoints(model_dir)] == [1]
+    assert [r["step"] for r in _results(model_dir)] == [1]
+    assert not [k for k in _keys(model_dir) if k.startswith(("tensorboard/", "profiler/", "metrics.jsonl"))]
 
 
 def _torchrun(criteo_dir: Path, tmp_path: Path, model_dir: str, *flags: str, fault: str = "") -> subprocess.CompletedProcess:
