@@ -336,8 +336,9 @@ def unknown_component_message(kind: str, name: str, available: Sequence[str]) ->
 
 class StorageError(TzrunError):
     """A path names a store this installation cannot open (a URL scheme whose fsspec
-    implementation is not installed, or a store that refuses to list it: credentials, endpoint,
-    network); the message names the path and the extra to install or what to check."""
+    implementation is not installed: the message names the path and the extra to install; a
+    store that refuses to list it: credentials, endpoint, network), or a place on a store that
+    does not exist (a model dir in a missing bucket)."""
 
 
 class MissingDependencyError(TzrunError):

@@ -1,6 +1,16 @@
 """The files a run writes in its model dir, and the two ways it writes them: atomically, and
 as JSON lines. Torch-free; part of the public API (:mod:`tzrun` re-exports it) so that stages
-write the way the core does."""
+write the way the core does.
+
+Every function takes a local path or a URL (``s3://bucket/run/metrics.jsonl``, see
+:mod:`tzrun.storage`). On the local disk an atomic write is a temporary file, fsync and
+rename, and an append is one ``write`` of a whole line. An object store has no rename and no
+append, but a single PUT of an object is atomic (a reader sees the old object or the whole new
+one), so there :func:`write_atomic` is one PUT and :func:`append_jsonl` reads the object and
+PUTs it back with the line added: atomic too, but not safe for two writers of the same file
+at once (in a model dir only rank 0 writes these files, under the run lock) and linear in the
+file's size per append.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
+
+from tzrun.storage import as_path, is_remote
 
 __all__ = ["METRICS_FILE", "EVAL_RESULTS", "write_atomic", "append_jsonl", "read_jsonl", "keep_jsonl"]
 
@@ -20,7 +32,10 @@ EVAL_RESULTS = "eval_results.jsonl"
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one
-    (a temporary file, fsync, rename)."""
+    (a temporary file, fsync, rename; on an object store, one PUT)."""
+    if is_remote(path):
+        as_path(path).write_bytes(data)
+        return
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with _naming(path):
@@ -32,9 +47,19 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def append_jsonl(path: str | os.PathLike[str], record: Mapping[str, Any]) -> None:
-    """Append one record to a JSON-lines file (one ``write`` of a whole line)."""
+    """Append one record to a JSON-lines file (one ``write`` of a whole line; on an object
+    store, which cannot append, the file is read and written back whole with one PUT)."""
+    line = json.dumps(dict(record)) + "\n"
+    if is_remote(path):
+        target = as_path(path)
+        try:
+            before = target.read_bytes()
+        except FileNotFoundError:
+            before = b""
+        target.write_bytes(before + line.encode("utf-8"))
+        return
     with _naming(path), open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(dict(record)) + "\n")
+        f.write(line)
 
 
 @contextlib.contextmanager
@@ -53,7 +78,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a JSON-lines file (``metrics.jsonl``, ``eval_results.jsonl``), in order;
     a line a crash tore is skipped."""
     out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in as_path(path).read_text(encoding="utf-8").splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
@@ -65,7 +90,7 @@ def keep_jsonl(path: str | os.PathLike[str], keep: Callable[[dict[str, Any]], bo
     """Rewrite a JSON-lines file (atomically) with only the records for which ``keep(record)``
     is true, e.g. on resume the lines up to the checkpoint's step. Returns how many were
     dropped (0 when the file does not exist)."""
-    path = Path(path)
+    path = as_path(path)
     if not path.is_file():
         return 0
     records = read_jsonl(path)

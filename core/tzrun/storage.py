@@ -33,9 +33,11 @@ __all__ = [
     "open_file",
     "list_files",
     "remove_tree",
+    "storage_options",
 ]
 
-#: A local :class:`pathlib.Path` or a :class:`upath.UPath` (a ``Path`` subclass) for a URL.
+#: A local :class:`pathlib.Path` or a :class:`upath.UPath` for a URL (same API; in universal-pathlib 0.3
+#: not a ``Path`` subclass, so never re-wrap one in ``Path(...)``: use :func:`as_path`).
 StoragePath = Path
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -59,6 +61,8 @@ def is_remote(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a URL of a store other than the local disk (``file://`` is local)."""
     if isinstance(path, Path) and not _is_upath(path):
         return False
+    if _is_upath(path):
+        return getattr(path, "protocol", "") not in ("", "file", "local")
     found = scheme(str(path))
     return found is not None and found not in ("file", "local")
 
@@ -71,8 +75,10 @@ def as_path(path: str | os.PathLike[str]) -> Path:
         StorageError: for a URL whose scheme has no fsspec implementation installed, naming
             the ``tzrec-run`` extra that installs it.
     """
-    if isinstance(path, Path) and (not _is_upath(path) or is_remote(path)):
+    if isinstance(path, Path):  # a local path
         return path
+    if _is_upath(path):
+        return path if is_remote(path) else Path(path.path)  # type: ignore[attr-defined]
     text = os.fspath(path)
     found = scheme(text)
     if found is None:
@@ -82,10 +88,25 @@ def as_path(path: str | os.PathLike[str]) -> Path:
     _check_protocol(found, text)
     from upath import UPath
 
-    return UPath(text)
+    return UPath(text, **storage_options(text))
 
 
-def _is_upath(path: Path) -> bool:
+#: Schemes whose fsspec filesystem caches directory listings (s3fs, gcsfs, adlfs).
+_LISTING_CACHES = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"}
+
+
+def storage_options(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The fsspec options every access to ``path`` uses: for stores whose filesystem caches
+    directory listings, no listing cache. Several processes (ranks, runs, ``tzrec-run ckpt``)
+    write a model dir; a cached listing would hide a checkpoint another rank wrote, and s3fs
+    reads a file it rewrote since (``eval_results.jsonl``, ``best.json``) by a stale ETag
+    and fails with ``FileExpired``. Endpoints and credentials are never options here: they
+    come from each store's standard environment."""
+    found = scheme(str(path))
+    return {"use_listings_cache": False} if found in _LISTING_CACHES else {}
+
+
+def _is_upath(path: object) -> bool:
     return type(path).__module__.startswith("upath")
 
 
@@ -114,7 +135,7 @@ def filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:
     found = scheme(text)
     if found is not None and found not in ("file", "local"):
         _check_protocol(found, text)
-    return fsspec.core.url_to_fs(text)
+    return fsspec.core.url_to_fs(text, **storage_options(text))
 
 
 def arrow_filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:

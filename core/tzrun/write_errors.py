@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tzrun.errors import WriteError
+from tzrun.storage import as_path, is_remote
 
 __all__ = ["named_write_error", "write_failure_message"]
 
@@ -96,11 +97,12 @@ def named_write_error(error: BaseException, model_dir: str | os.PathLike[str], w
 
     if isinstance(error, (TzrunError, KeyboardInterrupt, SystemExit)):
         return None  # named already, or not a failure
+    local = None if is_remote(model_dir) else Path(model_dir)  # a URL has no local disk to check
     for found in _os_errors(error):
         if found.errno in _FULL or found.errno in _READ_ONLY or (
-                found.errno in _DENIED and _inside(found.filename, Path(model_dir))):
-            return WriteError(write_failure_message(found, Path(model_dir), what))
-    if _disk_full(Path(model_dir)):
+                found.errno in _DENIED and local is not None and _inside(found.filename, local)):
+            return WriteError(write_failure_message(found, as_path(model_dir), what))
+    if local is not None and _disk_full(local):
         # torch.save's zip writer reports a short write as "RuntimeError: [enforce fail at
         # inline_container.cc] unexpected pos ...", without the errno: the disk tells instead
         full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -109,7 +111,7 @@ def named_write_error(error: BaseException, model_dir: str | os.PathLike[str], w
         if type(error).__name__ != "CheckpointException":  # whose last line names the inner error
             detail = f"{type(error).__name__}: {detail}"
         return WriteError(write_failure_message(
-            full, Path(model_dir), f"{what or 'into it'} (the disk has under 1 MiB left; the write failed with {detail})"))
+            full, as_path(model_dir), f"{what or 'into it'} (the disk has under 1 MiB left; the write failed with {detail})"))
     return None
 
 

@@ -19,6 +19,7 @@ import torch
 
 from tzrun.files import EVAL_RESULTS, read_jsonl
 from tzrun.runner.evaluate import trim_eval_results
+from tzrun.storage import as_path
 
 __all__ = ["PENDING_KEY", "resume_evaluation", "evaluation_pending", "trim_for_resume"]
 
@@ -85,7 +86,7 @@ def trim_for_resume(model_dir: Path, step: int, *, pending: bool) -> int:
 
 def _recorded(model_dir: Path, step: int) -> bool:
     """Whether the training run's evaluation of ``step`` is in ``eval_results.jsonl``."""
-    path = Path(model_dir) / EVAL_RESULTS
+    path = as_path(model_dir) / EVAL_RESULTS
     if not path.is_file():
         return False
     return any("command" not in r and int(r.get("step", -1)) == step for r in read_jsonl(path))

@@ -24,6 +24,12 @@ A directory without ``COMPLETE`` left by an interrupted save is removed before t
 written again. Loading checks every file against the manifest first (sizes always, hashes unless
 ``TZRUN_CHECKPOINT_VERIFY=size``) and names the damaged file and an earlier checkpoint.
 
+A model dir may be on an object store or a distributed file system (``s3://``, ``gs://``,
+``abfs://``, ``hdfs://``; see :mod:`tzrun.storage`): DCP then writes and reads through its
+fsspec storage (``FsspecWriter``/``FsspecReader``), and nothing here relies on renaming a
+directory: a checkpoint is complete when its marker exists, and the marker is one object
+written last, by one PUT, which is atomic on every such store.
+
 Torch is imported only by the functions that save or load state, so listing and inspecting
 checkpoints stays fast.
 """
@@ -40,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.files import write_atomic
+from tzrun.runner.dcp_storage import storage_reader, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
     MARKER,
@@ -55,6 +62,7 @@ from tzrun.runner.manifest import (
     unverified_allowed,
     verify_hashes_by_default,
 )
+from tzrun.storage import as_path, is_remote, remove_tree
 
 if TYPE_CHECKING:
     import torch
@@ -90,12 +98,12 @@ _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 def checkpoint_dir(model_dir: Path, step: int) -> Path:
     """Where the checkpoint of ``step`` lives."""
-    return Path(model_dir) / "checkpoints" / f"step-{step}"
+    return as_path(model_dir) / "checkpoints" / f"step-{step}"
 
 
 def checkpoint_step(path: Path) -> int | None:
     """The step of a ``step-N`` directory, or None for another name."""
-    match = _STEP_DIR.match(Path(path).name)
+    match = _STEP_DIR.match(as_path(path).name)
     return int(match.group(1)) if match else None
 
 
@@ -103,12 +111,12 @@ def is_complete(path: Path) -> bool:
     """Whether ``path`` is a checkpoint whose save finished: its marker records the manifest's
     digest, or (a checkpoint written before manifests) ``step N`` with no ``manifest.json``.
     An empty, unreadable or otherwise damaged marker is not complete."""
-    return marker_state(Path(path))[0] != "incomplete"
+    return marker_state(as_path(path))[0] != "incomplete"
 
 
 def list_checkpoints(model_dir: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints under ``model_dir``, oldest first."""
-    root = Path(model_dir) / "checkpoints"
+    root = as_path(model_dir) / "checkpoints"
     found = []
     if root.is_dir():
         for child in root.iterdir():
@@ -126,7 +134,7 @@ def latest_checkpoint(model_dir: Path) -> Path | None:
 
 def previous_checkpoint(path: Path) -> Path | None:
     """The newest complete checkpoint older than ``path`` in the same model dir, or None."""
-    path = Path(path)
+    path = as_path(path)
     step = checkpoint_step(path)
     if step is None or path.parent.name != "checkpoints":
         return None
@@ -138,20 +146,20 @@ def remove_incomplete_checkpoints(model_dir: Path) -> list[Path]:
     """Delete checkpoint directories without the completion marker (an interrupted save);
     returns what was removed. A directory with a damaged marker is left for inspection (it is
     not listed, and a save of the same step replaces it). Call on one rank only."""
-    root = Path(model_dir) / "checkpoints"
+    root = as_path(model_dir) / "checkpoints"
     removed = []
     if root.is_dir():
         for child in root.iterdir():
             # only a missing marker means an interrupted save; a damaged one is kept to inspect
             if _STEP_DIR.match(child.name) and not (child / MARKER).exists():
-                shutil.rmtree(child, ignore_errors=True)
+                remove_tree(child)
                 removed.append(child)
     return removed
 
 
 def read_meta(path: Path) -> dict[str, Any]:
     """A checkpoint's ``meta.json``."""
-    return json.loads((Path(path) / "meta.json").read_text(encoding="utf-8"))
+    return json.loads((as_path(path) / "meta.json").read_text(encoding="utf-8"))
 
 
 def sharding_summary(plan: Any) -> list[dict[str, Any]]:
@@ -276,11 +284,13 @@ def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], met
     if is_complete(path):
         return path
     if rank == 0:
-        if path.exists():
-            shutil.rmtree(path)  # an earlier save of this step that never completed
+        if path.exists() and is_remote(path):  # an earlier save of this step that never completed
+            remove_tree(path)
+        elif path.exists():
+            shutil.rmtree(path)
         path.mkdir(parents=True)
     dist.barrier()  # nobody writes into a directory rank 0 is still clearing
-    dcp.save(dict(state), checkpoint_id=str(path / "state"))  # returns on every rank once all wrote
+    dcp.save(dict(state), storage_writer=storage_writer(path / "state"))  # returns on every rank once all wrote
     if rank == 0:
         write_atomic(path / "meta.json", json.dumps(dict(meta), indent=2, default=str).encode())
     manifest = _write_manifest(path, step)
@@ -327,7 +337,7 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
     """
     import torch.distributed as dist
 
-    path = Path(path)
+    path = as_path(path)
     if hashes is None:
         hashes = verify_hashes_by_default()
     state, reason = marker_state(path)
@@ -376,7 +386,7 @@ def load_model_state(path: Path, model: torch.nn.Module, *, verify: bool = True)
     elif not is_complete(path):
         raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
     state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=str(Path(path) / "state"))
+    dcp.load(state, storage_reader=storage_reader(as_path(path) / "state"))
     model.load_state_dict(state["model"])
 
 
@@ -410,7 +420,7 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
     """
     import torch.distributed.checkpoint as dcp
 
-    path = Path(path)
+    path = as_path(path)
     if verify:
         verify_checkpoint(path)
     elif not is_complete(path):
@@ -418,7 +428,7 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
     if "optimizer" in state:
         init_lazy_states(state["optimizer"])
     try:
-        dcp.load(dict(state), checkpoint_id=str(path / "state"), planner=load_planner())
+        dcp.load(dict(state), storage_reader=storage_reader(path / "state"), planner=load_planner())
     except Exception as error:  # DCP reports a key it lacks as "Missing key in checkpoint state_dict"
         if "Missing key" not in str(error):
             raise
@@ -431,28 +441,34 @@ def is_legacy(path: Path) -> bool:
     """Whether the checkpoint was written by tzrec-run 0.1.0, which kept the schedules, the
     update path and each rank's state in files beside ``state/`` (``state/`` held the model
     and the optimizers only)."""
-    return (Path(path) / "schedules.pt").is_file()
+    return (as_path(path) / "schedules.pt").is_file()
 
 
 def read_legacy_entries(path: Path, rank: int, same_world_size: bool) -> dict[str, Any]:
     """The entries a current checkpoint keeps in ``state/`` (``loop``, ``schedules``,
     ``update``, ``train_metrics``, ``stages``, and ``rank.<R>`` when the world size is the
     same), read from a 0.1.0 checkpoint's own files (its manifest verified them)."""
-    import torch
-
-    path = Path(path)
+    path = as_path(path)
     meta = read_meta(path)
     entries: dict[str, Any] = {
         "loop": {"step": meta["step"], "epoch": meta.get("epoch", 0), "data": meta.get("data")},
-        "schedules": torch.load(path / "schedules.pt", weights_only=False),
-        "update": torch.load(path / "update.pt", weights_only=False) if (path / "update.pt").is_file() else {},
+        "schedules": _torch_load(path / "schedules.pt"),
+        "update": _torch_load(path / "update.pt") if (path / "update.pt").is_file() else {},
         "train_metrics": meta.get("train_metrics", {}),
         "stages": meta.get("stages", {}),
     }
     rank_file = path / "ranks" / f"rank-{rank}.pt"
     if same_world_size and rank_file.is_file():
-        entries[f"rank.{rank}"] = torch.load(rank_file, weights_only=False)
+        entries[f"rank.{rank}"] = _torch_load(rank_file)
     return entries
+
+
+def _torch_load(path: Path) -> Any:
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(path.read_bytes()) if is_remote(path) else path, weights_only=False)
 
 
 def read_saved(path: Path, key: str) -> Any:
@@ -464,6 +480,6 @@ def read_saved(path: Path, key: str) -> Any:
     found: list[Any] = []
     with warnings.catch_warnings():  # "torch.distributed is disabled ...": loading in one process is the intent
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load({key: Blob(lambda: None, found.append)}, checkpoint_id=str(Path(path) / "state"), no_dist=True,
-                 planner=load_planner())
+        dcp.load({key: Blob(lambda: None, found.append)}, storage_reader=storage_reader(as_path(path) / "state"),
+                 no_dist=True, planner=load_planner())
     return found[0]

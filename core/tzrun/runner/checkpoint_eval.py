@@ -42,6 +42,7 @@ from tzrun.runner.session import Session
 from tzrun.write_errors import write_failure_message
 from tzrun.runner.records import config_differences
 from tzrun.runner.retention import BEST_FILE, read_best
+from tzrun.storage import as_path
 
 __all__ = ["CheckpointEvaluation", "resolve_checkpoint", "evaluate_checkpoint"]
 
@@ -70,7 +71,7 @@ def resolve_checkpoint(model_dir: Path, which: str) -> Path:
         CheckpointError: when there is no such checkpoint (with what to do instead).
         IncompleteCheckpointError: when the directory's save never finished.
     """
-    model_dir = Path(model_dir)
+    model_dir = as_path(model_dir)
     if which == "latest":
         path = latest_checkpoint(model_dir)
         if path is None:
@@ -88,7 +89,7 @@ def resolve_checkpoint(model_dir: Path, which: str) -> Path:
             raise CheckpointError(f"{model_dir / BEST_FILE} names {path}, which is no longer a complete checkpoint; "
                                   "pass --checkpoint latest or a path")
         return path
-    path = Path(which)
+    path = as_path(which)
     if not path.exists() and (model_dir / "checkpoints" / which).exists():
         path = model_dir / "checkpoints" / which
     if not path.exists():

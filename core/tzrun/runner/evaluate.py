@@ -12,6 +12,7 @@ from tzrun.files import EVAL_RESULTS, append_jsonl, keep_jsonl
 from tzrun.interfaces import EvalResult, RunContext
 from tzrun.registry import Registries
 from tzrun.runner.slots import MetricSlot
+from tzrun.storage import as_path, is_remote
 
 __all__ = ["evaluate", "update_metric", "append_eval_result", "trim_eval_results"]
 
@@ -81,14 +82,14 @@ def evaluate(
 def append_eval_result(model_dir: Path, result: EvalResult, **extra: Any) -> None:
     """Append one evaluation to ``model_dir/eval_results.jsonl``: ``step``, ``rows``, every
     metric, then ``extra`` (e.g. ``checkpoint`` and ``command`` for ``tzrec-run evaluate``)."""
-    append_jsonl(Path(model_dir) / EVAL_RESULTS, {"step": result.step, "rows": result.rows, **result.metrics, **extra})
+    append_jsonl(as_path(model_dir) / EVAL_RESULTS, {"step": result.step, "rows": result.rows, **result.metrics, **extra})
 
 
 def trim_eval_results(model_dir: Path, step: int) -> int:
     """Drop the training run's evaluations after ``step`` from ``eval_results.jsonl`` (on
     resume from the checkpoint of ``step``: an evaluation whose checkpoint was never completed
     runs again). ``tzrec-run evaluate`` lines are kept. Returns how many lines were dropped."""
-    return keep_jsonl(Path(model_dir) / EVAL_RESULTS, lambda r: "command" in r or int(r.get("step", 0)) <= step)
+    return keep_jsonl(as_path(model_dir) / EVAL_RESULTS, lambda r: "command" in r or int(r.get("step", 0)) <= step)
 
 
 def update_metric(metric: Any, slot: MetricSlot, out: Any, step: int | None = None) -> None:
@@ -123,11 +124,16 @@ def _save_predictions(model_dir: Path, step: int, rank: int, saved: dict[str, li
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = Path(model_dir) / "predictions" / f"step-{step}"
+    out = as_path(model_dir) / "predictions" / f"step-{step}"
     out.mkdir(parents=True, exist_ok=True)
     columns = {k: torch.cat(v).numpy() for k, v in saved.items()}
     weights = columns.get("weight")
     if weights is not None:
         keep = weights > 0
         columns = {k: v[keep] for k, v in columns.items()}
-    pq.write_table(pa.table(columns), out / f"rank-{rank}.parquet")
+    target = out / f"rank-{rank}.parquet"
+    if is_remote(target):
+        with target.open("wb") as f:
+            pq.write_table(pa.table(columns), f)
+    else:
+        pq.write_table(pa.table(columns), target)

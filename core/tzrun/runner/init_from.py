@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import attrs
 
 from tzrun.errors import CheckpointError, TzrunError
+from tzrun.storage import as_path
 
 __all__ = ["InitFrom", "InitReport", "read_name_map", "init_from_checkpoint"]
 
@@ -130,11 +131,11 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
             ``load_optimizer`` with renames.
     """
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
 
     from tzrun.runner.checkpoint import init_lazy_states, is_complete, latest_checkpoint, load_planner, verify_checkpoint
+    from tzrun.runner.dcp_storage import storage_reader
 
-    source = Path(init.checkpoint)
+    source = as_path(init.checkpoint)
     if not is_complete(source):
         latest = latest_checkpoint(source)
         if latest is None:
@@ -145,7 +146,7 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     if renames and init.load_optimizer:
         raise TzrunError("--init-optimizer loads the optimizer state as saved; it cannot be combined with a name map")
 
-    saved = FileSystemReader(str(source / "state")).read_metadata().state_dict_metadata
+    saved = storage_reader(source / "state").read_metadata().state_dict_metadata
     saved_model = {k[len(_PREFIX):]: meta for k, meta in saved.items() if k.startswith(_PREFIX)}
     current = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
     problems: list[str] = []
@@ -185,14 +186,14 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
             + ". Map names with --init-map, or allow them with --init-allow-missing / --init-allow-unexpected "
             "(patterns such as 'final.*')"
         )
-    dcp.load({"model": {"model." + k: v for k, v in targets.items()}}, checkpoint_id=str(source / "state"),
+    dcp.load({"model": {"model." + k: v for k, v in targets.items()}}, storage_reader=storage_reader(source / "state"),
              planner=load_planner())
     # the targets are the model's own state tensors (or shards of them): give them back to it
     model.load_state_dict({"model." + k: v for k, v in current.items()})
     if init.load_optimizer:
         init_lazy_states(optimizer)
         optimizer_state = {"optimizer": optimizer.state_dict()}
-        dcp.load(optimizer_state, checkpoint_id=str(source / "state"), planner=load_planner())
+        dcp.load(optimizer_state, storage_reader=storage_reader(source / "state"), planner=load_planner())
         optimizer.load_state_dict(optimizer_state["optimizer"])
     report = InitReport(str(source), tuple(loaded), renamed, tuple(missing), tuple(unexpected), init.load_optimizer)
     if rank == 0:

@@ -12,6 +12,7 @@ from tzrun.errors import CheckpointError
 from tzrun.runner.checkpoint import checkpoint_step, is_complete, read_meta
 from tzrun.runner.manifest import check_checkpoint
 from tzrun.runner.retention import read_best
+from tzrun.storage import as_path
 
 __all__ = ["CheckpointListing", "list_checkpoint_dirs", "format_listing", "describe_checkpoint", "format_description"]
 
@@ -66,7 +67,7 @@ def list_checkpoint_dirs(model_dir: Path) -> list[CheckpointListing]:
     Raises:
         CheckpointError: when ``model_dir`` does not exist.
     """
-    model_dir = Path(model_dir)
+    model_dir = as_path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: no such model dir")
     root = model_dir / "checkpoints"
@@ -136,7 +137,7 @@ def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
         CheckpointError: when ``path`` is not a directory, or is a model dir (it has
             ``checkpoints/``) rather than one of its checkpoints.
     """
-    path = Path(path)
+    path = as_path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory")
     _refuse_model_dir(path)

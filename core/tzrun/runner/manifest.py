@@ -6,6 +6,9 @@ Loading checks the manifest first: a file missing, shorter or longer than listed
 copy, a full disk) or with another hash (bit rot, a partial overwrite) is named before
 torch reads a byte of it.
 
+Every path may be local or on an object store (:func:`tzrun.storage.as_path`): files are
+listed, sized and read through the path's own methods.
+
 This module does not import torch (``tzrec-run ckpt`` uses it).
 """
 
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import attrs
+
+from tzrun.storage import as_path
 
 __all__ = [
     "MARKER",
@@ -100,7 +105,7 @@ def verify_hashes_by_default() -> bool:
 def listed_files(root: Path) -> list[str]:
     """Every file under a checkpoint directory that its manifest lists: all but the marker,
     the manifest and temporary files of an atomic write (``.NAME.tmp``)."""
-    root = Path(root)
+    root = as_path(root)
     names = []
     for path in root.rglob("*"):
         if not path.is_file():
@@ -114,7 +119,7 @@ def listed_files(root: Path) -> list[str]:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -134,7 +139,7 @@ def share_of(sizes: Sequence[int], rank: int, world_size: int) -> list[int]:
 
 def describe_files(root: Path, names: Iterable[str]) -> list[FileEntry]:
     """Size and SHA-256 of each of ``names`` under ``root``."""
-    root = Path(root)
+    root = as_path(root)
     return [FileEntry(name, (root / name).stat().st_size, _sha256(root / name)) for name in names]
 
 
@@ -162,7 +167,7 @@ def marker_state(root: Path) -> tuple[str, str | None]:
         otherwise: no marker, an empty or unreadable one, or one without the digest although
         ``manifest.json`` exists (a damaged marker must not switch verification off).
     """
-    root = Path(root)
+    root = as_path(root)
     try:
         text = (root / MARKER).read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -195,7 +200,7 @@ def check_checkpoint(root: Path, *, hashes: bool = True, share: tuple[int, int] 
     Returns:
         The status; ``problems`` name each file relative to ``root``.
     """
-    root = Path(root)
+    root = as_path(root)
     state, expected = marker_state(root)
     if state == "incomplete":
         return ManifestStatus("incomplete", problems=(str(expected),))

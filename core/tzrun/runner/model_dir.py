@@ -15,6 +15,7 @@ from tzrun.registry import Registries
 from tzrun.runner.checkpoint import latest_checkpoint, remove_incomplete_checkpoints
 from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences
 from tzrun.runner.retention import BEST_FILE
+from tzrun.storage import is_remote, remove_tree
 
 __all__ = ["CORE_OUTPUTS", "run_outputs", "claim_model_dir"]
 
@@ -47,7 +48,10 @@ def run_outputs(cfg: RunConfig, registries: Registries) -> list[str]:
 def _remove(model_dir: Path, relative: list[str]) -> None:
     for name in relative:
         path = model_dir / name
-        if path.is_dir() and not path.is_symlink():
+        if is_remote(path):  # an object store: a prefix, or one object
+            remove_tree(path)
+            path.unlink(missing_ok=True)
+        elif path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)

@@ -33,6 +33,7 @@ import attrs
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import Component, RunConfig
 from tzrun.files import write_atomic
+from tzrun.storage import as_path
 
 __all__ = [
     "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml", "emit_toml",
@@ -353,7 +354,7 @@ def config_differences(saved: Mapping[str, Any], now: Mapping[str, Any], saved_a
 def owner_differences(model_dir: Path, cfg: RunConfig) -> list[str]:
     """How the run recorded in ``model_dir`` differs from ``cfg`` in ``[model]`` and
     ``[[features]]`` (one line each); empty when it is the same run or nothing is recorded."""
-    path = Path(model_dir) / RESOLVED_JSON
+    path = as_path(model_dir) / RESOLVED_JSON
     if not path.is_file():
         return []
     try:

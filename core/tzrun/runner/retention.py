@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -24,6 +23,7 @@ from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
 from tzrun.files import write_atomic
 from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints
 from tzrun.runner.manifest import MARKER
+from tzrun.storage import as_path, remove_tree
 
 if TYPE_CHECKING:
     from tzrun.config.schema import RunConfig
@@ -64,12 +64,12 @@ class BestCheckpoint:
 
     def path(self, model_dir: Path) -> Path:
         """The checkpoint directory."""
-        return Path(model_dir) / self.checkpoint
+        return as_path(model_dir) / self.checkpoint
 
 
 def read_best(model_dir: Path) -> BestCheckpoint | None:
     """The best checkpoint recorded in ``model_dir``, or None."""
-    path = Path(model_dir) / BEST_FILE
+    path = as_path(model_dir) / BEST_FILE
     if not path.is_file():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -95,7 +95,7 @@ def record_best(
     """
     if metric not in metrics:
         raise ConfigError("eval.best_metric", [_unknown_metric(metric, list(metrics))])
-    model_dir = Path(model_dir)
+    model_dir = as_path(model_dir)
     value = float(metrics[metric])
     current = read_best(model_dir)
     if current is not None and (current.metric, current.mode) != (metric, mode):
@@ -127,7 +127,7 @@ def prune_checkpoints(model_dir: Path, keep: int) -> list[Path]:
         if step == best_step:
             continue
         (path / MARKER).unlink(missing_ok=True)
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
         removed.append(path)
     if removed:
         log.info("removed %d old checkpoint(s) (train.keep_checkpoint_max = %d): %s", len(removed), keep,

@@ -10,6 +10,13 @@ A lock left by a run that died without removing it (killed by SIGKILL, a crashed
 process start time in ``/proc``); such a lock is taken over with a warning. A lock written on
 another host cannot be checked from here: it is refused with the command that removes it.
 ``tzrec-run evaluate`` reads a model dir without taking the lock.
+
+On an object store (``s3://`` ...) the lock is an object created with a conditional write
+(fsspec's exclusive mode ``"xb"``: S3's ``If-None-Match: *``, GCS's ``ifGenerationMatch=0``),
+which fails when the object exists, so two runs cannot both create it. A store or fsspec
+implementation without conditional writes (``"xb"`` refused) gets a check-then-write instead,
+with a warning, and the lock is read back after writing: two runs started within the same
+moment may then both believe they hold it.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from typing import Any
 
 import attrs
 
-from tzrun.errors import EXIT_CANT_WRITE, TzrunError
+from tzrun.errors import EXIT_CANT_WRITE, StorageError, TzrunError
+from tzrun.storage import as_path, is_remote
 
 __all__ = ["LOCK_FILE", "ModelDirLockedError", "RunLock", "acquire_run_lock", "claim_run_lock"]
 
@@ -86,16 +94,40 @@ def _describe(holder: dict[str, Any]) -> str:
 
 def _create(path: Path, command: str) -> bool:
     """Create the lock file atomically with this process's record; False when it exists."""
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
+              "started": time.time(), "command": command}
+    if is_remote(path):
+        return _create_object(path, (json.dumps(record) + "\n").encode("utf-8"))
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
-    record = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
-              "started": time.time(), "command": command}
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(record, f)
         f.write("\n")
     return True
+
+
+def _create_object(path: Path, content: bytes) -> bool:
+    """:func:`_create` on an object store: a conditional write, or check-then-write where the
+    store has none (then read back: False when another run's record replaced this one)."""
+    try:
+        with path.open("xb") as f:
+            f.write(content)
+        return True
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        raise StorageError(
+            f"{path.parent}: cannot create the run lock: its bucket (or container) does not exist, or these credentials "
+            "cannot see it; create it first (tzrec-run does not create buckets) or fix model_dir") from None
+    except (NotImplementedError, ValueError, TypeError) as error:  # no exclusive create on this store
+        log.warning("%s: this store cannot create a file only if it is absent (%s); the run lock is checked, "
+                    "then written, so two runs started at the same moment could both take it", path, error)
+    if path.exists():
+        return False
+    path.write_bytes(content)
+    return path.read_bytes() == content
 
 
 def acquire_run_lock(model_dir: Path, command: str | None = None) -> RunLock:
@@ -112,8 +144,9 @@ def acquire_run_lock(model_dir: Path, command: str | None = None) -> RunLock:
         ModelDirLockedError: when a live run holds it (naming its host, pid and start), when it
             was written on another host, or when it cannot be read.
     """
-    model_dir = Path(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = as_path(model_dir)
+    if not is_remote(model_dir):  # an object store has no directories (and s3fs would create a missing bucket)
+        model_dir.mkdir(parents=True, exist_ok=True)
     path = model_dir / LOCK_FILE
     command = command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     for _ in range(2):
@@ -154,12 +187,12 @@ def claim_run_lock(model_dir: Path, rank: int, world_size: int) -> RunLock | Non
     if rank == 0:
         try:
             lock = acquire_run_lock(model_dir)
-        except ModelDirLockedError as error:
+        except (ModelDirLockedError, StorageError) as error:
             refusal = str(error)
         except OSError as error:  # a read-only or full model dir: refused on every rank, not a hang
             from tzrun.write_errors import write_failure_message
 
-            refusal = write_failure_message(error, Path(model_dir), f"the run lock {LOCK_FILE}")
+            refusal = write_failure_message(error, as_path(model_dir), f"the run lock {LOCK_FILE}")
     if world_size > 1:
         import torch.distributed as dist
 

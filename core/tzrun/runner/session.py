@@ -42,6 +42,7 @@ from tzrun.runner.slots import MetricSlot, group_columns, metric_slots
 from tzrun.runner.stages import RunStages
 from tzrun.runner.train_metrics import TrainMetrics
 from tzrun.runner.watchdog import start_watchdog
+from tzrun.storage import as_path
 
 __all__ = ["Session", "seed_everything", "rng_state", "set_rng_state"]
 
@@ -144,7 +145,7 @@ class Session:
     @property
     def model_dir(self) -> Path:
         """Where the run writes."""
-        return Path(self.cfg.model_dir)
+        return as_path(self.cfg.model_dir)
 
     # -- data ------------------------------------------------------------------------------------
 

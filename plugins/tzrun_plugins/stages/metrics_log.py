@@ -65,8 +65,9 @@ class MetricsLogStage:
     def tzrun_before_train(self, run: tzrun.RunContext) -> None:
         if not run.is_rank0:
             return
-        path = Path(self.cfg.path) if self.cfg.path else Path(tzrun.METRICS_FILE)
-        self.path = path if path.is_absolute() else Path(run.model_dir) / path
+        path = self.cfg.path or tzrun.METRICS_FILE
+        self.path = tzrun.as_path(path) if tzrun.is_remote(path) or Path(path).is_absolute() \
+            else tzrun.as_path(run.model_dir) / path
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if run.start_step == 0 or not self.path.exists():
             self.path.write_text("", encoding="utf-8")

@@ -5,6 +5,9 @@ TensorBoard's profiler plugin, Perfetto or ``chrome://tracing``.
 The schedule is torch's: skip ``skip_first`` steps, then ``repeat`` cycles of ``wait`` idle,
 ``warmup`` traced-but-discarded and ``active`` recorded steps. Each cycle writes one
 ``<worker>.<time>.pt.trace.json`` file per profiled rank.
+
+With a model dir (or ``dir``) on an object store, traces are written into a local temporary
+directory and uploaded through fsspec as each one is ready (see :mod:`._staging`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import attrs
 
 import tzrun
 from tzrun_plugins.stages._closing import ClosedAtTheEnd
+from tzrun_plugins.stages._staging import StagedDir
 
 __all__ = ["ProfilerConfig", "ProfilerStage", "build_profiler"]
 
@@ -56,6 +60,7 @@ class ProfilerStage(ClosedAtTheEnd):
         self.cfg = cfg
         self.profiler: Any = None
         self.trace_dir: Path | None = None
+        self.staged: StagedDir | None = None
 
     @tzrun.hookimpl
     def tzrun_before_train(self, run: tzrun.RunContext) -> None:
@@ -65,15 +70,23 @@ class ProfilerStage(ClosedAtTheEnd):
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
         c = self.cfg
-        path = Path(c.dir) if c.dir else Path("profiler")
-        self.trace_dir = path if path.is_absolute() else Path(run.model_dir) / path
+        path = c.dir or "profiler"
+        self.trace_dir = tzrun.as_path(path) if tzrun.is_remote(path) or Path(path).is_absolute() \
+            else tzrun.as_path(run.model_dir) / path
+        self.staged = staged = StagedDir(self.trace_dir, "profiler")
+        write_trace = tensorboard_trace_handler(str(staged.local), worker_name=f"rank{run.rank}")
+
+        def on_trace_ready(prof: Any) -> None:
+            write_trace(prof)
+            staged.upload()
+
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         self.profiler = profile(
             activities=activities,
             schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first),
-            on_trace_ready=tensorboard_trace_handler(str(self.trace_dir), worker_name=f"rank{run.rank}"),
+            on_trace_ready=on_trace_ready,
             record_shapes=c.record_shapes,
             profile_memory=c.profile_memory,
             with_stack=c.with_stack,
@@ -90,6 +103,9 @@ class ProfilerStage(ClosedAtTheEnd):
         if self.profiler is not None:
             self.profiler.stop()
             self.profiler = None
+        if self.staged is not None:
+            self.staged.close()
+            self.staged = None
 
 
 def profiler_outputs(cfg: ProfilerConfig) -> list[str]:

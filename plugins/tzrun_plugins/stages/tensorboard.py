@@ -18,11 +18,19 @@ tag                        run   value
 
 Scalars come from the loop's train log, so they match the progress lines and
 ``metrics.jsonl`` exactly. The writer is TensorBoard's own (``torch.utils.tensorboard``).
+
+With a model dir (or ``log_dir``) on an object store, the writers write into a local
+temporary directory whose event files are uploaded through fsspec every ``flush_secs``, after
+each evaluation and at the end (see :mod:`._staging`): TensorBoard's own file layer reaches
+``s3://`` through boto3 with its own endpoint variable (``S3_ENDPOINT``), and appends to an
+object by re-sending it on every flush, so staging keeps one set of credentials and one
+upload path for every store.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,6 +38,7 @@ import attrs
 
 import tzrun
 from tzrun_plugins.stages._closing import ClosedAtTheEnd
+from tzrun_plugins.stages._staging import StagedDir
 
 __all__ = ["TensorBoardConfig", "TensorBoardStage", "build_tensorboard"]
 
@@ -66,6 +75,7 @@ class TensorBoardStage(ClosedAtTheEnd):
         self.train: Any = None
         self.eval: Any = None
         self.log_dir: Path | None = None
+        self.staged: StagedDir | None = None
 
     @tzrun.hookimpl
     def tzrun_before_train(self, run: tzrun.RunContext) -> None:
@@ -73,12 +83,15 @@ class TensorBoardStage(ClosedAtTheEnd):
             return
         from torch.utils.tensorboard import SummaryWriter
 
-        path = Path(self.cfg.log_dir) if self.cfg.log_dir else Path("tensorboard")
-        self.log_dir = path if path.is_absolute() else Path(run.model_dir) / path
+        path = self.cfg.log_dir or "tensorboard"
+        self.log_dir = tzrun.as_path(path) if tzrun.is_remote(path) or Path(path).is_absolute() \
+            else tzrun.as_path(run.model_dir) / path
+        self.staged = StagedDir(self.log_dir, "tensorboard")
         # purge_step drops the events a resumed run will write again
         purge = run.start_step + 1 if run.start_step else None
-        self.train = SummaryWriter(str(self.log_dir / "train"), flush_secs=self.cfg.flush_secs, purge_step=purge)
-        self.eval = SummaryWriter(str(self.log_dir / "eval"), flush_secs=self.cfg.flush_secs, purge_step=purge)
+        local = self.staged.local
+        self.train = SummaryWriter(str(local / "train"), flush_secs=self.cfg.flush_secs, purge_step=purge)
+        self.eval = SummaryWriter(str(local / "eval"), flush_secs=self.cfg.flush_secs, purge_step=purge)
 
     @tzrun.hookimpl
     def tzrun_after_train_step(self, run: tzrun.RunContext, step: tzrun.StepInfo) -> None:
@@ -108,6 +121,10 @@ class TensorBoardStage(ClosedAtTheEnd):
         w.add_scalar("perf/data_wait_fraction", log.data_wait_fraction, s)
         if log.grad_norm is not None:
             w.add_scalar("grad/global_norm", log.grad_norm, s)
+        if self.staged is not None and self.staged.remote and \
+                time.monotonic() - self.staged.uploaded_at >= self.cfg.flush_secs:
+            w.flush()
+            self.staged.upload()
 
     @tzrun.hookimpl
     def tzrun_after_eval(self, run: tzrun.RunContext, step: int, result: tzrun.EvalResult) -> None:
@@ -122,12 +139,17 @@ class TensorBoardStage(ClosedAtTheEnd):
             self.eval.add_scalar(name if name.startswith("loss/") else f"metric/{name}", value, step)
         self.eval.flush()
         self.train.flush()
+        if self.staged is not None:
+            self.staged.upload()
 
     def close(self) -> None:
         for writer in (self.train, self.eval):
             if writer is not None:
                 writer.close()
         self.train = self.eval = None
+        if self.staged is not None:
+            self.staged.close()
+            self.staged = None
 
 
 def tensorboard_outputs(cfg: TensorBoardConfig) -> list[str]:
