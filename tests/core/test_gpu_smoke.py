@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from tzrun.tools.torchrec_wheel import TORCHREC_VERSION
+
 from tests.conftest import REPO
 from tests.gpu import example_runs
 
@@ -36,7 +38,7 @@ def test_dry_run_sets_up_the_cuda_stack_first_and_installs_nothing(dry_run, tmp_
     assert cmds[1] == "nvidia-smi -L"
     stack = next(line for line in dry_run if line.startswith("the CUDA stack:"))
     assert "requirements/cuda.txt (torch==2.13.0 fbgemm-gpu==1.8.0)" in stack
-    assert "requirements/torchrec-nodeps.txt (torchrec==1.8.0)" in stack
+    assert "torchrec==1.8.0 (core/tzrun/tools/torchrec_wheel.py)" in stack
     venv, work = tmp_path / "venv", tmp_path / "work"
     env = {"PATH": "/usr/bin:/bin", "TZRUN_VENV": str(venv), "TZRUN_SMOKE_DIR": str(work)}
     proc = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, cwd=REPO, timeout=60, env=env)
@@ -48,11 +50,12 @@ def test_dry_run_sets_up_the_cuda_stack_first_and_installs_nothing(dry_run, tmp_
 def test_cuda_requirements_pair_fbgemm_with_its_torch():
     """FBGEMM 1.X is built for torch 2.(X+5), and torchrec 1.X goes with FBGEMM 1.X."""
     pins = {}
-    for name in ("cuda.txt", "torchrec-nodeps.txt", "cpu.txt"):
+    for name in ("cuda.txt", "cpu.txt"):
         for line in (REPO / "requirements" / name).read_text().splitlines():
-            if m := re.fullmatch(r"([a-z-]+)==(\d+)\.(\d+)\.(\d+)", line.strip()):
+            if m := re.fullmatch(r"([a-z-]+)==(\d+)\.(\d+)\.(\d+)(\+\w+)?", line.strip()):
                 pins.setdefault(name, {})[m.group(1)] = tuple(int(x) for x in m.group(2, 3, 4))
-    cuda, torchrec = pins["cuda.txt"], pins["torchrec-nodeps.txt"]["torchrec"]
+    cuda = pins["cuda.txt"]
+    torchrec = tuple(int(x) for x in TORCHREC_VERSION.split("."))  # what setup.sh installs
     assert set(cuda) == {"torch", "fbgemm-gpu"}  # the CUDA build of FBGEMM, not fbgemm-gpu-cpu
     assert cuda["torch"][:2] == (2, cuda["fbgemm-gpu"][1] + 5) and cuda["fbgemm-gpu"][0] == 1
     assert torchrec == cuda["fbgemm-gpu"]
