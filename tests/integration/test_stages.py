@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import run_cli
+from tzrun.cli import main
 from tzrun.testing import tiny_config_text
 from tzrun.errors import EXIT_CONFIG
 
@@ -216,15 +218,16 @@ def test_early_stopping_ends_at_the_right_eval_and_its_state_survives_resume(tmp
     assert [r["step"] for r in _records(model_dir, "eval")] == [2, 4, 6]
 
 
-def test_stage_checks_run_in_tzrec_run_check(tmp_path, criteo_dir):
+def test_stage_checks_run_in_tzrec_run_check(tmp_path, criteo_dir, capsys):
     config = tmp_path / "run.toml"
     config.write_text(tiny_config_text(criteo_dir, tmp_path / "run"))
 
-    def check(*overrides: str):
+    def check(*overrides: str) -> SimpleNamespace:  # in-process: the command's code and stderr
         args = ["check", str(config)]
         for o in overrides:
             args += ["--set", o]
-        return run_cli(args)
+        code = main(args)
+        return SimpleNamespace(returncode=code, stderr=capsys.readouterr().err)
 
     unknown = check('train.stages=[{type = "early_stopping", metric = "aucc"}]')
     assert unknown.returncode == EXIT_CONFIG
