@@ -218,8 +218,9 @@ class DataConfig:
         batch_size: rows per step on each rank (at least 1).
         eval_batch_size: rows per evaluation step on each rank (default: ``batch_size``).
         num_workers: DataLoader worker processes per rank (0 reads in the training process);
-            each worker builds batches with one intra-op thread. See docs/data.md, Reading in
-            the training process or in workers.
+            each worker builds batches with one intra-op thread. The order of the batches depends
+            on it (the same rows, another order). See docs/data.md, Reading in the training
+            process or in workers.
         labels: label columns, in the order models see them (at least one); a name of
             ``derived_labels`` is computed from its source column.
         derived_labels: labels computed from another column (``[[data.derived_labels]]``,

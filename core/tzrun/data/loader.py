@@ -234,8 +234,9 @@ class RankInput:
         """One pass from step ``start`` on, as exactly ``min(steps, max_steps) - start``
         batches (``max_steps`` counts from the start of the pass): this rank's rows, then
         weight-0 padding batches if other ranks have more. The batches are the ones an
-        uninterrupted pass yields from step ``start``, in the same order, with or without
-        DataLoader workers. ``epoch`` picks the shuffle's permutations (pass the same one to
+        uninterrupted pass with the same ``num_workers`` yields from step ``start``, in the same
+        order (workers read contiguous shares of the batches and are taken in turn, so the
+        order depends on ``num_workers``). ``epoch`` picks the shuffle's permutations (pass the same one to
         :meth:`consumed`)."""
         from torch.utils.data import DataLoader
 
