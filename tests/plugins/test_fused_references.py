@@ -12,9 +12,9 @@ import math
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from tests.gpu import fused
+from tests.plugins.test_sparse_optimizers import process_group  # noqa: F401  (a one-process gloo group, module-wide)
 
 #: the GPU suite's cases that FBGEMM's CPU kernels run as they are; rowwise_adagrad without its
 #: weight decay, which FBGEMM's CPU kernel skips on a table one feature reads (a documented gap,
@@ -27,16 +27,6 @@ CPU_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def process_group():
-    """A one-process gloo group (TorchRec's sharding needs one); left alone if one exists."""
-    from tzrun.runner.distributed import init_distributed, shutdown_distributed
-
-    created = not dist.is_initialized()
-    init_distributed()
-    yield
-    if created:
-        shutdown_distributed()
 
 
 def test_every_registered_sparse_optimizer_has_a_case_and_a_reference():
