@@ -54,3 +54,23 @@ def test_listing_local_directories_is_unchanged(tmp_path: Path) -> None:
     for name in ("a.parquet", "sub/b.parquet", "_SUCCESS", "c.csv"):
         (tmp_path / name).write_bytes(b"x")
     assert list_files(str(tmp_path), [".parquet"]) == [str(tmp_path / "a.parquet"), str(tmp_path / "sub" / "b.parquet")]
+
+
+def test_a_store_that_cannot_be_reached_is_one_line_naming_the_url_and_where_to_look(tmp_path: Path) -> None:
+    """A wrong AWS_ENDPOINT_URL (nothing listens): after the client's retries, ``train`` stops
+    with one line naming the URL, the client's error and what to check; exit 78."""
+    from tests.conftest import run_cli
+    from tzrun.errors import EXIT_CONFIG
+    from tzrun.testing import tiny_config_text
+
+    pytest.importorskip("s3fs")
+    config = tmp_path / "run.toml"
+    config.write_text(tiny_config_text(tmp_path / "data", tmp_path / "run"))
+    dead = {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_DEFAULT_REGION": "us-east-1"}
+    proc = run_cli(["train", str(config), "--set", 'data.train_input="s3://team/criteo/train"',
+                    "--set", 'data.eval_input="s3://team/criteo/eval"'], env=dead, timeout=120)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert "s3://team/criteo/train: cannot be listed: EndpointConnectionError" in proc.stderr, proc.stderr
+    assert "credentials and endpoint" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
