@@ -3,11 +3,13 @@ writers, argument checks and the exact AUC of a known model's scores."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import operator
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +19,7 @@ import pyarrow.parquet as pq
 REPORT_FILE: str = "synth.json"
 
 __all__ = ["REPORT_FILE", "sigmoid", "block_rng", "clear_split", "write_part", "write_report", "auc", "check_int",
-           "checked_arguments", "read_document"]
+           "checked_arguments", "read_document", "nan_to_none", "none_to_nan", "report_fields"]
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -148,3 +150,30 @@ def read_document(out_dir: str | os.PathLike[str], dataset: str) -> dict[str, An
     if not isinstance(data, dict):
         raise ValueError(f"{str(path)!r} does not hold a JSON object; regenerate the data")
     return data
+
+
+def nan_to_none(value: Any) -> Any:
+    """A report value (a float, or a dict of them by label) for JSON: NaN becomes None."""
+    if isinstance(value, dict):
+        return {k: nan_to_none(v) for k, v in value.items()}
+    return None if math.isnan(value) else float(value)
+
+
+def none_to_nan(value: Any) -> Any:
+    """The inverse of :func:`nan_to_none`: None becomes NaN, everything else a float."""
+    if isinstance(value, dict):
+        return {k: none_to_nan(v) for k, v in value.items()}
+    return float("nan") if value is None else float(value)
+
+
+@contextlib.contextmanager
+def report_fields(dataset: str) -> Iterator[None]:
+    """Reading a report's fields: a missing one is a ``ValueError`` that says to regenerate
+    the data with ``tzrec-run data synth DATASET``."""
+    try:
+        yield
+    except KeyError as e:
+        raise ValueError(
+            f"synthetic data report is missing the field {e.args[0]!r}; regenerate it with "
+            f"`tzrec-run data synth {dataset}`"
+        ) from None

@@ -3,23 +3,14 @@ and reads back."""
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 import attrs
 
-from tzrun.tools.synth_common import read_document
+from tzrun.tools.synth_common import nan_to_none, none_to_nan, read_document, report_fields
 
 __all__ = ["SynthReport", "read_report"]
-
-
-def _float_to_json(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
-
-
-def _float_from_json(value: Any) -> float:
-    return float("nan") if value is None else float(value)
 
 
 @attrs.frozen
@@ -55,9 +46,9 @@ class SynthReport:
             "train_rows": self.train_rows,
             "eval_rows": self.eval_rows,
             "seed": self.seed,
-            "positive_rate": _float_to_json(self.positive_rate),
-            "bayes_auc": _float_to_json(self.bayes_auc),
-            "bayes_auc_train": _float_to_json(self.bayes_auc_train),
+            "positive_rate": nan_to_none(self.positive_rate),
+            "bayes_auc": nan_to_none(self.bayes_auc),
+            "bayes_auc_train": nan_to_none(self.bayes_auc_train),
             "cardinalities": list(self.cardinalities),
         }
 
@@ -74,22 +65,17 @@ class SynthReport:
         Raises:
             ValueError: a field is missing.
         """
-        try:
+        with report_fields("criteo"):
             return cls(
                 out_dir=str(data["out_dir"]),
                 train_rows=int(data["train_rows"]),
                 eval_rows=int(data["eval_rows"]),
                 seed=int(data["seed"]),
-                positive_rate=_float_from_json(data["positive_rate"]),
-                bayes_auc=_float_from_json(data["bayes_auc"]),
-                bayes_auc_train=_float_from_json(data["bayes_auc_train"]),
+                positive_rate=none_to_nan(data["positive_rate"]),
+                bayes_auc=none_to_nan(data["bayes_auc"]),
+                bayes_auc_train=none_to_nan(data["bayes_auc_train"]),
                 cardinalities=tuple(int(c) for c in data["cardinalities"]),
             )
-        except KeyError as e:
-            raise ValueError(
-                f"synthetic data report is missing the field {e.args[0]!r}; regenerate it with "
-                "`tzrec-run data synth criteo`"
-            ) from None
 
 
 def read_report(out_dir: str | os.PathLike[str]) -> SynthReport:

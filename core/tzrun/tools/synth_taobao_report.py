@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 import attrs
 
-from tzrun.tools.synth_common import read_document
+from tzrun.tools.synth_common import nan_to_none, none_to_nan, read_document, report_fields
 
 __all__ = ["TaobaoSynthReport", "read_taobao_report"]
 
@@ -41,9 +40,6 @@ class TaobaoSynthReport:
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as a JSON-serializable dict (NaN AUCs become None)."""
-        def clean(values: dict[str, float]) -> dict[str, float | None]:
-            return {k: None if math.isnan(v) else float(v) for k, v in values.items()}
-
         return {
             "out_dir": self.out_dir,
             "train_rows": self.train_rows,
@@ -51,8 +47,8 @@ class TaobaoSynthReport:
             "seed": self.seed,
             "click_rate": self.click_rate,
             "buy_rate": self.buy_rate,
-            "bayes_auc": clean(self.bayes_auc),
-            "bayes_auc_train": clean(self.bayes_auc_train),
+            "bayes_auc": nan_to_none(self.bayes_auc),
+            "bayes_auc_train": nan_to_none(self.bayes_auc_train),
         }
 
     @classmethod
@@ -62,10 +58,7 @@ class TaobaoSynthReport:
         Raises:
             ValueError: a field is missing.
         """
-        def auc(values: dict[str, Any]) -> dict[str, float]:
-            return {k: float("nan") if v is None else float(v) for k, v in values.items()}
-
-        try:
+        with report_fields("taobao"):
             return cls(
                 out_dir=str(data["out_dir"]),
                 train_rows=int(data["train_rows"]),
@@ -73,14 +66,9 @@ class TaobaoSynthReport:
                 seed=int(data["seed"]),
                 click_rate=float(data["click_rate"]),
                 buy_rate=float(data["buy_rate"]),
-                bayes_auc=auc(data["bayes_auc"]),
-                bayes_auc_train=auc(data["bayes_auc_train"]),
+                bayes_auc=none_to_nan(data["bayes_auc"]),
+                bayes_auc_train=none_to_nan(data["bayes_auc_train"]),
             )
-        except KeyError as e:
-            raise ValueError(
-                f"synthetic data report is missing the field {e.args[0]!r}; regenerate it with "
-                "`tzrec-run data synth taobao`"
-            ) from None
 
 
 def read_taobao_report(out_dir: str | os.PathLike[str]) -> TaobaoSynthReport:
