@@ -172,6 +172,7 @@ class NegativeSampler:
         self._items = table
         self._ids = table.column(cfg.item_id).combine_chunks()
         self._probabilities = self.probabilities()
+        self._drawable = int(np.count_nonzero(self._probabilities > 0))  # items a draw can return
 
     def _column(self, table: Any, name: str, where: str) -> Any:
         if name not in table.column_names:
@@ -269,12 +270,12 @@ class NegativeSampler:
         rows = self._draw(rng, self.cfg.num_negatives)
         if not self.cfg.exclude_batch_items or batch is None or batch.num_rows == 0:
             return rows
-        excluded = np.zeros(self._items.num_rows, dtype=bool)
-        excluded[self._batch_rows(batch)] = True
-        if not excluded.any() or self._probabilities[~excluded].sum() <= 0:
+        # per batch, work in the batch's items only (not the whole item table)
+        excluded = np.unique(self._batch_rows(batch))
+        if excluded.size == 0 or np.count_nonzero(self._probabilities[excluded] > 0) == self._drawable:
             return rows  # nothing to leave out, or nothing else could be drawn
         for _ in range(100):
-            hit = excluded[rows]
+            hit = np.isin(rows, excluded)
             if not hit.any():
                 break
             rows[hit] = self._draw(rng, int(hit.sum()))
