@@ -237,7 +237,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_env(args: argparse.Namespace) -> int:
     from tzrun.install_commands import env_advice, print_env_advice
-    from tzrun.runner.records import check_stack, stack_versions
+    from tzrun.stack import check_stack, stack_versions
 
     versions = stack_versions()
     problems = check_stack(versions)

@@ -11,7 +11,9 @@ tzrec-run from a wheel: no file of the repository is needed.
 from __future__ import annotations
 
 import importlib.util
+import platform
 import re
+from typing import Mapping
 from importlib import metadata
 
 from tzrun.errors import MissingDependencyError
@@ -19,6 +21,7 @@ from tzrun.errors import MissingDependencyError
 __all__ = [
     "TORCH_INDEX", "TORCH_RANGE", "FBGEMM", "EXTRAS", "INSTALL_STACK", "detect_stack", "install_stack_command",
     "extra_command", "missing_extras", "require_stack", "require_extra", "torchrec_needs_correction", "join_and",
+    "installed_version", "stack_versions", "check_stack",
 ]
 
 #: PyTorch's wheel index for each stack (PyPI's torch for Linux is a CUDA build).
@@ -41,11 +44,56 @@ INSTALL_STACK = "tzrec-run install-stack"
 _MODULES = {"torch": "torch", "fbgemm_gpu": "fbgemm_gpu", "torchrec": "torchrec"}
 
 
-def _installed(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+def installed_version(*distributions: str) -> str | None:
+    """The installed version of the first of ``distributions`` that is installed, or None."""
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def stack_versions() -> dict[str, str | None]:
+    """Installed versions of the packages a run depends on (None when not installed)."""
+    return {
+        "python": platform.python_version(),
+        "tzrec-run": installed_version("tzrec-run"),
+        "torch": installed_version("torch"),
+        "fbgemm_gpu": installed_version("fbgemm-gpu-cpu", "fbgemm-gpu", "fbgemm-gpu-nightly", "fbgemm-gpu-genai"),
+        "torchrec": installed_version("torchrec", "torchrec-nightly"),
+        "torchmetrics": installed_version("torchmetrics"),
+        "pyarrow": installed_version("pyarrow"),
+        "numpy": installed_version("numpy"),
+        "pluggy": installed_version("pluggy"),
+    }
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_stack(versions: Mapping[str, str | None]) -> list[str]:
+    """Problems with the torch / fbgemm / torchrec triple: FBGEMM 1.X is built for torch
+    2.(X+5), and torchrec 1.X goes with FBGEMM 1.X. Empty when the triple is known-good."""
+    torch_v, fbgemm_v, torchrec_v = (_minor(versions.get(k)) for k in ("torch", "fbgemm_gpu", "torchrec"))
+    problems = []
+    for name, parsed in (("torch", torch_v), ("fbgemm_gpu", fbgemm_v), ("torchrec", torchrec_v)):
+        if parsed is None:
+            problems.append(f"{name} is not installed")
+    if torch_v and fbgemm_v:
+        if fbgemm_v[0] != 1 or torch_v != (2, fbgemm_v[1] + 5):
+            want = f"torch 2.{fbgemm_v[1] + 5}" if fbgemm_v[0] == 1 else "the torch its release notes name"
+            problems.append(
+                f"fbgemm_gpu {versions['fbgemm_gpu']} is built for {want}, but torch is {versions['torch']}: "
+                "its kernels may fail to load or crash; install the matching pair (tzrec-run install-stack "
+                "installs torch 2.13 with FBGEMM 1.8 and TorchRec 1.8)")
+    if fbgemm_v and torchrec_v and torchrec_v != fbgemm_v:
+        problems.append(
+            f"torchrec {versions['torchrec']} goes with fbgemm_gpu {torchrec_v[0]}.{torchrec_v[1]}, but fbgemm_gpu is "
+            f"{versions['fbgemm_gpu']}; install matching releases (torchrec 1.X with fbgemm 1.X)")
+    return problems
 
 
 def join_and(names: list[str]) -> str:
@@ -55,7 +103,7 @@ def join_and(names: list[str]) -> str:
 
 def detect_stack() -> str:
     """``cuda`` when FBGEMM's CUDA build is installed, else ``cpu``."""
-    return "cuda" if _installed("fbgemm-gpu") is not None else "cpu"
+    return "cuda" if installed_version("fbgemm-gpu") is not None else "cpu"
 
 
 def install_stack_command(stack: str | None = None) -> str:

@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -33,6 +32,7 @@ import attrs
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import Component, RunConfig
 from tzrun.files import write_atomic
+from tzrun.stack import check_stack, stack_versions
 from tzrun.storage import as_path
 
 __all__ = [
@@ -211,58 +211,7 @@ def resolved_toml(tree: Mapping[str, Any], sources: Mapping[str, str], source: s
 
 
 # ----------------------------------------------------------------------------------------------
-# the environment
-
-
-def _version(*distributions: str) -> str | None:
-    for name in distributions:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def stack_versions() -> dict[str, str | None]:
-    """Installed versions of the packages a run depends on (None when not installed)."""
-    return {
-        "python": platform.python_version(),
-        "tzrec-run": _version("tzrec-run"),
-        "torch": _version("torch"),
-        "fbgemm_gpu": _version("fbgemm-gpu-cpu", "fbgemm-gpu", "fbgemm-gpu-nightly", "fbgemm-gpu-genai"),
-        "torchrec": _version("torchrec", "torchrec-nightly"),
-        "torchmetrics": _version("torchmetrics"),
-        "pyarrow": _version("pyarrow"),
-        "numpy": _version("numpy"),
-        "pluggy": _version("pluggy"),
-    }
-
-
-def _minor(version: str | None) -> tuple[int, int] | None:
-    match = re.match(r"^(\d+)\.(\d+)", version or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def check_stack(versions: Mapping[str, str | None]) -> list[str]:
-    """Problems with the torch / fbgemm / torchrec triple: FBGEMM 1.X is built for torch
-    2.(X+5), and torchrec 1.X goes with FBGEMM 1.X. Empty when the triple is known-good."""
-    torch_v, fbgemm_v, torchrec_v = (_minor(versions.get(k)) for k in ("torch", "fbgemm_gpu", "torchrec"))
-    problems = []
-    for name, parsed in (("torch", torch_v), ("fbgemm_gpu", fbgemm_v), ("torchrec", torchrec_v)):
-        if parsed is None:
-            problems.append(f"{name} is not installed")
-    if torch_v and fbgemm_v:
-        if fbgemm_v[0] != 1 or torch_v != (2, fbgemm_v[1] + 5):
-            want = f"torch 2.{fbgemm_v[1] + 5}" if fbgemm_v[0] == 1 else "the torch its release notes name"
-            problems.append(
-                f"fbgemm_gpu {versions['fbgemm_gpu']} is built for {want}, but torch is {versions['torch']}: "
-                "its kernels may fail to load or crash; install the matching pair (tzrec-run install-stack "
-                "installs torch 2.13 with FBGEMM 1.8 and TorchRec 1.8)")
-    if fbgemm_v and torchrec_v and torchrec_v != fbgemm_v:
-        problems.append(
-            f"torchrec {versions['torchrec']} goes with fbgemm_gpu {torchrec_v[0]}.{torchrec_v[1]}, but fbgemm_gpu is "
-            f"{versions['fbgemm_gpu']}; install matching releases (torchrec 1.X with fbgemm 1.X)")
-    return problems
+# the environment (the installed stack: tzrun.stack)
 
 
 def _git_revision(where: Path) -> dict[str, Any] | None:

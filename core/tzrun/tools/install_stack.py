@@ -17,19 +17,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from importlib import metadata
 
 from tzrun.stack import FBGEMM, TORCH_INDEX, TORCH_RANGE
+from tzrun.stack import installed_version as _version
 from tzrun.tools.torchrec_wheel import FBGEMM_DISTRIBUTIONS, install_torchrec, local_version
 
 __all__ = ["install_steps", "install_stack"]
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _release(version: str | None, prefix: str) -> bool:
