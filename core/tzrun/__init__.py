@@ -13,7 +13,7 @@ import pluggy
 
 from tzrun.files import EVAL_RESULTS, METRICS_FILE, append_jsonl, keep_jsonl, read_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
-from tzrun.storage import arrow_filesystem, as_path, filesystem, is_remote, list_files, open_file, remove_tree
+from tzrun.storage import arrow_filesystem, as_path, filesystem, is_remote, list_files, open_file, remove_tree, under
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
     DenseFeature,
@@ -51,6 +51,7 @@ __all__ = [
     "list_files",
     "open_file",
     "remove_tree",
+    "under",
     "BAD_ROW_COLUMN",
     "DenseFeature",
     "EmbeddingTable",

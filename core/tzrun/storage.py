@@ -33,6 +33,7 @@ __all__ = [
     "open_file",
     "list_files",
     "remove_tree",
+    "under",
     "storage_options",
 ]
 
@@ -159,6 +160,15 @@ def open_file(path: str | os.PathLike[str], mode: str = "rb") -> IO[Any]:
     if not is_remote(path):
         return open(as_path(path), mode)
     return as_path(path).open(mode)
+
+
+def under(base: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """``path`` as a path object (:func:`as_path`), taken relative to ``base`` unless it is a
+    URL or absolute: where a stage's output option (``log_dir = "tensorboard"``) points in a
+    model dir that may itself be a URL."""
+    if is_remote(path) or Path(path).is_absolute():
+        return as_path(path)
+    return as_path(base) / os.fspath(path)
 
 
 def remove_tree(path: str | os.PathLike[str]) -> None:

@@ -66,8 +66,7 @@ class MetricsLogStage:
         if not run.is_rank0:
             return
         path = self.cfg.path or tzrun.METRICS_FILE
-        self.path = tzrun.as_path(path) if tzrun.is_remote(path) or Path(path).is_absolute() \
-            else tzrun.as_path(run.model_dir) / path
+        self.path = tzrun.under(run.model_dir, path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if run.start_step == 0 or not self.path.exists():
             self.path.write_text("", encoding="utf-8")

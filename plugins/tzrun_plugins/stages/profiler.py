@@ -71,8 +71,7 @@ class ProfilerStage(ClosedAtTheEnd):
 
         c = self.cfg
         path = c.dir or "profiler"
-        self.trace_dir = tzrun.as_path(path) if tzrun.is_remote(path) or Path(path).is_absolute() \
-            else tzrun.as_path(run.model_dir) / path
+        self.trace_dir = tzrun.under(run.model_dir, path)
         self.staged = staged = StagedDir(self.trace_dir, "profiler")
         write_trace = tensorboard_trace_handler(str(staged.local), worker_name=f"rank{run.rank}")
 

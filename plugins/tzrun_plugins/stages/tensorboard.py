@@ -84,8 +84,7 @@ class TensorBoardStage(ClosedAtTheEnd):
         from torch.utils.tensorboard import SummaryWriter
 
         path = self.cfg.log_dir or "tensorboard"
-        self.log_dir = tzrun.as_path(path) if tzrun.is_remote(path) or Path(path).is_absolute() \
-            else tzrun.as_path(run.model_dir) / path
+        self.log_dir = tzrun.under(run.model_dir, path)
         self.staged = StagedDir(self.log_dir, "tensorboard")
         # purge_step drops the events a resumed run will write again
         purge = run.start_step + 1 if run.start_step else None
