@@ -410,7 +410,9 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
     Args:
         path: the checkpoint directory.
         state: what to load: every key must be in the checkpoint (DCP reshards tensors to
-            this run's layout).
+            this run's layout). A checkpoint written by tzrec-run 0.1.0 (:func:`is_legacy`)
+            holds only ``model`` and ``optimizer`` in ``state/``; the other keys of ``state``
+            (:class:`Blob` entries) get what it kept in its own files (:func:`read_legacy_entries`).
         verify: check the files against the manifest first (:func:`verify_checkpoint`).
 
     Raises:
@@ -425,6 +427,12 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
         verify_checkpoint(path)
     elif not is_complete(path):
         raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
+    legacy: dict[str, Any] = {}
+    if is_legacy(path):
+        rank = _group()[0]
+        entries = read_legacy_entries(path, rank, f"rank.{rank}" in state, keys=set(state))
+        legacy = {key: (state[key], value) for key, value in entries.items()}
+        state = {k: v for k, v in state.items() if k in ("model", "optimizer")}
     if "optimizer" in state:
         init_lazy_states(state["optimizer"])
     try:
@@ -434,6 +442,8 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
             raise
         raise CheckpointError(f"{path}: does not hold everything this run loads (written by another kind of run "
                               f"or an older tzrec-run): {str(error).strip().splitlines()[-1]}") from error
+    for blob, value in legacy.values():
+        blob.put(value)
     return read_meta(path)
 
 
@@ -444,23 +454,24 @@ def is_legacy(path: Path) -> bool:
     return (as_path(path) / "schedules.pt").is_file()
 
 
-def read_legacy_entries(path: Path, rank: int, same_world_size: bool) -> dict[str, Any]:
+def read_legacy_entries(path: Path, rank: int, same_world_size: bool, keys: set[str] | None = None) -> dict[str, Any]:
     """The entries a current checkpoint keeps in ``state/`` (``loop``, ``schedules``,
     ``update``, ``train_metrics``, ``stages``, and ``rank.<R>`` when the world size is the
-    same), read from a 0.1.0 checkpoint's own files (its manifest verified them)."""
+    same), read from a 0.1.0 checkpoint's own files (its manifest verified them); only
+    ``keys`` when given (a file is read only when its entry is asked for)."""
     path = as_path(path)
     meta = read_meta(path)
-    entries: dict[str, Any] = {
-        "loop": {"step": meta["step"], "epoch": meta.get("epoch", 0), "data": meta.get("data")},
-        "schedules": _torch_load(path / "schedules.pt"),
-        "update": _torch_load(path / "update.pt") if (path / "update.pt").is_file() else {},
-        "train_metrics": meta.get("train_metrics", {}),
-        "stages": meta.get("stages", {}),
-    }
     rank_file = path / "ranks" / f"rank-{rank}.pt"
+    read: dict[str, Callable[[], Any]] = {
+        "loop": lambda: {"step": meta["step"], "epoch": meta.get("epoch", 0), "data": meta.get("data")},
+        "schedules": lambda: _torch_load(path / "schedules.pt"),
+        "update": lambda: _torch_load(path / "update.pt") if (path / "update.pt").is_file() else {},
+        "train_metrics": lambda: meta.get("train_metrics", {}),
+        "stages": lambda: meta.get("stages", {}),
+    }
     if same_world_size and rank_file.is_file():
-        entries[f"rank.{rank}"] = _torch_load(rank_file)
-    return entries
+        read[f"rank.{rank}"] = lambda: _torch_load(rank_file)
+    return {key: get() for key, get in read.items() if keys is None or key in keys}
 
 
 def _torch_load(path: Path) -> Any:

@@ -28,11 +28,9 @@ from tzrun.plugins import PluginManager
 from tzrun.runner.checkpoint import (
     Blob,
     is_complete,
-    is_legacy,
     latest_checkpoint,
     load_checkpoint,
     previous_checkpoint,
-    read_legacy_entries,
     read_meta,
     verify_checkpoint,
 )
@@ -163,11 +161,7 @@ def _load_weights(session: Session, path: Path) -> bool:
     model; returns whether evaluation uses the EMA averages."""
     built = session.built
     saved_update: dict[str, Any] = {}
-    if is_legacy(path):  # tzrec-run 0.1.0 kept the update path in update.pt
-        load_checkpoint(path, {"model": built.model}, verify=False)
-        saved_update.update(read_legacy_entries(path, session.info.rank, False)["update"])
-    else:
-        load_checkpoint(path, {"model": built.model, "update": Blob(dict, saved_update.update)}, verify=False)
+    load_checkpoint(path, {"model": built.model, "update": Blob(dict, saved_update.update)}, verify=False)
     ema = bool(built.update.ema_for_eval)
     if ema and not saved_update.get("ema"):
         raise CheckpointError(

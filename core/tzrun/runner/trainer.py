@@ -36,7 +36,7 @@ from tzrun.interfaces import EvalResult, StepInfo
 from tzrun.plugins import PluginManager, call_lifecycle, plugin_infos
 from tzrun.registry import Registries
 from tzrun.runner.checkpoint import (
-    Blob, is_legacy, latest_checkpoint, load_checkpoint, read_legacy_entries, read_meta, save_checkpoint,
+    Blob, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
 )
 from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation
@@ -379,13 +379,7 @@ class Trainer:
     def load(self, path: Path) -> ResumePoint:
         """Resume from the checkpoint at ``path`` (collective); returns where the data continues."""
         verify_checkpoint(path)
-        state = self._state_to_load(path)
-        if is_legacy(path):  # written by tzrec-run 0.1.0: state/ holds the model and optimizers only
-            meta = load_checkpoint(path, {k: state[k] for k in ("model", "optimizer")}, verify=False)
-            for key, value in read_legacy_entries(path, self.info.rank, f"rank.{self.info.rank}" in state).items():
-                state[key].put(value)
-        else:
-            meta = load_checkpoint(path, state, verify=False)
+        meta = load_checkpoint(path, self._state_to_load(path), verify=False)  # 0.1.0's layout too
         step = int(self._loaded_loop.get("step", meta["step"]))
         position = DataPosition.from_json(self._loaded_loop.get("data", meta["data"]))
         start = ResumePoint.after(step, position, self.session.whole_layout)
