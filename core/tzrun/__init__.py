@@ -13,7 +13,9 @@ import pluggy
 
 from tzrun.files import EVAL_RESULTS, METRICS_FILE, append_jsonl, keep_jsonl, read_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
-from tzrun.storage import arrow_filesystem, as_path, filesystem, is_remote, list_files, open_file, remove_tree, under
+from tzrun.storage import (
+    arrow_filesystem, as_path, exists, filesystem, is_remote, list_files, open_file, remove_tree, under,
+)
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
     DenseFeature,
@@ -52,6 +54,7 @@ __all__ = [
     "open_file",
     "remove_tree",
     "under",
+    "exists",
     "BAD_ROW_COLUMN",
     "DenseFeature",
     "EmbeddingTable",

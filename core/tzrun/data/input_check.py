@@ -23,7 +23,6 @@ or first line. At most ``max_files`` files of an input are read
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, Sequence
 
 import attrs
@@ -197,13 +196,10 @@ def _check_files(reader: Any, files: Sequence[str], columns: Sequence[str], uses
 def _exists(path: str) -> bool:
     """Whether ``path`` names something (a URL: an object or a prefix of objects); a store
     that cannot answer counts as existing, so that the reader's own error is the one shown."""
-    from tzrun.storage import filesystem, is_remote
+    from tzrun.storage import exists
 
-    if not is_remote(path):
-        return os.path.exists(path)
-    fs, inner = filesystem(path)
     try:
-        return bool(fs.exists(inner))
+        return exists(path)
     except Exception:  # credentials, network: the listing's error says which
         return True
 

@@ -103,11 +103,11 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from tzrun import arrow_filesystem, as_path, is_remote, open_file
+    from tzrun import arrow_filesystem, as_path, exists, is_remote, open_file
     from tzrun_plugins.readers.delimited import COLUMN_TYPES
 
     path = cfg.item_table
-    if not _exists(path):
+    if not exists(path):
         raise DataError(f"{path}: the item table (data.sampler.item_table) does not exist; "
                         "write it or fix the path (relative paths start at the working directory)")
     kind = cfg.format
