@@ -18,6 +18,7 @@ from tzrun.storage import (
 )
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
+    BAD_ROW_SEPARATOR,
     DenseFeature,
     EmbeddingTable,
     EvalResult,
@@ -56,6 +57,7 @@ __all__ = [
     "under",
     "exists",
     "BAD_ROW_COLUMN",
+    "BAD_ROW_SEPARATOR",
     "DenseFeature",
     "EmbeddingTable",
     "EvalResult",

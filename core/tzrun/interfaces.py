@@ -31,6 +31,7 @@ __all__ = [
     "RowGroup",
     "Reader",
     "BAD_ROW_COLUMN",
+    "BAD_ROW_SEPARATOR",
     "ItemSampler",
     "RunContext",
     "StepInfo",
@@ -257,6 +258,9 @@ class RowGroup:
 #: The column a reader that sets ``isolates_bad_rows = True`` is asked for (among ``columns``)
 #: under ``data.on_bad_row = "skip"``: see :class:`Reader`.
 BAD_ROW_COLUMN = "__tzrun_bad_row__"
+#: Separates the reasons of a row with several problems in :data:`BAD_ROW_COLUMN` (a reader
+#: joins them with it; the core counts each reason).
+BAD_ROW_SEPARATOR = "; "
 
 
 class Reader(Protocol):

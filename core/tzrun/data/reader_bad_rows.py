@@ -11,16 +11,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from tzrun.interfaces import BAD_ROW_COLUMN, Reader
+from tzrun.interfaces import BAD_ROW_COLUMN, BAD_ROW_SEPARATOR, Reader
 
 if TYPE_CHECKING:
     from tzrun.data.batch import SkippedRows
 
 __all__ = ["read_columns", "split_bad_rows", "with_reader_skipped", "check_bad_row_fraction"]
-
-#: Separates the reasons of a row with several problems in ``BAD_ROW_COLUMN``.
-_SEPARATOR = "; "
-
 
 def read_columns(reader: Reader, columns: Sequence[str], on_bad_row: str) -> list[str]:
     """``columns``, and ``BAD_ROW_COLUMN`` when ``on_bad_row`` is ``"skip"`` and ``reader``
@@ -45,7 +41,7 @@ def split_bad_rows(table: pa.Table | pa.RecordBatch) -> tuple[pa.Table | pa.Reco
     bad = np.asarray(marks.is_valid())
     counts: dict[str, int] = {}
     for why in marks.filter(pa.array(bad)).to_pylist():
-        for reason in str(why).split(_SEPARATOR):
+        for reason in str(why).split(BAD_ROW_SEPARATOR):
             counts[reason] = counts.get(reason, 0) + 1
     return table.filter(pa.array(~bad)), SkippedRows(int(bad.sum()), counts)
 

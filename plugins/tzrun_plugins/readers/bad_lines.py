@@ -15,14 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tzrun import BAD_ROW_COLUMN
+from tzrun import BAD_ROW_COLUMN, BAD_ROW_SEPARATOR
 
-__all__ = ["MALFORMED", "REASON_SEPARATOR", "convert_fields", "with_bad_rows"]
+__all__ = ["MALFORMED", "convert_fields", "with_bad_rows"]
 
 #: The reason of a line with the wrong number of fields (a truncated last line included).
 MALFORMED = "malformed line"
-#: Separates the reasons of a row with several unparsable fields in ``BAD_ROW_COLUMN``.
-REASON_SEPARATOR = "; "
 
 
 def _not_a(typ: pa.DataType) -> str:
@@ -95,5 +93,5 @@ def with_bad_rows(table: pa.Table, rows: int, malformed: Sequence[int], reasons:
     for at in np.flatnonzero(take < 0):
         why[int(at)] = MALFORMED
     for row, problems in reasons.items():
-        why[int(positions[row])] = REASON_SEPARATOR.join(problems)
+        why[int(positions[row])] = BAD_ROW_SEPARATOR.join(problems)
     return full.append_column(BAD_ROW_COLUMN, pa.array(why, pa.string()))
