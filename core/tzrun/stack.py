@@ -19,7 +19,7 @@ from importlib import metadata
 from tzrun.errors import MissingDependencyError
 
 __all__ = [
-    "TORCH_INDEX", "TORCH_RANGE", "FBGEMM", "EXTRAS", "INSTALL_STACK", "detect_stack", "install_stack_command",
+    "TORCH_INDEX", "TORCH_RANGE", "EXTRAS", "INSTALL_STACK", "detect_stack", "install_stack_command",
     "extra_command", "missing_extras", "require_stack", "require_extra", "torchrec_needs_correction", "join_and",
     "installed_version", "stack_versions", "check_stack",
 ]
@@ -28,8 +28,6 @@ __all__ = [
 TORCH_INDEX = {"cpu": "https://download.pytorch.org/whl/cpu", "cuda": "https://download.pytorch.org/whl/cu128"}
 #: The torch releases FBGEMM 1.8 is built for (FBGEMM 1.X goes with torch 2.(X+5)).
 TORCH_RANGE = ">=2.13,<2.14"
-#: The FBGEMM distribution of each stack, with the releases TorchRec 1.8 goes with.
-FBGEMM = {"cpu": "fbgemm-gpu-cpu>=1.8,<1.9", "cuda": "fbgemm-gpu>=1.8,<1.9"}
 #: tzrec-run's optional extras: the import each needs, and what it is for.
 EXTRAS = {
     "tensorboard": ("tensorboard", "the tensorboard stage"),

@@ -18,9 +18,9 @@ import re
 import subprocess
 import sys
 
-from tzrun.stack import FBGEMM, TORCH_INDEX, TORCH_RANGE
+from tzrun.stack import TORCH_INDEX, TORCH_RANGE
 from tzrun.stack import installed_version as _version
-from tzrun.tools.torchrec_wheel import FBGEMM_DISTRIBUTIONS, install_torchrec, local_version
+from tzrun.tools.torchrec_wheel import FBGEMM_DISTRIBUTIONS, FBGEMM_RANGE, local_version
 
 __all__ = ["install_steps", "install_stack"]
 
@@ -38,7 +38,7 @@ def install_steps(stack: str, python: str = sys.executable) -> list[list[str]]:
     if not torch_ok:
         steps.append([*pip, "--no-deps", "--index-url", TORCH_INDEX[stack], f"torch{TORCH_RANGE}"])
     if not torch_ok or not _release(_version(FBGEMM_DISTRIBUTIONS[stack]), "1.8"):
-        steps.append([*pip, f"torch{TORCH_RANGE}", FBGEMM[stack]])
+        steps.append([*pip, f"torch{TORCH_RANGE}", f"{FBGEMM_DISTRIBUTIONS[stack]}{FBGEMM_RANGE}"])
     if _version("torchrec") != local_version(stack):
         steps.append([python, "-m", "tzrun.tools.torchrec_wheel", "--stack", stack])
     return steps
@@ -55,12 +55,6 @@ def install_stack(stack: str, dry_run: bool = False) -> int:
     for step in steps:
         print("+ " + " ".join(["python", *step[1:]]), flush=True)
         if dry_run:
-            continue
-        if step[2] == "tzrun.tools.torchrec_wheel":
-            try:
-                install_torchrec(stack)
-            except subprocess.CalledProcessError as error:
-                return error.returncode or 1
             continue
         done = subprocess.run(step)
         if done.returncode != 0:

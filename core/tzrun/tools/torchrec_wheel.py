@@ -29,14 +29,14 @@ import zipfile
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["TORCHREC_VERSION", "FBGEMM_DISTRIBUTIONS", "local_version", "corrected_requirements",
+__all__ = ["TORCHREC_VERSION", "FBGEMM_DISTRIBUTIONS", "FBGEMM_RANGE", "local_version", "corrected_requirements",
            "correct_wheel", "download_wheel", "install_torchrec", "main"]
 
 #: The TorchRec release that goes with FBGEMM 1.8 and torch 2.13.
 TORCHREC_VERSION = "1.8.0"
 #: The FBGEMM distribution of each stack, and the releases TorchRec 1.8 goes with.
 FBGEMM_DISTRIBUTIONS = {"cpu": "fbgemm-gpu-cpu", "cuda": "fbgemm-gpu"}
-_FBGEMM_RANGE = ">=1.8,<1.9"
+FBGEMM_RANGE = ">=1.8,<1.9"
 _TORCHMETRICS = ">=1.0.3"
 
 
@@ -70,7 +70,7 @@ def corrected_requirements(lines: Sequence[str], stack: str) -> list[str]:
             line = f"Version: {local_version(stack)}"
         elif re.fullmatch(r"Requires-Dist: fbgemm-gpu\s*", line):
             seen.add("fbgemm")
-            line = f"Requires-Dist: {FBGEMM_DISTRIBUTIONS[stack]}{_FBGEMM_RANGE}"
+            line = f"Requires-Dist: {FBGEMM_DISTRIBUTIONS[stack]}{FBGEMM_RANGE}"
         elif re.fullmatch(r"Requires-Dist: torchmetrics\s*==\s*1\.0\.3\s*", line):
             seen.add("torchmetrics")
             line = f"Requires-Dist: torchmetrics{_TORCHMETRICS}"
