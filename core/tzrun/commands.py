@@ -180,9 +180,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print(f"wrote {report.train_rows} train and {report.eval_rows} eval rows as Criteo text to {out} "
               f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}")
         return 0
-    if args.format != "parquet":
-        print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
-        return EXIT_USAGE
     report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
     print(
         f"wrote {report.train_rows} train and {report.eval_rows} eval rows to {report.out_dir} "
