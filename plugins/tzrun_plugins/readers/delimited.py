@@ -34,7 +34,7 @@ import pyarrow.csv as pacsv
 from tzrun import BAD_ROW_COLUMN, RowGroup, list_files
 from tzrun.errors import DataError
 from tzrun_plugins.readers.bad_lines import convert_fields, with_bad_rows
-from tzrun_plugins.readers.inputs import open_input, stamp as file_stamp
+from tzrun_plugins.readers.inputs import open_input, read_range, stamp as file_stamp
 
 __all__ = ["CsvConfig", "CsvReader", "build_csv", "COLUMN_TYPES"]
 
@@ -267,15 +267,9 @@ class CsvReader:
         try:
             if file_stamp(group.path) != index.stamp:
                 raise DataError(f"{group.path}: the file changed after it was listed; restart the run on stable data")
-            with open_input(group.path) as f:
-                f.seek(int(index.offsets[group.index]))
-                data = f.read(int(index.offsets[group.index + 1] - index.offsets[group.index]))
+            data, buf, starts = _group_rows(group, index)
         except OSError as exc:
             raise DataError(f"{group.path}: cannot be read: {exc.strerror or exc}") from None
-        buf = np.frombuffer(data, np.uint8)
-        starts, _, tail = _row_starts(buf, 0, 0, 0)
-        if _is_row(data[tail:]):
-            starts = np.append(starts, tail)
         if starts.size != group.num_rows:
             raise DataError(f"{group.path}: the file changed after it was listed; restart the run on stable data")
         bounds = np.append(starts, len(data))
@@ -289,13 +283,7 @@ class CsvReader:
     def describe_row(self, group: RowGroup, row: int) -> str:
         """``line N``: the 1-based line of row ``row`` of ``group`` (named in errors)."""
         index = self._index.get(group.path) or self._scan(group.path)
-        with open_input(group.path) as f:
-            f.seek(int(index.offsets[group.index]))
-            data = f.read(int(index.offsets[group.index + 1] - index.offsets[group.index]))
-        buf = np.frombuffer(data, np.uint8)
-        starts, _, tail = _row_starts(buf, 0, 0, 0)
-        if _is_row(data[tail:]):
-            starts = np.append(starts, tail)
+        _, buf, starts = _group_rows(group, index)
         return f"line {int(_line_numbers(buf, starts[row : row + 1], int(index.lines[group.index]))[0])}"
 
     def _parse(
@@ -456,6 +444,16 @@ class CsvReader:
                 f"that the header does not have (the file has: {', '.join(names)})"
             )
         return names
+
+
+def _group_rows(group: RowGroup, index: _FileIndex) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The bytes of ``group`` (one read), as an array too, and where each of its rows starts."""
+    data = read_range(group.path, int(index.offsets[group.index]), int(index.offsets[group.index + 1]))
+    buf = np.frombuffer(data, np.uint8)
+    starts, _, tail = _row_starts(buf, 0, 0, 0)
+    if _is_row(data[tail:]):
+        starts = np.append(starts, tail)
+    return data, buf, starts
 
 
 def _line_numbers(buf: np.ndarray, starts: np.ndarray, first_line: int) -> np.ndarray:

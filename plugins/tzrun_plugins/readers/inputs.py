@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from tzrun import filesystem, is_remote
 
-__all__ = ["open_input", "stamp", "REMOTE_BLOCK_BYTES"]
+__all__ = ["open_input", "read_range", "stamp", "REMOTE_BLOCK_BYTES"]
 
 #: Bytes a remote file fetches at a time where a reader reads up to a line break (a header).
 REMOTE_BLOCK_BYTES = 256 << 10
@@ -37,6 +37,20 @@ def open_input(path: str) -> IO[bytes]:
         return open(path, "rb")
     fs, inner = filesystem(path)
     return fs.open(inner, "rb", cache_type="none", block_size=REMOTE_BLOCK_BYTES)
+
+
+def read_range(path: str, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``path`` (local or a URL: one ranged GET).
+
+    Raises:
+        OSError: when it cannot be read.
+    """
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+    fs, inner = filesystem(path)
+    return bytes(fs.cat_file(inner, start=start, end=end))
 
 
 def stamp(path: str) -> tuple[int, Any]:
