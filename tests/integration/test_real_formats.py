@@ -54,3 +54,34 @@ def test_criteo_display_ads_csv_with_header_empty_fields_and_hex_ids_trains(tmp_
     result = train(load_config(raw, registries), raw, pm, registries)
     assert result.steps == 24 and result.eval is not None and result.eval.rows == 1000  # every row read, none bad
     assert math.isfinite(result.eval.metrics["auc"]) and math.isfinite(result.eval.metrics["loss/binary_cross_entropy"])
+
+
+def test_headerless_criteo_text_with_a_derived_label_checks_and_trains(tmp_path):
+    """The documented derived label on the headerless text example: the run reads the label's
+    source column ('label', named by column_names), never its name ('clicked'); ``check`` used to
+    refuse it because it asked for 'clicked'."""
+    lines = (tmp_path / "x.csv", tmp_path / "y.csv")
+    _write_criteo_sample(lines[0], 1200, seed=3)
+    _write_criteo_sample(lines[1], 400, seed=4)
+    for src, split in zip(lines, ("train", "eval")):
+        out = tmp_path / "data" / split / "part-0.txt"
+        out.parent.mkdir(parents=True)
+        out.write_text("".join(line.replace(",", "\t") + "\n" for line in src.read_text().splitlines()[1:]))
+    text = (REPO / "examples" / "deepfm_criteo_text.toml").read_text()
+    text = text.replace('labels = ["label"]', 'labels = ["clicked"]\n\n[[data.derived_labels]]\nname = "clicked"\n'
+                                               'source = "label"\nop = ">"\nvalue = 0.5', 1)
+    assert 'labels = ["clicked"]' in text
+    pm = make_plugin_manager()
+    registries = collect_registries(pm)
+    raw = parse_config(text, "<derived label>", [
+        f'data.train_input="{tmp_path / "data" / "train"}"', f'data.eval_input="{tmp_path / "data" / "eval"}"',
+        f'model_dir="{tmp_path / "run"}"', "data.batch_size=200", "data.eval_batch_size=400",
+        "model.deep_hidden_units=[16]", "model.final_hidden_units=[8]",
+    ])
+    cfg = load_config(raw, registries)
+    from tzrun.runner.preflight import preflight
+
+    preflight(cfg, registries, "<derived label>")  # raised ConfigError ("reads column(s) 'clicked'") before
+    result = train(cfg, raw, pm, registries)
+    assert result.steps == 6 and result.eval is not None and result.eval.rows == 400
+    assert math.isfinite(result.eval.metrics["auc"])

@@ -12,7 +12,7 @@ from tzrun.data.sampling import SAMPLED_OUTPUT
 from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
 from tzrun.registry import Registries
 from tzrun.runner.retention import check_best_metric, eval_result_keys
-from tzrun.runner.slots import group_columns, loss_slots, metric_slots
+from tzrun.runner.slots import input_columns, loss_slots, metric_slots
 
 __all__ = ["preflight"]
 
@@ -78,7 +78,7 @@ def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProbl
     check = registries["reader"].get(cfg.data.reader.type, "data.reader.type").extras.get("check")
     if check is None:
         return []
-    columns = feature_specs(cfg.features).columns(cfg.data.labels, cfg.data.sample_weight, group_columns(cfg))
+    columns = input_columns(cfg, feature_specs(cfg.features))
     return [ConfigProblem(f"data.reader.{key}" if key else "data.reader", message)
             for key, message in check(cfg.data.reader.config, columns)]
 

@@ -25,7 +25,6 @@ from tzrun.config.load import RawConfig
 from tzrun.config.schema import RunConfig
 from tzrun.data.features import BatchBuilder, FeatureSpecs, feature_specs
 from tzrun.data.input_check import DataReport, check_data
-from tzrun.data.labels import label_sources
 from tzrun.data.loader import RankInput
 from tzrun.data.reader_bad_rows import read_columns
 from tzrun.data.sampling import with_negatives
@@ -38,7 +37,7 @@ from tzrun.runner.distributed import DistInfo, init_distributed
 from tzrun.runner.label_domains import derived_labels, label_domains
 from tzrun.runner.position import Layout, ResumePoint, TrainData
 from tzrun.runner.preflight import preflight
-from tzrun.runner.slots import MetricSlot, group_columns, metric_slots
+from tzrun.runner.slots import MetricSlot, group_columns, input_columns, metric_slots
 from tzrun.runner.stages import RunStages
 from tzrun.runner.train_metrics import TrainMetrics
 from tzrun.runner.watchdog import start_watchdog
@@ -168,8 +167,7 @@ class Session:
     @functools.cached_property
     def columns(self) -> list[str]:
         """Every input column a batch reads."""
-        d = self.cfg.data
-        return self.specs.columns(label_sources(d.labels, derived_labels(self.cfg)), d.sample_weight, group_columns(self.cfg))
+        return input_columns(self.cfg, self.specs)
 
     def rank_input(self, path: str, batch_size: int, rows: Sequence[tuple[int, int]] | None = None,
                    shuffle_buffer_rows: int = 0) -> RankInput:
