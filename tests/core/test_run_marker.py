@@ -71,6 +71,31 @@ def test_a_foreign_directory_is_refused_before_and_when_claimed_and_keeps_every_
     assert _snapshot(run) == before
 
 
+def _refuse_worker(rank: int, world_size: int, init_file: str, root: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        seen = Path(root) / ("foreign" if rank == 0 else "empty")  # rank 1 alone would see nothing wrong
+        try:
+            refuse_foreign_model_dir(seen, overwrite=True, rank=rank, world_size=world_size)
+            outcome = "passed"
+        except NotARunDirError as error:
+            outcome = str(error)
+        (Path(root) / f"rank{rank}.txt").write_text(outcome)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_rank_refuses_with_rank_0s_reading(tmp_path):
+    import torch.multiprocessing as mp
+
+    _foreign(tmp_path / "foreign")
+    mp.spawn(_refuse_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    outcomes = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)]
+    assert outcomes[0] == outcomes[1] and "foreign is not empty and is not a tzrec-run model dir" in outcomes[0]
+
+
 @pytest.mark.slow
 def test_train_into_a_foreign_directory_exits_78_with_one_line_and_changes_nothing(tmp_path, criteo_dir):
     run = _foreign(tmp_path / "run")

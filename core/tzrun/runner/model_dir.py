@@ -93,7 +93,8 @@ def refuse_foreign_model_dir(model_dir: Path, *, overwrite: bool, rank: int, wor
     run lock is taken, so that nothing is written into such a directory.
 
     Raises:
-        NotARunDirError: naming the directory, what it holds and the fix.
+        NotARunDirError: naming the directory, what it holds and the fix; or why it could not
+            be read (a store's credentials, permissions).
     """
     refusal = None
     if rank == 0:
@@ -101,6 +102,8 @@ def refuse_foreign_model_dir(model_dir: Path, *, overwrite: bool, rank: int, wor
             check_run_dir(model_dir, overwrite=overwrite)
         except NotARunDirError as error:
             refusal = str(error)
+        except (TzrunError, OSError) as error:  # refused on every rank, not a hang
+            refusal = f"{model_dir}: cannot tell whether it is a tzrec-run model dir ({type(error).__name__}: {error})"
     if world_size > 1:
         import torch.distributed as dist
 
