@@ -52,8 +52,8 @@ def tiny(tmp_path, tzrun_pm):
     return load_config_text(text, tzrun_pm)
 
 
-@pytest.mark.parametrize("overwrite", [False, True])
-def test_a_foreign_directory_is_refused_before_and_when_claimed_and_keeps_every_byte(tmp_path, tiny, overwrite):
+@pytest.mark.parametrize("overwrite,resume", [(False, False), (True, False), (False, True)])
+def test_a_foreign_directory_is_refused_before_and_when_claimed_and_keeps_every_byte(tmp_path, tiny, overwrite, resume):
     cfg, registries = tiny
     run = _foreign(tmp_path / "run")
     before = _snapshot(run)
@@ -66,7 +66,7 @@ def test_a_foreign_directory_is_refused_before_and_when_claimed_and_keeps_every_
     assert message.endswith("choose an empty or new directory (--model-dir)")
     assert ("--overwrite removes only a tzrec-run model dir's own outputs" in message) == overwrite
     with pytest.raises(NotARunDirError):  # the claim itself refuses too (every caller, with the lock or not)
-        claim_model_dir(run, cfg, registries, overwrite=overwrite, resume=False, rank=0)
+        claim_model_dir(run, cfg, registries, overwrite=overwrite, resume=resume, rank=0)
     assert remove_incomplete_checkpoints(run) == []  # step-5 has no COMPLETE, but this is not a run's dir
     assert _snapshot(run) == before
 
