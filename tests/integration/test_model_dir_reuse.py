@@ -3,6 +3,7 @@ retry that fixed a feature reuses it without ``--overwrite``; another model is r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tzrun.errors import EXIT_DATA
+from tzrun.runner.run_marker import RUN_MARKER
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +61,7 @@ def test_a_run_that_saved_nothing_is_retried_with_a_fixed_feature_but_not_with_a
     failed = _train(tmp_path)
     assert failed.returncode == EXIT_DATA and "row 40 (counting from 0): column 'label'" in failed.stderr
     assert (tmp_path / "run" / "resolved_config.json").is_file() and not (tmp_path / "run" / "checkpoints").exists()
+    first_run = json.loads((tmp_path / "run" / RUN_MARKER).read_text())["run_id"]  # marked before anything else
 
     other_model = _train(tmp_path, hidden=6)
     assert other_model.returncode != 0
@@ -71,6 +74,7 @@ def test_a_run_that_saved_nothing_is_retried_with_a_fixed_feature_but_not_with_a
     assert "replacing the records of an earlier run that saved no checkpoint" in retried.stderr
     assert "features.sparse[0].embedding_dim: 4 in the model dir's run, 8 now" in retried.stderr
     assert (tmp_path / "run" / "checkpoints" / "step-6").is_dir()
+    assert json.loads((tmp_path / "run" / RUN_MARKER).read_text())["run_id"] != first_run  # a run that replaced it
 
     after_a_checkpoint = _train(tmp_path, dim=4)  # now the dir holds a model: refused as before
     assert after_a_checkpoint.returncode != 0 and "holds another run (resolved_config.json" in after_a_checkpoint.stderr

@@ -192,6 +192,7 @@ def test_progress_auto_mode_uses_lines_off_a_terminal(monkeypatch, caplog):
 def test_overwrite_removes_what_the_stages_declare_they_write(tmp_path, tzrun_pm):
     # the core knows no stage's directory: --overwrite asks each stage (register(..., outputs=fn))
     from tzrun.runner.model_dir import claim_model_dir, run_outputs
+    from tzrun.runner.run_marker import write_run_marker
     from tzrun.testing import load_config_text, tiny_config_text
 
     text = tiny_config_text(tmp_path / "data", tmp_path / "run").replace(
@@ -204,5 +205,6 @@ def test_overwrite_removes_what_the_stages_declare_they_write(tmp_path, tzrun_pm
     for name in ("tb_custom/train", "tensorboard/train", "profiler", "notes/keep"):
         (run / name).mkdir(parents=True)
     (run / "metrics.jsonl").write_text("{}\n")
+    write_run_marker(run)  # only a run's dir is cleaned
     claim_model_dir(run, cfg, registries, overwrite=True, resume=False, rank=0)
-    assert sorted(p.name for p in run.iterdir()) == ["notes"]  # what no one declares is left alone
+    assert sorted(p.name for p in run.iterdir()) == [".tzrec-run", "notes"]  # what no one declares is left alone

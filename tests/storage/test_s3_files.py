@@ -1,5 +1,5 @@
 """The model dir's small files on S3 (a real moto server on loopback): atomic writes, JSON
-lines (appended by rewriting the object), the run lock's exclusive create, and checkpoint
+lines (appended by rewriting the object), the run lock's exclusive create, the run marker, and checkpoint
 listing, retention and clean-up through the store's own listing and delete."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tzrun.runner.checkpoint import list_checkpoints, remove_incomplete_checkpoi
 from tzrun.runner.manifest import MANIFEST, MARKER, check_checkpoint, describe_files, manifest_bytes, marker_bytes
 from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.run_lock import LOCK_FILE, ModelDirLockedError, acquire_run_lock
+from tzrun.runner.run_marker import RUN_MARKER, NotARunDirError, check_run_dir, read_run_marker, write_run_marker
 
 
 def test_atomic_writes_and_json_lines_on_s3(s3_bucket: str) -> None:
@@ -74,6 +75,8 @@ def test_checkpoints_on_s3_are_listed_checked_pruned_and_cleaned_up(s3_bucket: s
     tzrun.as_path(f"{model_dir}/checkpoints/step-4/state/__0_0.distcp").write_bytes(b"y" * 4)
     assert check_checkpoint(f"{model_dir}/checkpoints/step-4").problems == (
         "state/__0_0.distcp: corrupted (its SHA-256 differs from the one written)",)
+    assert remove_incomplete_checkpoints(model_dir) == []  # not (yet) marked as a run's: nothing is removed
+    write_run_marker(model_dir)
     assert [p.name for p in remove_incomplete_checkpoints(model_dir)] == ["step-10"]
     record_best(model_dir, 2, {"auc": 0.9}, "auc", "max", write=True)
     assert read_best(model_dir).step == 2
@@ -81,6 +84,26 @@ def test_checkpoints_on_s3_are_listed_checked_pruned_and_cleaned_up(s3_bucket: s
     assert [s for s, _ in list_checkpoints(model_dir)] == [2, 6, 8]
     fs, inner = tzrun.filesystem(model_dir)
     assert not [k for k in fs.find(inner) if "/step-4/" in k or "/step-10/" in k]  # every object removed
+
+
+def test_a_prefix_on_s3_is_a_run_only_with_the_marker_and_a_foreign_one_is_left_alone(s3_bucket: str) -> None:
+    model_dir = f"{s3_bucket}/run"
+    assert check_run_dir(model_dir) == "empty"  # no object under the prefix
+    lock = acquire_run_lock(model_dir)
+    assert check_run_dir(model_dir) == "empty"  # the lock alone does not make it foreign
+    lock.release()
+    tzrun.as_path(f"{model_dir}/checkpoints/step-5/weights.bin").write_bytes(b"user weights")
+    tzrun.as_path(f"{model_dir}/notes.txt").write_text("mine")
+    fs, inner = tzrun.filesystem(model_dir)
+    before = {k: fs.cat_file(k) for k in fs.find(inner)}
+    with pytest.raises(NotARunDirError, match=rf"{model_dir} is not empty and is not a tzrec-run model dir "
+                                              rf"\(no \{RUN_MARKER} marker; it holds checkpoints, notes.txt\); --overwrite"):
+        check_run_dir(model_dir, overwrite=True)
+    assert remove_incomplete_checkpoints(model_dir) == []
+    fs.invalidate_cache()
+    assert {k: fs.cat_file(k) for k in fs.find(inner)} == before
+    run_id = write_run_marker(model_dir)
+    assert check_run_dir(model_dir) == "run" and read_run_marker(model_dir)["run_id"] == run_id
 
 
 def test_a_model_dir_in_a_missing_bucket_is_refused_and_no_bucket_is_created(s3_bucket: str) -> None:

@@ -62,6 +62,7 @@ from tzrun.runner.manifest import (
     unverified_allowed,
     verify_hashes_by_default,
 )
+from tzrun.runner.run_marker import is_run_dir
 from tzrun.storage import as_path, is_remote, remove_tree
 
 if TYPE_CHECKING:
@@ -145,10 +146,11 @@ def previous_checkpoint(path: Path) -> Path | None:
 def remove_incomplete_checkpoints(model_dir: Path) -> list[Path]:
     """Delete checkpoint directories without the completion marker (an interrupted save);
     returns what was removed. A directory with a damaged marker is left for inspection (it is
-    not listed, and a save of the same step replaces it). Call on one rank only."""
+    not listed, and a save of the same step replaces it), and so is everything in a model dir
+    that tzrec-run did not mark as a run's (:mod:`~tzrun.runner.run_marker`). Call on one rank only."""
     root = as_path(model_dir) / "checkpoints"
     removed = []
-    if root.is_dir():
+    if root.is_dir() and is_run_dir(model_dir):
         for child in root.iterdir():
             # only a missing marker means an interrupted save; a damaged one is kept to inspect
             if _STEP_DIR.match(child.name) and not (child / MARKER).exists():

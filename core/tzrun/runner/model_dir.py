@@ -1,5 +1,9 @@
 """Who owns a model dir: a new run, the run it continues (``--resume``), or a run that replaces
-an earlier one (``--overwrite``), and what an earlier run's outputs are."""
+an earlier one (``--overwrite``), and what an earlier run's outputs are.
+
+Only a directory marked as a run's (:mod:`tzrun.runner.run_marker`) is written to or cleaned:
+a non-empty directory without the marker is refused before anything is written there, and
+``--overwrite`` removes only :func:`run_outputs`, leaving any other file alone."""
 
 from __future__ import annotations
 
@@ -15,9 +19,10 @@ from tzrun.registry import Registries
 from tzrun.runner.checkpoint import latest_checkpoint, remove_incomplete_checkpoints
 from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences
 from tzrun.runner.retention import BEST_FILE
+from tzrun.runner.run_marker import RUN_MARKER, NotARunDirError, check_run_dir, write_run_marker
 from tzrun.storage import is_remote, remove_tree
 
-__all__ = ["CORE_OUTPUTS", "run_outputs", "claim_model_dir"]
+__all__ = ["CORE_OUTPUTS", "run_outputs", "refuse_foreign_model_dir", "claim_model_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +87,58 @@ def _replaces_a_run_that_saved_nothing(model_dir: Path, cfg: RunConfig, rank: in
     )
 
 
+def refuse_foreign_model_dir(model_dir: Path, *, overwrite: bool, rank: int, world_size: int) -> None:
+    """Refuse, on every rank, a model dir that is not empty and not a run's (rank 0 reads it
+    and tells the others: a collective with several ranks). Reads only: call it before the
+    run lock is taken, so that nothing is written into such a directory.
+
+    Raises:
+        NotARunDirError: naming the directory, what it holds and the fix; or why it could not
+            be read (a store's credentials, permissions).
+    """
+    refusal = None
+    if rank == 0:
+        try:
+            check_run_dir(model_dir, overwrite=overwrite)
+        except NotARunDirError as error:
+            refusal = str(error)
+        except (TzrunError, OSError) as error:  # refused on every rank, not a hang
+            refusal = f"{model_dir}: cannot tell whether it is a tzrec-run model dir ({type(error).__name__}: {error})"
+    if world_size > 1:
+        import torch.distributed as dist
+
+        outcome: list[Any] = [refusal]
+        dist.broadcast_object_list(outcome, src=0)
+        refusal = outcome[0]
+    if refusal is not None:
+        raise NotARunDirError(refusal)
+
+
+def _mark(model_dir: Path, state: str, *, replace: bool) -> None:
+    """Write the marker of a run that starts here: new (a new or empty directory, or one it
+    replaces) or adopted (a run written before markers)."""
+    if state == "legacy":
+        log.warning("%s: a model dir written before tzrec-run marked its model dirs; adopting it (writing %s)",
+                    model_dir, RUN_MARKER)
+    if replace or state != "run":
+        write_run_marker(model_dir)
+
+
 def claim_model_dir(model_dir: Path, cfg: RunConfig, registries: Registries, *, overwrite: bool, resume: bool,
                     rank: int) -> Path | None:
     """Apply the policy for a model dir that already has checkpoints, or records of another run
     (another ``[model]`` or ``[[features]]``; a run that saved no checkpoint and differs only
     in ``[[features]]`` is replaced as with ``overwrite``); returns the checkpoint to resume
     from, if any.
-    Rank 0 removes what an interrupted save left behind, or with ``overwrite`` the earlier
-    run's outputs. Every rank calls it; the caller makes the ranks meet before anyone writes.
+    Rank 0 writes the run's marker first, then removes what an interrupted save left behind,
+    or with ``overwrite`` the earlier run's outputs. Every rank calls it; the caller makes the
+    ranks meet before anyone writes.
 
     Raises:
+        NotARunDirError: for a directory that is not empty and not a run's (nothing is changed).
         TzrunError: for another run's model dir, or checkpoints without ``resume``/``overwrite``.
     """
+    state = check_run_dir(model_dir, overwrite=overwrite)
     replace = overwrite or _replaces_a_run_that_saved_nothing(model_dir, cfg, rank)
     existing = latest_checkpoint(model_dir)
     if existing is not None and not (overwrite or resume):
@@ -102,6 +147,7 @@ def claim_model_dir(model_dir: Path, cfg: RunConfig, registries: Registries, *, 
             "from it, --overwrite to start over in it, or --model-dir to train elsewhere"
         )
     if rank == 0:
+        _mark(model_dir, state, replace=replace)  # before anything is removed: a cut-short clean-up leaves a run's dir
         if replace:
             _remove(model_dir, run_outputs(cfg, registries))
         else:

@@ -42,7 +42,7 @@ from tzrun.runner.checkpoint import (
 from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation
 from tzrun.runner.evaluate import append_eval_result, evaluate
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
-from tzrun.runner.model_dir import claim_model_dir
+from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
 from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
@@ -147,6 +147,9 @@ class Trainer:
         """Apply the model-dir policy (:func:`~tzrun.runner.model_dir.claim_model_dir`); the
         ranks meet before anyone writes. Returns the checkpoint to resume from, if any."""
         s = self.session
+        # a directory that is not a run's is refused before anything (the lock too) is written there
+        refuse_foreign_model_dir(s.model_dir, overwrite=self.overwrite, rank=self.info.rank,
+                                 world_size=self.info.world_size)
         self.run_lock = claim_run_lock(s.model_dir, self.info.rank, self.info.world_size)  # before any write
         try:
             resume_from = claim_model_dir(s.model_dir, self.cfg, s.registries, overwrite=self.overwrite,
