@@ -324,7 +324,7 @@ class Trainer:
             return
         step = self.run.start_step + first.batch
         where, in_epoch = self.data.where(step)
-        if first.parameter is None:
+        if first.parameter is None or not math.isfinite(first.loss):  # the loss first: it is the cause
             what = f"the training loss is {first.loss}"
         elif math.isfinite(first.magnitude):
             what = (f"the gradient of {first.parameter} reaches {first.magnitude:.3g}, whose square (Adam's and "
