@@ -3,6 +3,8 @@ which parameter is named, and how the watch remembers the first batch (no traini
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -58,3 +60,23 @@ def test_the_watch_keeps_the_first_batch_and_its_parameter():
     first = watch.first()
     assert (first.batch, first.parameter, first.magnitude) == (2, "'b'", float("inf"))
     assert first.loss == pytest.approx(0.7)
+
+
+def _collective_worker(rank: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from tzrun.runner.nonfinite import collective_max
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:  # an embedding gradient bad on rank 1 only: both ranks must skip the step together
+        index = collective_max(torch.tensor(-1 if rank == 0 else 3))
+        Path(out_dir, f"rank{rank}.txt").write_text(str(index))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_rank_agrees_on_the_first_bad_gradient(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_collective_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == ["3", "3"]
