@@ -90,9 +90,11 @@ class GradientCheck:
     def first(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(index, magnitude)`` of the first gradient not finite since the last call, as
         device scalars (index into :attr:`names`, -1 for none), and start the next batch."""
-        held = [(i, p.grad) for i, p in enumerate(self.params.values()) if _checkable(getattr(p, "grad", None))]
-        magnitudes = [m.float().to(self.device) for m in torch._foreach_norm([g for _, g in held], float("inf"))] if held else []
-        everything = torch.cat([torch.stack(magnitudes), self.embedding_magnitudes]) if magnitudes else self.embedding_magnitudes.clone()
+        held = [(i, p.grad) for i, p in enumerate(self.params.values()) if _checkable(p.grad)]
+        everything = self.embedding_magnitudes.clone()
+        if held:  # one fused max-magnitude reduction over every gradient
+            magnitudes = torch._foreach_norm([g for _, g in held], float("inf"))
+            everything = torch.cat([torch.stack([m.float().to(self.device) for m in magnitudes]), everything])
         self.embedding_magnitudes.zero_()
         if everything.numel() == 0:
             return torch.full((), -1, dtype=torch.int64, device=self.device), torch.zeros((), device=self.device)
