@@ -593,3 +593,17 @@ def test_a_gradient_that_overflows_with_a_finite_loss_stops_the_run_naming_step_
     assert "the last one is intact" in message
     assert [s for s, _ in list_checkpoints(tmp_path / "error")] == [2]
     verify_checkpoint(checkpoint_dir(tmp_path / "error", 2))
+
+
+def test_two_ranks_skip_a_step_with_an_overflowing_gradient_together(tmp_path, criteo_dir):
+    from tests.conftest import run_cli
+
+    config = tmp_path / "huge.toml"
+    text = CONFIG.format(model_dir=tmp_path / "two", train=_huge_dense_value_at_batch_3(tmp_path, criteo_dir))
+    config.write_text(text.replace('dense_optimizer = { type = "sgd", lr = 0.1 }', 'dense_optimizer = { type = "adam", lr = 0.01 }'))
+    proc = run_cli(["train", str(config), "--nproc-per-node", "2", "--set", 'features.dense=[{name = "int_0"}, {name = "int_1"}]',
+                    "--set", 'train.on_nonfinite_loss="skip"', "--set", "train.num_steps=3"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    skipped = sorted(line.split("] tzrun: ") for line in proc.stderr.splitlines() if "its update was skipped" in line)
+    ranks, messages = [r[-6:] for r, _ in skipped], [m.split(":")[0] for _, m in skipped]
+    assert ranks == ["rank 0", "rank 1"] and messages[0] == messages[1], skipped  # both ranks, the same single step
