@@ -276,8 +276,8 @@ class BadRowError(DataError):
 
 
 class NonFiniteLossError(TzrunError):
-    """A training step's loss was NaN or infinite (``train.on_nonfinite_loss = "error"``);
-    raised before that step's dense update and before any checkpoint holds its effects."""
+    """A training step's loss or gradient was not finite (``train.on_nonfinite_loss =
+    "error"``); raised before any checkpoint holds its effects."""
 
     exit_code = EXIT_DATA
 

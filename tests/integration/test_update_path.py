@@ -6,6 +6,7 @@ and schedules that continue after a checkpoint restore."""
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -515,3 +516,94 @@ def test_initial_accumulator_value_reaches_fbgemm_state(tmp_path, criteo_dir):
     untouched = (momentum == 0.25).all(dim=1)
     assert untouched.sum() > 3000  # rows no batch touched keep the initial value
     assert (momentum[~untouched] >= 0.25).all()  # touched rows added their squared gradients
+
+
+# -- non-finite gradients (train.on_nonfinite_loss) ---------------------------------------------
+
+
+def _huge_dense_value_at_batch_3(tmp_path: Path, criteo_dir: Path) -> Path:
+    """Six batches of 256 rows whose third holds int_0 = 3e38 in 16 rows: a finite value (it
+    passes the input checks) that keeps the loss finite and makes the dense gradient overflow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(sorted((criteo_dir / "train").glob("*.parquet"))[0]).slice(0, 6 * 256)
+    values = table.column("int_0").to_numpy().copy()
+    values[2 * 256:2 * 256 + 16] = 3e38
+    out = tmp_path / "huge"
+    out.mkdir()
+    pq.write_table(table.set_column(table.schema.get_field_index("int_0"), "int_0", pa.array(values, pa.float32())),
+                   out / "part-00000.parquet")
+    return out
+
+
+class _Snapshots:
+    """The weights, optimizer state and loss after every step."""
+
+    def __init__(self) -> None:
+        self.by_step: dict[int, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], float]] = {}
+
+    @tzrun.hookimpl
+    def tzrun_after_train_step(self, run, step):
+        from tests.integration.test_resume import _optimizer_state
+
+        self.by_step[step.step] = (weights(run.model), _optimizer_state(run.optimizer), float(step.loss))
+
+
+def _train_huge(tmp_path: Path, criteo_dir: Path, policy: str, *overrides: str) -> tuple[Any, _Snapshots]:
+    snaps = _Snapshots()
+    pm = make_plugin_manager(plugins=[("snaps", snaps)])
+    registries = collect_registries(pm)
+    text = CONFIG.format(model_dir=tmp_path / policy, train=_huge_dense_value_at_batch_3(tmp_path, criteo_dir))
+    raw = parse_config(text, "<test>", [
+        'features.dense=[{name = "int_0"}, {name = "int_1", log1p = true}]', "train.num_steps=5",
+        'train.dense_optimizer={type = "adam", lr = 0.01}', 'train.sparse_optimizer={type = "adagrad", lr = 0.05}',
+        f'train.on_nonfinite_loss="{policy}"', *overrides,
+    ])
+    return train(load_config(raw, registries), raw, pm, registries), snaps
+
+
+def test_a_gradient_that_overflows_with_a_finite_loss_skips_its_step(tmp_path, criteo_dir, caplog):
+    with caplog.at_level(logging.WARNING, logger="tzrun"):
+        result, snaps = _train_huge(tmp_path, criteo_dir, "skip", 'train.pipeline={type = "sparse_dist"}')
+    assert result.steps == 5
+    (w2, s2, _), (w3, s3, loss3), (w5, s5, _) = snaps.by_step[2], snaps.by_step[3], snaps.by_step[5]
+    assert math.isfinite(loss3)  # the loss never told
+    assert "step 3: the gradient of 'model.deep.0.weight' is not finite (or overflows when squared); its update " \
+           "was skipped (1 such step(s) so far" in caplog.text
+    assert any(k.startswith("state.dense") for k in s3) and any(k.startswith("state.sparse") for k in s3)
+    for key in dense_of(w3):  # the dense weights and the dense optimizer's state did not move
+        assert torch.equal(w3[key], w2[key]), key
+    for key in (k for k in s3 if k.startswith("state.dense")):
+        assert torch.equal(s3[key], s2[key]), key
+    bad = [k for k, v in (*w5.items(), *s5.items()) if not torch.isfinite(v.float()).all()]
+    assert bad == []  # no weight, table, moment or accumulator holds inf or NaN
+    assert any(not torch.equal(w5[k], w3[k]) for k in dense_of(w5))  # and training went on
+
+
+def test_a_gradient_that_overflows_with_a_finite_loss_stops_the_run_naming_step_and_parameter(tmp_path, criteo_dir):
+    from tzrun.errors import EXIT_DATA, NonFiniteLossError
+    from tzrun.runner.checkpoint import list_checkpoints, verify_checkpoint
+
+    with pytest.raises(NonFiniteLossError) as info:
+        _train_huge(tmp_path, criteo_dir, "error", "train.save_checkpoints_steps=2")
+    message = str(info.value)
+    assert info.value.exit_code == EXIT_DATA == 65 and "\n" not in message
+    assert message.startswith("step 3 (epoch 0, batch 3 of the epoch) on rank 0: the gradient of 'model.deep.0.weight' ")
+    assert "the last one is intact" in message
+    assert [s for s, _ in list_checkpoints(tmp_path / "error")] == [2]
+    verify_checkpoint(checkpoint_dir(tmp_path / "error", 2))
+
+
+def test_two_ranks_skip_a_step_with_an_overflowing_gradient_together(tmp_path, criteo_dir):
+    from tests.conftest import run_cli
+
+    config = tmp_path / "huge.toml"
+    text = CONFIG.format(model_dir=tmp_path / "two", train=_huge_dense_value_at_batch_3(tmp_path, criteo_dir))
+    config.write_text(text.replace('dense_optimizer = { type = "sgd", lr = 0.1 }', 'dense_optimizer = { type = "adam", lr = 0.01 }'))
+    proc = run_cli(["train", str(config), "--nproc-per-node", "2", "--set", 'features.dense=[{name = "int_0"}, {name = "int_1"}]',
+                    "--set", 'train.on_nonfinite_loss="skip"', "--set", "train.num_steps=3"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    skipped = sorted(line.split("] tzrun: ") for line in proc.stderr.splitlines() if "its update was skipped" in line)
+    ranks, messages = [r[-6:] for r, _ in skipped], [m.split(":")[0] for _, m in skipped]
+    assert ranks == ["rank 0", "rank 1"] and messages[0] == messages[1], skipped  # both ranks, the same single step

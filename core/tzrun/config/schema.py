@@ -341,9 +341,11 @@ class TrainConfig:
         keep_checkpoint_max: keep at most this many checkpoints, the newest (0: keep all); the
             best one (``eval.best_metric``) is never removed. See docs/checkpoints.md,
             Retention and the best checkpoint.
-        on_nonfinite_loss: a NaN or infinite loss stops the run naming the step (``"error"``),
-            or its update is skipped and counted (``"skip"``); either way before it reaches a
-            checkpoint.
+        on_nonfinite_loss: a NaN or infinite loss, or a gradient that is NaN, infinite or
+            squares past float32 (Adam's and Adagrad's state would turn infinite), stops the
+            run naming the step and the parameter (``"error"``), or its update is skipped and
+            counted (``"skip"``); either way before it reaches a checkpoint. See
+            docs/checkpoints.md, Non-finite losses and gradients.
         log_every_n_steps: the interval of the train log: every N steps the loop makes one
             record (mean loss, learning rates, samples/s, data wait, gradient norm) that the
             stages show, plot and write (one device sync per interval; see docs/stages.md).

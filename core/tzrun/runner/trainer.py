@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 import warnings
 from pathlib import Path
@@ -285,8 +286,8 @@ class Trainer:
             watchdog.step = step  # shown when this rank stops responding
         if update.nonfinite_steps != self._nonfinite_seen:
             self._nonfinite_seen = update.nonfinite_steps
-            log.warning("step %d: the loss is not finite; its update was skipped (%d such step(s) so far; "
-                        "train.on_nonfinite_loss = \"skip\")", step, update.nonfinite_steps)
+            log.warning("step %d: %s; its update was skipped (%d such step(s) so far; "
+                        "train.on_nonfinite_loss = \"skip\")", step, update.skip_reason, update.nonfinite_steps)
         if self.train_metrics:
             self.train_metrics.update(out)
         epoch = self.data.where(step)[0].epoch
@@ -313,22 +314,30 @@ class Trainer:
                     scheduler.step()
 
     def raise_if_nonfinite(self) -> None:
-        """Raise for the first non-finite training loss seen so far (``on_nonfinite_loss =
-        "error"``): at a train log or a boundary, before anything is saved (one sync).
+        """Raise for the first non-finite training loss or gradient seen so far
+        (``on_nonfinite_loss = "error"``): at a train log or a boundary, before anything is
+        saved (one sync).
 
         Raises:
-            NonFiniteLossError: naming the step, its epoch and batch, and the rank.
+            NonFiniteLossError: naming the step, its epoch and batch, the rank, and the
+                parameter whose gradient was not finite.
         """
         first = self.built.update.nonfinite.first()
         if first is None:
             return
-        batch, value = first
-        step = self.run.start_step + batch
+        step = self.run.start_step + first.batch
         where, in_epoch = self.data.where(step)
+        if first.parameter is None or not math.isfinite(first.loss):  # the loss first: it is the cause
+            what = f"the training loss is {first.loss}"
+        elif math.isfinite(first.magnitude):
+            what = (f"the gradient of {first.parameter} reaches {first.magnitude:.3g}, whose square (Adam's and "
+                    f"Adagrad's state) overflows float32 (the loss is {first.loss:.6g})")
+        else:
+            what = f"the gradient of {first.parameter} is {first.magnitude} (the loss is {first.loss:.6g})"
         raise NonFiniteLossError(
-            f"step {step} (epoch {where.epoch}, batch {in_epoch} of the epoch) on rank {self.info.rank}: the training "
-            f"loss is {value}; no checkpoint holds its effects (the last one is intact). Lower the learning rate, "
-            "check the data of that batch, or set train.on_nonfinite_loss = \"skip\" to drop such steps"
+            f"step {step} (epoch {where.epoch}, batch {in_epoch} of the epoch) on rank {self.info.rank}: {what}; no "
+            "checkpoint holds its effects (the last one is intact). Lower the learning rate, check the data of that "
+            "batch (a huge dense value?), or set train.on_nonfinite_loss = \"skip\" to drop such steps"
         )
 
     # -- evaluation and checkpoints --------------------------------------------------------------

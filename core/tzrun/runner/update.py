@@ -28,12 +28,14 @@ step's updates happen.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import torch
 from torch import nn
 
-__all__ = ["UpdateOptimizer", "DenseEMA", "LossScale", "NonFiniteWatch"]
+from tzrun.runner.nonfinite import GradientCheck, collective_max
+
+__all__ = ["UpdateOptimizer", "DenseEMA", "LossScale", "NonFinite", "NonFiniteWatch"]
 
 
 class DenseEMA:
@@ -137,32 +139,66 @@ class LossScale:
         return total * (scale / self.accumulation)
 
 
-class NonFiniteWatch:
-    """Notes, on the device, the first training batch whose loss was NaN or infinite, so that
-    ``on_nonfinite_loss = "error"`` costs no sync per step; :meth:`first` reads it (one sync)."""
+class NonFinite(NamedTuple):
+    """The first training batch whose loss or gradient was not finite (:class:`NonFiniteWatch`)."""
 
-    def __init__(self) -> None:
+    #: the batch, counted from 1 since this process started training
+    batch: int
+    #: its loss
+    loss: float
+    #: the name of its first gradient that was not finite (None when only the loss was not)
+    parameter: str | None
+    #: that gradient's largest magnitude (NaN, inf, or a value whose square overflows)
+    magnitude: float
+
+
+class NonFiniteWatch:
+    """Notes, on the device, the first training batch whose loss or gradient was NaN or
+    infinite, so that ``on_nonfinite_loss = "error"`` costs no sync per step; :meth:`first`
+    reads it (one sync).
+
+    Args:
+        names: the names of the gradients :meth:`see` is given indices into.
+    """
+
+    def __init__(self, names: list[str] | None = None) -> None:
+        self.names = list(names or [])
         self.batches = 0
         self._first: torch.Tensor | None = None  # the 1-based batch number, 0 for none yet
         self._value: torch.Tensor | None = None
+        self._gradient: torch.Tensor | None = None  # index into names, -1 for none
+        self._magnitude: torch.Tensor | None = None
 
-    def see(self, loss: torch.Tensor) -> None:
-        """One training batch's loss (device ops only)."""
+    def see(self, loss: torch.Tensor, gradient: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """One training batch's loss, and ``(index, magnitude)`` of its first gradient that is
+        not finite (index -1 for none; see :class:`~tzrun.runner.nonfinite.GradientCheck`).
+        Device ops only."""
         self.batches += 1
         if self._first is None:
             self._first = torch.zeros((), dtype=torch.int64, device=loss.device)
             self._value = torch.zeros((), dtype=torch.float32, device=loss.device)
-        fresh = ~torch.isfinite(loss) & (self._first == 0)
+            self._gradient = torch.full((), -1, dtype=torch.int64, device=loss.device)
+            self._magnitude = torch.zeros((), dtype=torch.float32, device=loss.device)
+        bad = ~torch.isfinite(loss)
+        if gradient is not None:
+            bad = bad | (gradient[0] >= 0)
+        fresh = bad & (self._first == 0)
         self._first = torch.where(fresh, self.batches, self._first)
         self._value = torch.where(fresh, loss.float(), self._value)
+        if gradient is not None:
+            self._gradient = torch.where(fresh, gradient[0], self._gradient)
+            self._magnitude = torch.where(fresh, gradient[1].float(), self._magnitude)
 
-    def first(self) -> tuple[int, float] | None:
-        """``(batch, loss)`` of the first non-finite loss seen (batches counted from 1 since
-        this process started training), or None."""
+    def first(self) -> NonFinite | None:
+        """The first batch whose loss or gradient was not finite, or None."""
         if self._first is None:
             return None
         batch = int(self._first)
-        return (batch, float(self._value)) if batch else None  # type: ignore[arg-type]
+        if not batch:
+            return None
+        index = int(self._gradient)  # type: ignore[arg-type]
+        return NonFinite(batch, float(self._value), self.names[index] if index >= 0 else None,  # type: ignore[arg-type]
+                         float(self._magnitude))  # type: ignore[arg-type]
 
 
 def _embedding_outputs(value: Any) -> list[torch.Tensor]:
@@ -221,10 +257,17 @@ class UpdateOptimizer:
         self.ema = DenseEMA(self.named_dense_params, ema.decay) if ema is not None else None
         self.ema_for_eval = ema is not None and ema.use_for_eval
         self.on_nonfinite = train.on_nonfinite_loss
-        self.nonfinite_steps = 0  # batches whose loss was NaN or infinite (skipped)
-        self.nonfinite = NonFiniteWatch()
-        if loss_scale.scales or self.on_nonfinite == "skip":
-            self._hook_embeddings(model)
+        self.nonfinite_steps = 0  # batches whose loss or gradient was not finite (skipped)
+        #: why the last skipped batch was skipped ("the loss is not finite", ...)
+        self.skip_reason = ""
+        embeddings = self._hook_embeddings(model)
+        #: the gradient check (None with the fp16 scaler, which skips inf gradients itself)
+        self.gradients: GradientCheck | None = None
+        if self.scaler is None:
+            checked = {n: p for opt in (*self.per_batch.values(), *self.dense.values())
+                       for n, p in getattr(opt, "params", {}).items() if type(p) in (torch.Tensor, nn.Parameter)}
+            self.gradients = GradientCheck(checked, embeddings, device)
+        self.nonfinite = NonFiniteWatch(self.gradients.names if self.gradients is not None else [])
 
     @staticmethod
     def make_loss_scale(train: Any, device: torch.device) -> LossScale:
@@ -240,16 +283,28 @@ class UpdateOptimizer:
 
     # -- loss scaling --------------------------------------------------------------------------
 
-    def _hook_embeddings(self, model: nn.Module) -> None:
-        from torchrec.distributed.types import Awaitable, ShardedModule
+    def _hook_embeddings(self, model: nn.Module) -> list[str]:
+        """Hook the gradients that reach each embedding module: unscaled (N / S), noted by the
+        gradient check, and zeros instead when not finite under fp16 or ``"skip"``. Returns
+        the hooked modules' names."""
+        from torchrec.distributed.types import ShardedModule
+
+        modules = [(n, m) for n, m in model.named_modules() if isinstance(m, ShardedModule)]
+        self._hooks = [m.register_forward_hook(self._embedding_hook(i)) for i, (_, m) in enumerate(modules)]
+        return [n.replace("_dmp_wrapped_module.", "") for n, _ in modules]
+
+    def _embedding_hook(self, index: int) -> Any:
+        from torchrec.distributed.types import Awaitable
 
         def unscale(grad: torch.Tensor) -> torch.Tensor:
             inverse = self.loss_scale.inverse
             if not (isinstance(inverse, float) and inverse == 1.0):
                 grad = grad * inverse
+            finite = self.gradients.note_embedding(index, grad) if self.gradients is not None else None
             if self.scaler is not None or self.on_nonfinite == "skip":
-                # an fp16 overflow or a non-finite loss: no embedding update for this batch
-                grad = torch.where(torch.isfinite(grad).all(), grad, torch.zeros_like(grad))
+                # an fp16 overflow, a non-finite loss or gradient: no embedding update for this batch
+                finite = torch.isfinite(grad).all() if finite is None else finite
+                grad = torch.where(finite, grad, torch.zeros_like(grad))
             return grad
 
         def on_output(value: Any) -> Any:
@@ -265,9 +320,7 @@ class UpdateOptimizer:
                 return output
             return on_output(output)
 
-        self._hooks = [
-            m.register_forward_hook(forward_hook) for m in model.modules() if isinstance(m, ShardedModule)
-        ]
+        return forward_hook
 
     # -- the pipeline's calls ------------------------------------------------------------------
 
@@ -287,16 +340,21 @@ class UpdateOptimizer:
     def step(self, closure: Any = None) -> None:
         """Step the sparse optimizers; at the end of a window, the dense ones.
 
-        With ``on_nonfinite_loss = "error"`` a NaN or infinite loss is only noted here (on the
+        With ``on_nonfinite_loss = "error"`` a NaN or infinite loss, or a gradient that is not
+        finite (:class:`~tzrun.runner.nonfinite.GradientCheck`), is only noted here (on the
         device, :attr:`nonfinite`); the loop raises at its next train log or checkpoint
-        boundary, before anything is saved. With ``"skip"`` (one sync per step), the batch's
-        updates are dropped instead: the embedding hook already gave FBGEMM zeros, the
-        data-parallel tables do not step, and the accumulation window is discarded.
+        boundary, before anything is saved. With ``"skip"`` (one sync per step for the loss,
+        one for the gradients), the batch's updates are dropped instead: the embedding hook
+        already gave FBGEMM zeros for a non-finite loss or embedding gradient, the
+        data-parallel tables and the dense optimizers do not step, and the accumulation window
+        is discarded.
         """
         loss = self.loss_scale.last_loss
+        gradient = self.gradients.first() if self.gradients is not None else None
         if loss is not None and self.on_nonfinite == "error":
-            self.nonfinite.see(loss)
-        elif loss is not None and (self.loss_scale.skipped if self.loss_scale.skip_nonfinite else not bool(torch.isfinite(loss))):
+            self.nonfinite.see(loss, gradient)
+        elif loss is not None and (reason := self._skip_reason(loss, gradient)):
+            self.skip_reason = reason
             self.nonfinite_steps += 1
             for opt in (*self.per_batch.values(), *self.dense.values()):
                 opt.zero_grad(set_to_none=True)
@@ -307,6 +365,18 @@ class UpdateOptimizer:
         self.micro_step += 1
         if self.micro_step == self.accumulation:
             self._dense_step()
+
+    def _skip_reason(self, loss: torch.Tensor, gradient: tuple[torch.Tensor, torch.Tensor] | None) -> str:
+        """Why this batch's updates are skipped (``"skip"``), or "" (syncs; collective)."""
+        if self.loss_scale.skipped if self.loss_scale.skip_nonfinite else not bool(torch.isfinite(loss)):
+            return "the loss is not finite"
+        if gradient is None:
+            return ""
+        index = collective_max(gradient[0])  # every rank skips together (embedding gradients are per rank)
+        if index < 0:
+            return ""
+        assert self.gradients is not None
+        return f"the gradient of {self.gradients.names[index]} is not finite (or overflows when squared)"
 
     def flush(self) -> bool:
         """Step a partial accumulation window as the mean of its batches (at a checkpoint
