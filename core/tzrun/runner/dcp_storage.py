@@ -25,7 +25,7 @@ def storage_writer(path: Path) -> Any:
 
             def storage_meta(self) -> Any:
                 meta = super().storage_meta()
-                if meta is not None:
+                if meta is not None and meta.checkpoint_id is not None:
                     meta.checkpoint_id = redact_url(meta.checkpoint_id)
                 return meta
 
