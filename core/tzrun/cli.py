@@ -20,6 +20,7 @@ from tzrun.commands import COMMANDS, prepare
 from tzrun.errors import EXIT_BROKEN_PIPE, EXIT_CONFIG, EXIT_USAGE, TzrunError, exit_code_of
 from tzrun.logs import LOG_LEVEL_ENV, LOG_LEVELS
 from tzrun.logs import setup_logging as _setup_logging
+from tzrun.storage import redact_url
 from tzrun.install_commands import add_parsers as add_install_parsers
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
@@ -287,7 +288,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL
 
         if int(os.environ.get("RANK", 0)) == 0:
-            print(f"stopped by {result.stopped_by} at step {result.steps}; checkpoint: {result.checkpoint}")
+            print(f"stopped by {result.stopped_by} at step {result.steps}; checkpoint: {redact_url(result.checkpoint)}")
         return EXIT_STOPPED_BY_SIGNAL
     if int(os.environ.get("RANK", 0)) == 0:
         if result.stop_reason:
@@ -296,7 +297,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if result.eval is not None:
             values = ", ".join(f"{k}={v:.6f}" for k, v in result.eval.metrics.items())
             print(f"final eval at step {result.eval.step} over {result.eval.rows} rows: {values}")
-        print(f"checkpoint: {result.checkpoint}")
+        print(f"checkpoint: {redact_url(result.checkpoint)}")
     return 0
 
 
@@ -321,7 +322,7 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
         _print_evaluation(done)
-        print(f"recorded in {os.path.join(cfg.model_dir, 'eval_results.jsonl')}")
+        print(f"recorded in {redact_url(os.path.join(cfg.model_dir, 'eval_results.jsonl'))}")
     return 0
 
 
@@ -329,7 +330,7 @@ def _print_evaluation(done: Any) -> None:
     """Print a :class:`~tzrun.runner.checkpoint_eval.CheckpointEvaluation` (rank 0)."""
     values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
     weights = " (EMA weights)" if done.ema else ""
-    print(f"eval of {done.checkpoint} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")
+    print(f"eval of {redact_url(done.checkpoint)} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")
 
 
 def _fail_named(error: BaseException, model_dir: str) -> None:
@@ -373,7 +374,7 @@ def console_main() -> None:
     except Exception as error:  # noqa: BLE001 - an internal error: its traceback, then its exit code
         import traceback
 
-        traceback.print_exc()
+        print(redact_url(traceback.format_exc()), end="", file=sys.stderr)
         code = exit_code_of(error)
     from tzrun.launch import record_exit_code
 
@@ -424,7 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except TzrunError as error:
         if not _announced_by_rank0(error):
-            print(f"tzrec-run: {_named_after_the_config(error, getattr(args, 'config', None))}", file=sys.stderr)
+            print(f"tzrec-run: {redact_url(str(_named_after_the_config(error, getattr(args, 'config', None))))}",
+                  file=sys.stderr)
         return exit_code_of(error)
 
 

@@ -64,8 +64,8 @@ EXIT_CHECKPOINT = 66  # EX_NOINPUT
 EXIT_RANK_LOST = 69  # EX_UNAVAILABLE
 #: An internal error: anything not raised on purpose (a traceback is printed).
 EXIT_INTERNAL = 70  # EX_SOFTWARE
-#: The run's output cannot be written: a full disk, a read-only model dir, or a model dir
-#: another live run holds (``run.lock``).
+#: The run's output cannot be written: a full disk, a read-only model dir, a model dir
+#: another live run holds (``run.lock``), or one on a store whose run lock cannot be exclusive.
 EXIT_CANT_WRITE = 73  # EX_CANTCREAT
 #: Stopped by SIGTERM, SIGUSR1 or Ctrl-C after writing a checkpoint: rerun with ``--resume``.
 EXIT_STOPPED_BY_SIGNAL = 75  # EX_TEMPFAIL

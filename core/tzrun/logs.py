@@ -1,5 +1,5 @@
 """How tzrec-run logs: the format (with the rank), which ranks log what, ``--log-level`` and
-``TZRUN_LOG_LEVEL``, and the library warnings no user can act on."""
+``TZRUN_LOG_LEVEL``, the library warnings no user can act on, and no URL's password in a line."""
 
 from __future__ import annotations
 
@@ -13,6 +13,18 @@ __all__ = ["LOG_LEVELS", "LOG_LEVEL_ENV", "setup_logging"]
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: The environment variable that sets the log level when ``--log-level`` is not given.
 LOG_LEVEL_ENV = "TZRUN_LOG_LEVEL"
+
+
+def _redact_record(record: logging.LogRecord) -> bool:
+    """Show a log line, and its exception, with every URL's password redacted."""
+    from tzrun.storage import redact_url
+
+    record.msg, record.args = redact_url(record.getMessage()), None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact_url(record.exc_text)
+    return True
 
 
 def setup_logging(level: str | None = None) -> None:
@@ -31,6 +43,9 @@ def setup_logging(level: str | None = None) -> None:
         format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    for handler in logging.getLogger().handlers:
+        if _redact_record not in handler.filters:
+            handler.addFilter(_redact_record)
     if chosen is None or (chosen == logging.INFO and rank != 0):
         chosen = logging.INFO if rank == 0 else logging.WARNING
     logging.getLogger("tzrun").setLevel(chosen)

@@ -36,6 +36,7 @@ __all__ = [
     "under",
     "exists",
     "storage_options",
+    "redact_url",
 ]
 
 #: A local :class:`pathlib.Path` or a :class:`upath.UPath` for a URL (same API; in universal-pathlib 0.3
@@ -51,6 +52,20 @@ _EXTRAS = {
     "abfs": "azure", "abfss": "azure", "az": "azure", "adl": "azure",
     "hdfs": "hdfs", "viewfs": "hdfs",
 }
+
+
+#: The password of a URL's user information (``scheme://user:password@host``), and of the same
+#: ``user:password@host`` without its scheme at the start of a word (a store client's message).
+_PASSWORD = re.compile(r"""([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'"]*|(?<![^\s'"(=])[^\s/@:'"]+):[^\s/@'"]+@""")
+
+
+def redact_url(text: str | os.PathLike[str]) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``
+    (``s3://user:***@bucket/key``; ``user:***@bucket`` where a message quotes it without its
+    scheme): what every message, log line and record of a run shows of a
+    path, a command line or an error. Credentials belong in each store's standard environment,
+    which is never printed nor recorded; one written into a URL is kept out the same way."""
+    return _PASSWORD.sub(r"\1:***@", os.fspath(text) if isinstance(text, os.PathLike) else str(text))
 
 
 def scheme(path: str | os.PathLike[str]) -> str | None:

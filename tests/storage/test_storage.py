@@ -74,3 +74,18 @@ def test_a_store_that_cannot_be_reached_is_one_line_naming_the_url_and_where_to_
     assert "s3://team/criteo/train: cannot be listed: EndpointConnectionError" in proc.stderr, proc.stderr
     assert "credentials and endpoint" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("s3://user:pass@bucket/run", "s3://user:***@bucket/run"),
+    ("hdfs://me:p%40ss@namenode:8020/data and s3://other:x@b/k", "hdfs://me:***@namenode:8020/data and s3://other:***@b/k"),
+    ('{"model_dir": "s3://u:pw@b/run"}', '{"model_dir": "s3://u:***@b/run"}'),
+    ('Invalid bucket name "u:pw@bucket"', 'Invalid bucket name "u:***@bucket"'),  # a client's message, no scheme
+    ("s3://bucket/run", "s3://bucket/run"),
+    ("abfs://container@account.dfs.core.windows.net/x", "abfs://container@account.dfs.core.windows.net/x"),
+    ("http://host:8080/a@b", "http://host:8080/a@b"),
+])
+def test_redact_url_hides_every_password_and_nothing_else(text, shown):
+    from tzrun.storage import redact_url
+
+    assert redact_url(text) == shown

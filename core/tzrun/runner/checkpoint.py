@@ -63,7 +63,7 @@ from tzrun.runner.manifest import (
     verify_hashes_by_default,
 )
 from tzrun.runner.run_marker import is_run_dir
-from tzrun.storage import as_path, is_remote, remove_tree
+from tzrun.storage import as_path, is_remote, redact_url, remove_tree
 
 if TYPE_CHECKING:
     import torch
@@ -294,7 +294,7 @@ def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], met
     dist.barrier()  # nobody writes into a directory rank 0 is still clearing
     dcp.save(dict(state), storage_writer=storage_writer(path / "state"))  # returns on every rank once all wrote
     if rank == 0:
-        write_atomic(path / "meta.json", json.dumps(dict(meta), indent=2, default=str).encode())
+        write_atomic(path / "meta.json", redact_url(json.dumps(dict(meta), indent=2, default=str)).encode())
     manifest = _write_manifest(path, step)
     if rank == 0:
         mark_complete(path, step, manifest)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tzrun.storage import is_remote, storage_options
+from tzrun.storage import is_remote, redact_url, storage_options
 
 __all__ = ["storage_writer", "storage_reader"]
 
@@ -20,7 +20,16 @@ def storage_writer(path: Path) -> Any:
     if is_remote(path):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-        return FsspecWriter(str(path), **storage_options(path))
+        class RedactingFsspecWriter(FsspecWriter):
+            """DCP's fsspec writer, recording the checkpoint's URL in ``.metadata`` without its password."""
+
+            def storage_meta(self) -> Any:
+                meta = super().storage_meta()
+                if meta is not None and meta.checkpoint_id is not None:
+                    meta.checkpoint_id = redact_url(meta.checkpoint_id)
+                return meta
+
+        return RedactingFsspecWriter(str(path), **storage_options(path))
     from torch.distributed.checkpoint import FileSystemWriter
 
     return FileSystemWriter(str(path))

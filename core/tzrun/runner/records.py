@@ -33,7 +33,7 @@ from tzrun.config.load import RawConfig
 from tzrun.config.schema import Component, RunConfig
 from tzrun.files import write_atomic
 from tzrun.stack import check_stack, stack_versions
-from tzrun.storage import as_path
+from tzrun.storage import as_path, redact_url
 
 __all__ = [
     "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml", "emit_toml",
@@ -264,7 +264,8 @@ def write_run_records(model_dir: Path, cfg: RunConfig, raw: RawConfig, *, world_
 
 
 def _write(path: Path, text: str) -> None:
-    write_atomic(path, text.encode("utf-8"))
+    """Write a record, every URL's password redacted (the config's paths, the command line)."""
+    write_atomic(path, redact_url(text).encode("utf-8"))
 
 
 #: The config sections a checkpoint (or a model dir) must share with the config that uses it.
@@ -272,7 +273,8 @@ COMPARED_SECTIONS = ("model", "features")
 
 
 def _normalised(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
+    """``value`` as its JSON record holds it (URLs' passwords redacted, as :func:`_write` writes them)."""
+    return json.loads(redact_url(json.dumps(value, default=str)))
 
 
 def _diff(saved: Any, now: Any, where: str, out: list[str], saved_as: str) -> None:

@@ -246,7 +246,9 @@ def _end(code: int, message: str | None, watchdog: Watchdog | None = None) -> No
     from tzrun.launch import record_exit_code
 
     if message:
-        print(f"tzrec-run: {message}", file=sys.stderr)
+        from tzrun.storage import redact_url
+
+        print(f"tzrec-run: {redact_url(message)}", file=sys.stderr)
     record_exit_code(code)
     if watchdog is not None:
         try:
