@@ -33,8 +33,9 @@ import pyarrow.csv as pacsv
 
 from tzrun import BAD_ROW_COLUMN, RowGroup, list_files
 from tzrun.errors import DataError
-from tzrun_plugins.readers.bad_lines import convert_fields, with_bad_rows
+from tzrun_plugins.readers.bad_lines import UNBALANCED_QUOTE, convert_fields, with_bad_rows, with_rows_left_out
 from tzrun_plugins.readers.inputs import open_input, read_range, stamp as file_stamp
+from tzrun_plugins.readers.quoting import opening_field, unclosed_rows
 
 __all__ = ["CsvConfig", "CsvReader", "build_csv", "COLUMN_TYPES"]
 
@@ -275,10 +276,48 @@ class CsvReader:
         bounds = np.append(starts, len(data))
         first_line = int(index.lines[group.index])
         line_of = _line_numbers(buf, starts, first_line)
+        unclosed = unclosed_rows(data, buf, starts, self.cfg.delimiter, self.cfg.quote_char)
         for lo in range(start, stop, self.cfg.batch_rows):
             hi = min(stop, lo + self.cfg.batch_rows)
+            out = unclosed[(unclosed >= lo) & (unclosed < hi)]
+            if out.size:
+                table = self._parse_around(data, bounds, lo, hi, out, index.names, columns, group.path, line_of, skip)
+                yield from table.to_batches()
+                continue
             piece = data[int(bounds[lo]) : int(bounds[hi])]
             yield from self._parse(piece, index.names, columns, group.path, line_of[lo:hi], skip).to_batches()
+
+    def _parse_around(
+        self, data: bytes, bounds: np.ndarray, lo: int, hi: int, out: np.ndarray, names: Sequence[str],
+        columns: Sequence[str], path: str, line_of: np.ndarray, skip: bool,
+    ) -> pa.Table:
+        """Rows ``[lo, hi)`` of a group whose rows ``out`` end inside a quoted value (see
+        :mod:`~tzrun_plugins.readers.quoting`): the others are parsed without them, and each of
+        them is a bad row of its own (``skip``) or an error naming its line, column and quote."""
+        if not skip:
+            first = int(out[0])
+            if first > lo:  # a problem on an earlier line is reported first
+                self._parse(data[int(bounds[lo]) : int(bounds[first])], names, columns, path, line_of[lo:first])
+            raise DataError(self._unclosed_quote(path, data[int(bounds[first]) : int(bounds[first + 1])], int(line_of[first]), names))
+        keep = np.setdiff1d(np.arange(lo, hi), out)
+        begins, ends = np.append(lo, out + 1), np.append(out, hi)
+        piece = b"".join(data[int(bounds[a]) : int(bounds[b])] for a, b in zip(begins, ends) if a < b)
+        table = self._parse(piece, names, columns, path, line_of[keep], skip)
+        return with_rows_left_out(table, hi - lo, out - lo, UNBALANCED_QUOTE)
+
+    def _unclosed_quote(self, path: str, line: bytes, number: int, names: Sequence[str]) -> str:
+        """The error for a line that ends inside a quoted value."""
+        quote = self.cfg.quote_char
+        field = opening_field(line.rstrip(b"\r\n"), self.cfg.delimiter, quote)
+        column = names[field] if field < len(names) else f"#{field + 1}"
+        which = {'"': "double quote", "'": "single quote"}.get(quote, "quote character")
+        text = line.decode("utf-8", "replace").rstrip("\r\n")
+        text = text if len(text) <= 120 else text[:117] + "..."
+        return (
+            f"{path}: line {number}, column '{column}': an unbalanced {which} ({quote}) opens a quoted value that does "
+            f"not close on its line (a quoted value may hold the delimiter, not a line break; a quote inside one is "
+            f"written twice): {text!r}; fix the quoting, or set data.on_bad_row = \"skip\" to leave such lines out"
+        )
 
     def describe_row(self, group: RowGroup, row: int) -> str:
         """``line N``: the 1-based line of row ``row`` of ``group`` (named in errors)."""
@@ -292,6 +331,9 @@ class CsvReader:
         """Parse one run of rows; ``lines`` are their 1-based line numbers (for errors). With
         ``skip``, bad rows stay as null rows with their reasons in ``BAD_ROW_COLUMN``."""
         types = {c: COLUMN_TYPES[self.cfg.column_types.get(c, self.cfg.default_type)] for c in columns}
+        if not piece:  # every line of the run ends inside quotes
+            table = pa.schema([(c, types[c]) for c in columns]).empty_table()
+            return with_bad_rows(table, 0, [], {}) if skip else table
         invalid: list[Any] = []
         reasons: dict[int, list[str]] = {}
         try:
