@@ -149,3 +149,25 @@ def test_lines_ending_inside_quotes_are_the_ones_pyarrow_reads_on_from():
 
     assert [i for i, line in enumerate(lines) if reads_on(line) != (i in found)] == []
     assert 100 < len(found) < 1400
+
+
+def test_random_quoting_gives_the_same_rows_whatever_the_groups(tmp_path: Path):
+    """Lines of random fields with quotes in random places: every split into groups and runs of
+    rows reads the same rows and marks the same bad ones as each line read on its own."""
+    rng = random.Random(7)
+    fields = ["1", "2", "x", '"a,b"', '"q""q"', '"', 'in"ch', '""', '"z']
+    lines = [",".join([str(i % 2), str(i)] + [rng.choice(fields) for _ in range(2)]) for i in range(150)]
+    path = tmp_path / "f.csv"
+    path.write_text("label,a,c,d\n" + "\n".join(lines))
+
+    def read(rows_per_group: int, batch_rows: int) -> list:
+        reader = CsvReader(CsvConfig(column_types={"a": "int64"}, rows_per_group=rows_per_group, batch_rows=batch_rows))
+        out = []
+        for group in reader.row_groups(str(path)):
+            for batch in reader.read(group, 0, group.num_rows, ["a", "c", "d", tzrun.BAD_ROW_COLUMN]):
+                out += batch.to_pylist()
+        return out
+
+    one_by_one = read(1, 1)
+    assert read(150, 150) == read(13, 4) == one_by_one
+    assert 10 < sum(row[tzrun.BAD_ROW_COLUMN] == "unbalanced quote" for row in one_by_one) < 140

@@ -2,26 +2,34 @@
 
 The ``csv`` reader's rule: a line is a physical line (up to ``\\n``), and a quoted value may
 hold the delimiter but not a line break. A line that ends inside a quoted value (a stray
-``"`` at the start of a field, a value with a line break in it) is a bad line on its own:
-it is not handed to pyarrow, whose parser would otherwise read on through the following lines
-as one value and lose them (a whole group's worth, a count that depended on where the groups
-and the ranks' shares began).
+``"`` at the start of a field, a value with a line break in it) is a bad line on its own, a
+row with the reason ``"unbalanced quote"`` (or an error naming it): it is not handed to
+pyarrow, whose parser would otherwise read on through the following lines as one value and
+lose them (up to a whole group, a count that depended on where the groups and ranks' shares
+began).
 
 Whether a line ends inside quotes follows pyarrow's parser (``double_quote``, no escape
 character): a quote opens a quoted value only at the start of a field; inside one, a run of
-quotes of even length is that many halves of ``""`` (literal quotes) and a run of odd length
-closes the value; elsewhere a quote is an ordinary character. Over the runs of a line that is
-three moves on the state "inside quotes": a run at a field start of odd length flips it, a run
-elsewhere of odd length clears it, any other run leaves it. So a line ends inside quotes when,
-after its last clearing run, it has an odd number of flipping runs: numpy work on the quote
-positions of a group, nothing per line, and nothing at all for a group without a quote.
+``2k`` quotes is ``k`` escaped quotes (``""``) and a run of odd length ends with the closing
+quote; elsewhere a quote is an ordinary character (``5'11"``). Over the runs of quotes of a
+line that is three moves on the state "inside quotes": a run of odd length at a field start
+flips it, a run of odd length elsewhere clears it, any other run leaves it. So a line ends
+inside quotes when it has an odd number of flipping runs after its last clearing one: numpy
+work on the quote positions, nothing per line in Python.
+
+The reader does not pay even that on a clean input: a run of rows with no quote is parsed as
+before, and one with quotes is parsed as it is and kept when pyarrow made exactly one row of
+each line (valid or malformed), its last line closes its quotes and it has no lone ``\\r``
+(a line break to pyarrow); only otherwise, or when the parse fails, are its lines checked here.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
-__all__ = ["unclosed_rows", "opening_field"]
+__all__ = ["unclosed_rows", "ends_inside_quotes", "unclosed_quote_message"]
 
 _NEWLINE, _CR = 10, 13
 
@@ -60,7 +68,26 @@ def unclosed_rows(data: bytes, buf: np.ndarray, starts: np.ndarray, delimiter: s
     return row[last][unclosed].astype(np.int64)
 
 
-def opening_field(line: bytes, delimiter: str, quote: str) -> int:
+def ends_inside_quotes(line: bytes, delimiter: str, quote: str) -> bool:
+    """Whether the one line ``line`` ends inside a quoted value."""
+    return bool(unclosed_rows(line, np.frombuffer(line, np.uint8), np.zeros(1, np.int64), delimiter, quote).size)
+
+
+def unclosed_quote_message(path: str, line: bytes, number: int, names: Sequence[str], delimiter: str, quote: str) -> str:
+    """The error for ``line``, line ``number`` of ``path``, which ends inside a quoted value."""
+    field = _opening_field(line.rstrip(b"\r\n"), delimiter, quote)
+    column = names[field] if field < len(names) else f"#{field + 1}"
+    which = {'"': "double quote", "'": "single quote"}.get(quote, "quote character")
+    text = line.decode("utf-8", "replace").rstrip("\r\n")
+    text = text if len(text) <= 120 else text[:117] + "..."
+    return (
+        f"{path}: line {number}, column '{column}': an unbalanced {which} ({quote}) opens a quoted value that does "
+        f"not close on its line (a quoted value may hold the delimiter, not a line break; a quote inside one is "
+        f"written twice): {text!r}; fix the quoting, or set data.on_bad_row = \"skip\" to leave such lines out"
+    )
+
+
+def _opening_field(line: bytes, delimiter: str, quote: str) -> int:
     """The 0-based field of ``line`` (one that ends inside quotes) whose quote does not close."""
     sep, mark = ord(delimiter), ord(quote)
     field, inside, opened, i = 0, False, 0, 0
