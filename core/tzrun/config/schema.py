@@ -234,7 +234,7 @@ class DataConfig:
             key stops the run with an error naming the file and column (``"error"``), or is
             dropped and counted in the logs (``"skip"``). NaN in a dense feature takes its
             ``fill_value``, like a null. So do a malformed line (wrong number of fields, a
-            truncated last line) and a field that does not parse as its column's type, for
+            truncated last line, a quote that does not close on its line) and a field that does not parse as its column's type, for
             readers that isolate them (``csv``). A missing column or a column of the wrong
             type is always an error.
         max_bad_row_fraction: with ``on_bad_row = "skip"``, the run stops with an error at a

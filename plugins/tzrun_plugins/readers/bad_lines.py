@@ -17,10 +17,13 @@ import pyarrow.compute as pc
 
 from tzrun import BAD_ROW_COLUMN, BAD_ROW_SEPARATOR
 
-__all__ = ["MALFORMED", "convert_fields", "with_bad_rows"]
+__all__ = ["MALFORMED", "UNBALANCED_QUOTE", "convert_fields", "with_bad_rows", "with_rows_left_out"]
 
 #: The reason of a line with the wrong number of fields (a truncated last line included).
 MALFORMED = "malformed line"
+
+#: The reason of a line that ends inside a quoted value (see :mod:`tzrun_plugins.readers.quoting`).
+UNBALANCED_QUOTE = "unbalanced quote"
 
 
 def _not_a(typ: pa.DataType) -> str:
@@ -95,3 +98,16 @@ def with_bad_rows(table: pa.Table, rows: int, malformed: Sequence[int], reasons:
     for row, problems in reasons.items():
         why[int(positions[row])] = BAD_ROW_SEPARATOR.join(problems)
     return full.append_column(BAD_ROW_COLUMN, pa.array(why, pa.string()))
+
+
+def with_rows_left_out(table: pa.Table, rows: int, at: np.ndarray, reason: str) -> pa.Table:
+    """``rows`` rows: those of ``table`` (which has ``BAD_ROW_COLUMN``) in order, and a null row
+    marked ``reason`` at each 0-based position in ``at`` (rows that were not parsed)."""
+    left_out = np.zeros(rows, bool)
+    left_out[at] = True
+    take = np.full(rows, -1, np.int64)
+    take[~left_out] = np.arange(rows - at.size)
+    full = table.take(pa.array(take, mask=left_out))
+    where = full.column_names.index(BAD_ROW_COLUMN)
+    marks = pc.if_else(pa.array(left_out), pa.scalar(reason, pa.string()), full.column(where))
+    return full.set_column(where, BAD_ROW_COLUMN, marks)

@@ -17,9 +17,11 @@ inferred, because a guess made from one block of rows can differ from the guess 
 (a hexadecimal id made only of digits reads as an integer). Fields in ``null_values`` (by
 default only the empty field) are nulls, strings included.
 
-A line with the wrong number of fields, or a field that does not parse as its column's type,
-is an error naming the file, the line (and the column); under ``data.on_bad_row = "skip"`` it
-is a bad row the core leaves out and counts (see :mod:`tzrun_plugins.readers.bad_lines`).
+A line with the wrong number of fields, a line that ends inside a quoted value (a stray
+quote, a quoted line break: see :mod:`tzrun_plugins.readers.quoting`), or a field that does not
+parse as its column's type, is an error naming the file, the line (and the column); under
+``data.on_bad_row = "skip"`` it is a bad row the core leaves out and counts (see
+:mod:`tzrun_plugins.readers.bad_lines`), that line alone, however the input is split.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ import pyarrow.csv as pacsv
 
 from tzrun import BAD_ROW_COLUMN, RowGroup, list_files
 from tzrun.errors import DataError
-from tzrun_plugins.readers.bad_lines import convert_fields, with_bad_rows
+from tzrun_plugins.readers.bad_lines import UNBALANCED_QUOTE, convert_fields, with_bad_rows, with_rows_left_out
 from tzrun_plugins.readers.inputs import open_input, read_range, stamp as file_stamp
+from tzrun_plugins.readers.quoting import ends_inside_quotes, unclosed_quote_message, unclosed_rows
 
 __all__ = ["CsvConfig", "CsvReader", "build_csv", "COLUMN_TYPES"]
 
@@ -63,6 +66,10 @@ def _compressed_hint(seen: Sequence[str]) -> str:
         "which a compressed stream does not have, so decompress them first"
     )
 _NEWLINE, _CR = 10, 13
+
+
+class _RanOn(Exception):
+    """pyarrow read a quoted value on past the end of its line (see :meth:`CsvReader._parse_rows`)."""
 
 
 def _known_types(instance: Any, attribute: Any, value: Mapping[str, str]) -> None:
@@ -277,8 +284,51 @@ class CsvReader:
         line_of = _line_numbers(buf, starts, first_line)
         for lo in range(start, stop, self.cfg.batch_rows):
             hi = min(stop, lo + self.cfg.batch_rows)
-            piece = data[int(bounds[lo]) : int(bounds[hi])]
-            yield from self._parse(piece, index.names, columns, group.path, line_of[lo:hi], skip).to_batches()
+            yield from self._parse_rows(data, buf, bounds, lo, hi, index.names, columns, group.path, line_of, skip).to_batches()
+
+    def _parse_rows(
+        self, data: bytes, buf: np.ndarray, bounds: np.ndarray, lo: int, hi: int, names: Sequence[str],
+        columns: Sequence[str], path: str, line_of: np.ndarray, skip: bool,
+    ) -> pa.Table:
+        """Rows ``[lo, hi)`` of a group, each line on its own (see
+        :mod:`~tzrun_plugins.readers.quoting`): a run with a quote is parsed as it is and kept when
+        pyarrow made one row of each line, else parsed again around its lines that end inside
+        quotes."""
+        piece, lines = data[int(bounds[lo]) : int(bounds[hi])], line_of[lo:hi]
+        quote, delimiter = self.cfg.quote_char, self.cfg.delimiter
+        if not quote or quote.encode() not in piece:
+            return self._parse(piece, names, columns, path, lines, skip)
+        try:
+            last = data[int(bounds[hi - 1]) : int(bounds[hi])]
+            if b"\r" in piece and piece.count(b"\r") != piece.count(b"\r\n") or ends_inside_quotes(last, delimiter, quote):
+                raise _RanOn  # a lone \r is a line break to pyarrow; the last line would run to the end
+            return self._parse(piece, names, columns, path, lines, skip, whole_lines=True)
+        except (_RanOn, DataError) as exc:
+            out = lo + unclosed_rows(piece, buf[int(bounds[lo]) : int(bounds[hi])], bounds[lo:hi] - bounds[lo], delimiter, quote)
+            if out.size:
+                return self._parse_around(data, bounds, lo, hi, out, names, columns, path, line_of, skip)
+            if isinstance(exc, DataError):
+                raise
+            return self._parse(piece, names, columns, path, lines, skip)
+
+    def _parse_around(
+        self, data: bytes, bounds: np.ndarray, lo: int, hi: int, out: np.ndarray, names: Sequence[str],
+        columns: Sequence[str], path: str, line_of: np.ndarray, skip: bool,
+    ) -> pa.Table:
+        """Rows ``[lo, hi)`` of a group whose rows ``out`` end inside a quoted value: the others
+        are parsed without them, and each of them is a bad row of its own (``skip``) or an error
+        naming its line, column and quote."""
+        if not skip:
+            first = int(out[0])
+            if first > lo:  # a problem on an earlier line is reported first
+                self._parse(data[int(bounds[lo]) : int(bounds[first])], names, columns, path, line_of[lo:first])
+            line = data[int(bounds[first]) : int(bounds[first + 1])]
+            raise DataError(unclosed_quote_message(path, line, int(line_of[first]), names, self.cfg.delimiter, self.cfg.quote_char))
+        keep = np.setdiff1d(np.arange(lo, hi), out)
+        begins, ends = np.append(lo, out + 1), np.append(out, hi)
+        piece = b"".join(data[int(bounds[a]) : int(bounds[b])] for a, b in zip(begins, ends) if a < b)
+        table = self._parse(piece, names, columns, path, line_of[keep], skip)
+        return with_rows_left_out(table, hi - lo, out - lo, UNBALANCED_QUOTE)
 
     def describe_row(self, group: RowGroup, row: int) -> str:
         """``line N``: the 1-based line of row ``row`` of ``group`` (named in errors)."""
@@ -287,11 +337,19 @@ class CsvReader:
         return f"line {int(_line_numbers(buf, starts[row : row + 1], int(index.lines[group.index]))[0])}"
 
     def _parse(
-        self, piece: bytes, names: Sequence[str], columns: Sequence[str], path: str, lines: np.ndarray, skip: bool = False
+        self, piece: bytes, names: Sequence[str], columns: Sequence[str], path: str, lines: np.ndarray,
+        skip: bool = False, whole_lines: bool = False,
     ) -> pa.Table:
         """Parse one run of rows; ``lines`` are their 1-based line numbers (for errors). With
-        ``skip``, bad rows stay as null rows with their reasons in ``BAD_ROW_COLUMN``."""
+        ``skip``, bad rows stay as null rows with their reasons in ``BAD_ROW_COLUMN``.
+
+        Raises:
+            _RanOn: with ``whole_lines``, when pyarrow did not make one row of each line.
+        """
         types = {c: COLUMN_TYPES[self.cfg.column_types.get(c, self.cfg.default_type)] for c in columns}
+        if not piece:  # every line of the run ends inside quotes
+            table = pa.schema([(c, types[c]) for c in columns]).empty_table()
+            return with_bad_rows(table, 0, [], {}) if skip else table
         invalid: list[Any] = []
         reasons: dict[int, list[str]] = {}
         try:
@@ -305,6 +363,8 @@ class CsvReader:
                 table, reasons = convert_fields(table, types)
         except pa.ArrowInvalid as exc:
             raise DataError(self._explain(str(exc), invalid, names, path, lines, types)) from None
+        if whole_lines and table.num_rows + len(invalid) != len(lines):
+            raise _RanOn
         if not skip:
             return table
         return with_bad_rows(table, len(lines), [(row.number or 0) - 1 for row in invalid], reasons)
