@@ -179,6 +179,13 @@ def _end_orphans(timeout_s: float) -> None:
             orphans = _children()
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _say(line: str) -> None:
     """One line on standard error; nothing if it is gone (a closed terminal sent SIGHUP)."""
     try:
@@ -222,15 +229,15 @@ def run_torchrun(command: Sequence[str], env: Mapping[str, str], world_size: int
         if subreaper:
             _end_orphans(float(full_env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]))
         if code < 0:
-            _say(f"tzrec-run: torchrun, the job's agent (pid {proc.pid}), was killed by {signal.Signals(-code).name}; "
+            _say(f"tzrec-run: torchrun, the job's agent (pid {proc.pid}), was killed by {_signal_name(-code)}; "
                  f"its ranks were stopped; rerun with --resume; exit code {EXIT_RANK_LOST}")
             return EXIT_RANK_LOST
         job = job_exit_code(code, Path(directory), world_size)
         if job == code != 0:
             keep_log = log is not None
-            report = f"; torchrun's report: {log}" if keep_log else ""
-            _say(f"tzrec-run: the ranks did not all end with one exit code (a rank killed, or crashed in native "
-                 f"code?){report}; exit code {code}")
+            report = f"; its report: {log}" if keep_log else ""
+            _say(f"tzrec-run: torchrun exited with {code} and the ranks did not all record one exit code (a rank "
+                 f"was killed or crashed in native code, or torchrun failed){report}; exit code {code}")
         return job
     finally:
         for number, handler in previous.items():
