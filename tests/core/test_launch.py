@@ -98,7 +98,8 @@ def _running(pid: int) -> bool:
 
 def _launch(tmp_path: Path, agent_mode: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", LAUNCHER, sys.executable, "-c", AGENT, str(tmp_path), RANK,
-                             agent_mode], stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             agent_mode], stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})  # a killed launcher leaves its files
 
 
 @linux
