@@ -2,8 +2,8 @@
 scheduler sends to the process it started, makes sure the job never outlives it, and exits with
 the job's own code.
 
-* SIGTERM, SIGINT, SIGHUP (a closed terminal or ssh session) and SIGUSR1 received by the
-  launcher go to torchrun, which passes them to every worker (``TORCHELASTIC_SIGNALS_TO_HANDLE``
+* SIGTERM, SIGINT, SIGHUP (a closed terminal or ssh session; not under ``nohup``) and SIGUSR1
+  received by the launcher go to torchrun, which passes them to every worker (``TORCHELASTIC_SIGNALS_TO_HANDLE``
   is extended with SIGUSR1) and waits up to ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (default
   here: 300, so a checkpoint of a large model can be written) before it kills them. The workers
   stop at the same step through :class:`tzrun.runner.signals.StopSignals` and write a checkpoint.
@@ -222,7 +222,8 @@ def run_torchrun(command: Sequence[str], env: Mapping[str, str], world_size: int
     previous = {}
     for name in FORWARDED_SIGNALS:
         number = getattr(signal, name)
-        previous[number] = signal.signal(number, forward)
+        if number != signal.SIGHUP or signal.getsignal(number) is not signal.SIG_IGN:  # nohup: stays ignored
+            previous[number] = signal.signal(number, forward)
     keep_log = False
     try:
         code = proc.wait()

@@ -67,6 +67,7 @@ def note(number, frame):
     open(os.path.join(out, "agent-signal"), "w").write(signal.Signals(number).name)
     sys.exit(0)
 signal.signal(signal.SIGTERM, note)
+signal.signal(signal.SIGHUP, note)
 rank = subprocess.Popen([sys.executable, "-c", sys.argv[2], out], start_new_session=True)
 while not os.path.exists(os.path.join(out, "rank-pid")):
     time.sleep(0.05)
@@ -96,10 +97,11 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _launch(tmp_path: Path, agent_mode: str) -> subprocess.Popen:
+def _launch(tmp_path: Path, agent_mode: str, nohup: bool = False) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", LAUNCHER, sys.executable, "-c", AGENT, str(tmp_path), RANK,
                              agent_mode], stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path)})  # a killed launcher leaves its files
+                            env={**os.environ, "TMPDIR": str(tmp_path)},  # a killed launcher leaves its files
+                            preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None)
 
 
 @linux
@@ -156,3 +158,21 @@ def test_a_rank_gets_sigterm_when_its_torchrun_dies(tmp_path):
         pid = int(_wait_for(tmp_path / "rank-pid"))
         if _running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@linux
+def test_a_hang_up_stays_ignored_under_nohup(tmp_path):
+    """``nohup tzrec-run train --nproc-per-node N``: a closed terminal does not stop the job."""
+    launcher = _launch(tmp_path, "wait", nohup=True)
+    try:
+        _wait_for(tmp_path / "ready")
+        launcher.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert launcher.poll() is None and not (tmp_path / "agent-signal").exists()
+    finally:
+        launcher.kill()
+        launcher.wait()
+        assert _wait_for(tmp_path / "agent-signal", timeout_s=10) == "SIGTERM"
+        rank = int(_wait_for(tmp_path / "rank-pid"))
+        if _running(rank):
+            os.kill(rank, signal.SIGKILL)

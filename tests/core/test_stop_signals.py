@@ -36,3 +36,13 @@ def test_a_hang_up_stops_like_sigterm():
     finally:
         signals.restore()
     assert signal.getsignal(signal.SIGHUP) is before
+
+
+def test_a_hang_up_stays_ignored_under_nohup():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        signals = StopSignals(world_size=1)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        signals.restore()
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -14,8 +14,15 @@ from tzrun.errors import EXIT_STOPPED_BY_SIGNAL  # 75: a retry with --resume (to
 __all__ = ["EXIT_STOPPED_BY_SIGNAL", "StopSignals"]
 
 
+def _left_to_nohup(number: int) -> bool:
+    """Whether ``number`` is a SIGHUP that is ignored (``nohup``): it stays ignored."""
+    return number == getattr(signal, "SIGHUP", None) and signal.getsignal(number) is signal.SIG_IGN
+
+
 class StopSignals:
     """SIGTERM / SIGHUP / SIGUSR1 / SIGINT on any rank: every rank stops at the same step boundary.
+
+    SIGHUP is left alone where it is ignored (a run started with ``nohup``).
 
     A handler only sets a flag. A second SIGINT while stopping (Ctrl-C twice) raises
     ``KeyboardInterrupt`` at once, as Python does by default: the user asked not to wait. The ranks agree on it with one all-reduce every
@@ -38,7 +45,7 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
                 number = getattr(signal, name, None)
-                if number is not None:
+                if number is not None and not _left_to_nohup(number):
                     self._previous[number] = signal.signal(number, self._handle)
 
     def _handle(self, number: int, frame: Any) -> None:
