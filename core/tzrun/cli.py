@@ -233,7 +233,7 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
         rest.append(token)
     max_restarts = getattr(args, "max_restarts", None)
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *restarts,
+    command = [sys.executable, "-m", "tzrun.agent", "--standalone", *restarts,
                "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
     from tzrun.launch import run_torchrun
 

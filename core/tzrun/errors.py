@@ -60,14 +60,15 @@ EXIT_DATA = 65  # EX_DATAERR
 #: matches what was asked for (``ckpt inspect`` of a damaged one exits with it too).
 EXIT_CHECKPOINT = 66  # EX_NOINPUT
 #: A rank of a job stopped responding for ``train.rank_timeout_s`` (a frozen process or host),
-#: or the job's store stopped answering; every rank ends with it.
+#: or the job's store stopped answering; every rank ends with it. Also the launcher's code when
+#: torchrun, the job's agent under ``--nproc-per-node``, was killed (it ends the ranks left).
 EXIT_RANK_LOST = 69  # EX_UNAVAILABLE
 #: An internal error: anything not raised on purpose (a traceback is printed).
 EXIT_INTERNAL = 70  # EX_SOFTWARE
 #: The run's output cannot be written: a full disk, a read-only model dir, a model dir
 #: another live run holds (``run.lock``), or one on a store whose run lock cannot be exclusive.
 EXIT_CANT_WRITE = 73  # EX_CANTCREAT
-#: Stopped by SIGTERM, SIGUSR1 or Ctrl-C after writing a checkpoint: rerun with ``--resume``.
+#: Stopped by SIGTERM, SIGHUP, SIGUSR1 or Ctrl-C after writing a checkpoint: rerun with ``--resume``.
 EXIT_STOPPED_BY_SIGNAL = 75  # EX_TEMPFAIL
 #: The config or the environment is wrong: TOML, unknown names or options, a rejected plugin,
 #: a misused model dir or checkpoint flag, a config no sharding plan fits, a bad torch stack.

@@ -23,3 +23,26 @@ def test_a_first_ctrl_c_only_asks_to_stop_and_a_second_interrupts():
     finally:
         signals.restore()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_hang_up_stops_like_sigterm():
+    """A closed terminal or ssh session (SIGHUP) checkpoints and stops, on one rank or under a
+    torchrun started by hand, instead of killing the process."""
+    before = signal.getsignal(signal.SIGHUP)
+    signals = StopSignals(world_size=1)
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert signals.received == "SIGHUP" and signals.should_stop()
+    finally:
+        signals.restore()
+    assert signal.getsignal(signal.SIGHUP) is before
+
+
+def test_a_hang_up_stays_ignored_under_nohup():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        signals = StopSignals(world_size=1)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        signals.restore()
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -65,15 +65,18 @@ def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_the_data_error_cod
     assert proc.returncode == EXIT_DATA, proc.stderr[-3000:]
     assert proc.stderr.count("tzrec-run: rank 1 failed: part-1.csv, line 151, column 'I3'") == 1, proc.stderr[-3000:]
     assert "Traceback" not in _rank_lines(proc.stderr, 0)  # rank 0 only waited: no traceback of its own
+    # nor torchrun's (its ChildFailedError report goes to a log file, shown with --log-level debug)
+    assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr, proc.stderr[-3000:]
     # rank 0 waited in a collective: without the watchdog it would wait train.collective_timeout_s (300 s)
     assert seconds < 30, seconds
     assert [s for s, _ in list_checkpoints(model_dir)] == [3]
 
 
 def test_a_failure_while_rank_1_evaluates_stops_both_ranks(criteo_dir, tmp_path):
-    proc, seconds, model_dir = _run(criteo_dir, tmp_path, "raise-eval@3:1")
+    proc, seconds, model_dir = _run(criteo_dir, tmp_path, "raise-eval@3:1", flags=("--log-level", "debug"))
     assert proc.returncode == EXIT_DATA, proc.stderr[-3000:]
     assert proc.stderr.count("tzrec-run: rank 1 failed: eval.csv, line 7") == 1, proc.stderr[-3000:]
+    assert "ChildFailedError" in proc.stderr  # torchrun's own report, shown at debug level only
     assert seconds < 30, seconds
     assert [s for s, _ in list_checkpoints(model_dir)] == [3]  # written before the evaluation that failed
 

@@ -51,6 +51,9 @@ def init_distributed(timeout_s: float = 300.0) -> DistInfo:
     import torch
     import torch.distributed as dist
 
+    from tzrun.launch import stop_with_agent
+
+    stop_with_agent()
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
