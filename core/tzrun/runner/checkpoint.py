@@ -34,7 +34,7 @@ A checkpoint is data: loading reads DCP's ``.metadata`` through an unpickler tha
 DCP's own metadata classes and every other value with ``torch.load(weights_only=True)``
 (:mod:`.dcp_storage`); an entry that is not a sharded tensor holds only what :func:`unsaveable`
 admits. The manifest and the marker prove integrity against damage and half writes, not
-authenticity: whoever can write the directory can rewrite them (docs/checkpoints.md, "Trust").
+authenticity: whoever can write the directory can rewrite them (``tzrec-run help checkpoint-trust``).
 
 Torch is imported only by the functions that save or load state, so listing and inspecting
 checkpoints stays fast.
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.files import write_atomic
-from tzrun.runner.dcp_storage import load_state, storage_writer
+from tzrun.runner.dcp_storage import load_state, refused_value, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
     MARKER,
@@ -268,12 +268,7 @@ class Blob:
         try:
             value = torch.load(io.BytesIO(state["value"]), weights_only=True)
         except pickle.UnpicklingError as error:
-            found = re.search(r"GLOBAL ([\w.]+)", str(error))
-            what = f"it names {found.group(1)}" if found else "it is not plain data"
-            raise CheckpointError(f"{self.name}: refused: {what}, which a checkpoint written by "
-                                  "tzrec-run never holds (a checkpoint is data; loading never runs code from it). "
-                                  "Only load checkpoints from directories you control: see docs/checkpoints.md#trust"
-                                  ) from None
+            raise refused_value(self.name, error) from None
         self.put(value)
 
 

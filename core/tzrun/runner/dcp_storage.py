@@ -29,7 +29,9 @@ from typing import Any, Mapping
 from tzrun.errors import CheckpointError
 from tzrun.storage import is_remote, storage_options
 
-__all__ = ["storage_writer", "storage_reader", "read_metadata", "load_planner", "load_state", "METADATA_CLASSES"]
+__all__ = [
+    "storage_writer", "storage_reader", "read_metadata", "load_planner", "load_state", "refused_value", "METADATA_CLASSES",
+]
 
 #: What ``state/.metadata`` may name, by module: everything DCP (torch 2.13) writes there.
 METADATA_CLASSES: Mapping[str, frozenset[str]] = {
@@ -64,8 +66,17 @@ class _MetadataUnpickler(pickle.Unpickler):
 def _refuse(file: str, why: str) -> CheckpointError:
     return CheckpointError(
         f"{file}: refused: {why}, which a checkpoint written by DCP never holds (a checkpoint is data; loading "
-        "never runs code from it). Only load checkpoints from directories you control: see docs/checkpoints.md#trust"
+        "never runs code from it). Only load checkpoints from directories you control (tzrec-run help checkpoint-trust)"
     )
+
+
+def refused_value(name: str, error: pickle.UnpicklingError) -> CheckpointError:
+    """The error for a value ``torch.load(weights_only=True)`` refused: one line naming it."""
+    text = str(error)
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    why = f"it names {found.group(1)}" if found else next(
+        (line.strip() for line in text.splitlines() if line.strip()), "it is not plain data")
+    return _refuse(name, why)
 
 
 def read_metadata(file: Any, name: str) -> Any:
@@ -173,7 +184,7 @@ def load_planner(path: Path | None = None) -> Any:
             try:
                 loaded = torch.load(value, weights_only=True)
             except pickle.UnpicklingError as error:
-                raise _refuse(f"{where} entry '{fqn}'", _first_line(error)) from None
+                raise refused_value(f"{where} entry '{fqn}'", error) from None
             if self.flatten_state_dict:
                 from torch.distributed.checkpoint._traverse import set_element
 
@@ -182,15 +193,6 @@ def load_planner(path: Path | None = None) -> Any:
                 self.state_dict[fqn] = loaded
 
     return CurrentFormatLoadPlanner()
-
-
-def _first_line(error: BaseException) -> str:
-    """The gist of torch's weights-only refusal (its message runs over many lines)."""
-    text = str(error)
-    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-    if found:
-        return f"it names {found.group(1)}"
-    return next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
 
 
 def load_state(path: Path, state: dict[str, Any], *, no_dist: bool = False) -> None:

@@ -75,7 +75,7 @@ def check_stage_states(state: Mapping[str, Any]) -> None:
             raise PluginError(
                 f"stage '{name}': its checkpoint state holds {found}; a stage's state_dict() (and what a plugin puts "
                 "in tzrun_before_checkpoint_save) may hold only tensors, numbers, strings, bools, None and lists, "
-                "tuples and dicts of those, so that a checkpoint loads without running code (docs/stages.md)"
+                "tuples and dicts of those, so that a checkpoint loads without running code (tzrec-run help checkpoint-trust)"
             )
 
 
