@@ -166,8 +166,14 @@ def test_what_a_checkpoint_entry_may_hold():
     from tzrun.runner.checkpoint import unsaveable
     from tzrun.runner.session import rng_state
 
-    assert unsaveable({"rng": rng_state(), "x": [1, 2.5, "a", None, True, b"b", torch.ones(2), (torch.Size([2]),)]}) \
-        is None
+    admitted = {"rng": rng_state(), 3: [1, 2.5, "a", None, True, b"b", torch.ones(2), (torch.Size([2]), torch.int8)]}
+    assert unsaveable(admitted) is None
+    saved = io.BytesIO()
+    torch.save(admitted, saved)
+    saved.seek(0)
+    loaded = torch.load(saved, weights_only=True)  # what unsaveable admits loads back as data
+    assert loaded[3][:6] == admitted[3][:6] and loaded[3][7] == admitted[3][7] and torch.equal(loaded[3][6], torch.ones(2))
+    assert loaded["rng"]["python"] == admitted["rng"]["python"]
     assert unsaveable({"a": [0, {"b": np.ones(2)}]}) == "a numpy.ndarray at state['a'][1]['b']"
     assert unsaveable({"f": print}, "stages") == "a builtin_function_or_method at stages['f']"
     assert unsaveable({(1, 2): 3}) == "a tuple key in state"

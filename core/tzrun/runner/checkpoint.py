@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import pickle
 import re
 import shutil
@@ -96,7 +95,6 @@ __all__ = [
     "remove_incomplete_checkpoints",
 ]
 
-log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 

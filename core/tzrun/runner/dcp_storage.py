@@ -24,6 +24,7 @@ import io
 import pickle
 import re
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from tzrun.errors import CheckpointError
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: What ``state/.metadata`` may name, by module: everything DCP (torch 2.13) writes there.
-METADATA_CLASSES: Mapping[str, frozenset[str]] = {
+METADATA_CLASSES: Mapping[str, frozenset[str]] = MappingProxyType({
     "torch.distributed.checkpoint.metadata": frozenset({
         "Metadata", "StorageMeta", "MetadataIndex", "TensorStorageMetadata", "BytesStorageMetadata",
         "ChunkStorageMetadata", "TensorProperties", "_MEM_FORMAT_ENCODING",
@@ -45,7 +46,7 @@ METADATA_CLASSES: Mapping[str, frozenset[str]] = {
     "pathlib": frozenset({"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}),
     "collections": frozenset({"OrderedDict"}),
     "builtins": frozenset({"dict", "list", "tuple", "set", "frozenset"}),
-}
+})
 _DATA_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -65,7 +66,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 def _refuse(file: str, why: str) -> CheckpointError:
     return CheckpointError(
-        f"{file}: refused: {why}, which a checkpoint written by DCP never holds (a checkpoint is data; loading "
+        f"{file}: refused: {why}, which a checkpoint written by tzrec-run never holds (a checkpoint is data; loading "
         "never runs code from it). Only load checkpoints from directories you control (tzrec-run help checkpoint-trust)"
     )
 
