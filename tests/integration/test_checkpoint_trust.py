@@ -179,6 +179,20 @@ def test_what_a_checkpoint_entry_may_hold():
     assert unsaveable({(1, 2): 3}) == "a tuple key in state"
 
 
+def test_the_rng_states_saved_as_plain_data_restore_every_stream_exactly():
+    import random
+
+    from tzrun.runner.session import rng_state, set_rng_state
+
+    np.random.normal()  # numpy's state then holds a cached gaussian too
+    saved = io.BytesIO()
+    torch.save(rng_state(), saved)
+    draws = (random.random(), np.random.normal(), np.random.random(), torch.rand(1).item())
+    saved.seek(0)
+    set_rng_state(torch.load(saved, weights_only=True))
+    assert (random.random(), np.random.normal(), np.random.random(), torch.rand(1).item()) == draws
+
+
 def test_the_metadata_allow_list_names_what_torch_has():
     import importlib
 
