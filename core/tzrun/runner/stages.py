@@ -16,7 +16,10 @@ from tzrun.interfaces import TrainLog
 from tzrun.registry import Registries
 from tzrun.runner.checkpoint import unsaveable
 
-__all__ = ["RunStages", "stage_names", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates", "seconds_since_process_start"]
+__all__ = [
+    "RunStages", "stage_names", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates",
+    "seconds_since_process_start",
+]
 
 
 def stage_names(cfg: RunConfig) -> list[str]:
