@@ -202,7 +202,7 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
         return 0
     described = describe_checkpoint(args.path, hashes=not args.no_hashes)
     print(json.dumps(described, indent=2) if args.json else format_description(described))
-    return 0 if described["manifest"]["state"] in ("ok", "unverified") else EXIT_CHECKPOINT
+    return 0 if described["manifest"]["state"] == "ok" else EXIT_CHECKPOINT
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -63,8 +63,9 @@ the same ones. Work that only rank 0 should do checks ``run.is_rank0``.
 **Stages** (``[[train.stages]] type = "..."``) are objects with lifecycle hookimpls. They are
 called in the order the config lists them (they are registered in reverse, since pluggy calls
 the last registered first); a hookimpl marked ``tryfirst``/``trylast`` goes before/after every
-other. A stage that keeps state across a resume implements ``state_dict() -> dict`` (JSON
-values) and ``load_state_dict(state)``: the runner saves it in every checkpoint under the
+other. A stage that keeps state across a resume implements ``state_dict() -> dict`` (tensors,
+numbers, strings, bytes, bools, None, and lists, tuples and dicts of those: a checkpoint is
+data) and ``load_state_dict(state)``: the runner saves it in every checkpoint under the
 stage's name (its ``type``, or ``type.i`` when the config lists a type more than once) and
 restores it before ``tzrun_after_checkpoint_load``. A stage ends training early by setting
 ``run.stop_requested = True`` (and ``run.stop_reason``) in any hook: at the next checkpoint
@@ -329,7 +330,8 @@ def tzrun_before_checkpoint_save(run: RunContext, step: int, state: dict[str, An
     """Called on every rank before a checkpoint at ``step`` is written, at each checkpoint
     boundary, before that boundary's evaluation (:func:`tzrun_before_eval`), and at a stop by
     a signal (all ranks together: sync ok). A plugin that keeps state puts it in
-    ``state[<its name>]`` (JSON values); it is saved with the checkpoint (rank 0's copy). A
+    ``state[<its name>]`` (tensors, numbers, strings, bools, None, and lists, tuples and dicts
+    of those; anything else stops the save with an error naming it); it is saved with the checkpoint (rank 0's copy). A
     stage object can instead implement ``state_dict()``/``load_state_dict()``, which the
     runner calls for it."""
 

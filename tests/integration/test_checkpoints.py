@@ -162,25 +162,6 @@ def test_a_damaged_marker_makes_the_checkpoint_incomplete_never_unverified(train
     assert "state       incomplete" in inspected.stdout
 
 
-def test_a_checkpoint_written_before_manifests_loads_only_when_allowed(trained, criteo_dir, tmp_path, monkeypatch):
-    model_dir = tmp_path / "copy"
-    shutil.copytree(trained[0], model_dir)
-    path = model_dir / "checkpoints" / "step-8"
-    (path / "manifest.json").unlink()
-    (path / MARKER).write_text("step 8\n")
-    assert check_checkpoint(path).state == "unverified" and 8 in dict(list_checkpoints(model_dir))
-    monkeypatch.delenv("TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS", raising=False)
-    with pytest.raises(CheckpointError, match=r"step-8: written before checkpoint manifests .* set "
-                                              r"TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1 to load it anyway"):
-        _evaluate(model_dir, criteo_dir, str(path), f'model_dir="{model_dir}"')
-    inspected = run_cli(["ckpt", "inspect", str(path)])
-    assert "manifest    none (written before manifests" in inspected.stdout
-    monkeypatch.setenv("TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS", "1")
-    done = _evaluate(model_dir, criteo_dir, str(path), f'model_dir="{model_dir}"')
-    assert done.result.step == 8 and done.result.metrics == {k: _results(trained[0])[3][k]
-                                                             for k in ("auc", "loss/binary_cross_entropy")}
-
-
 def test_evaluate_latest_reproduces_the_training_eval_and_records_it(trained, criteo_dir, tmp_path):
     model_dir = tmp_path / "copy"
     shutil.copytree(trained[0], model_dir)

@@ -30,14 +30,21 @@ fsspec storage (``FsspecWriter``/``FsspecReader``), and nothing here relies on r
 directory: a checkpoint is complete when its marker exists, and the marker is one object
 written last, by one PUT, which is atomic on every such store.
 
+A checkpoint is data: loading reads DCP's ``.metadata`` through an unpickler that admits only
+DCP's own metadata classes and every other value with ``torch.load(weights_only=True)``
+(:mod:`.dcp_storage`); an entry that is not a sharded tensor holds only what :func:`unsaveable`
+admits. The manifest and the marker prove integrity against damage and half writes, not
+authenticity: whoever can write the directory can rewrite them (``tzrec-run help checkpoint-trust``).
+
 Torch is imported only by the functions that save or load state, so listing and inspecting
 checkpoints stays fast.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import logging
+import pickle
 import re
 import shutil
 import warnings
@@ -46,20 +53,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.files import write_atomic
-from tzrun.runner.dcp_storage import storage_reader, storage_writer
+from tzrun.runner.dcp_storage import load_state, refused_value, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
     MARKER,
     ManifestStatus,
     check_checkpoint,
     describe_files,
-    ALLOW_UNVERIFIED_ENV,
     listed_files,
     manifest_bytes,
     marker_bytes,
     marker_state,
     share_of,
-    unverified_allowed,
     verify_hashes_by_default,
 )
 from tzrun.runner.run_marker import is_run_dir
@@ -80,20 +85,17 @@ __all__ = [
     "read_meta",
     "sharding_summary",
     "Blob",
+    "unsaveable",
     "save_checkpoint",
     "mark_complete",
     "verify_checkpoint",
     "load_checkpoint",
-    "load_planner",
     "load_model_state",
     "read_saved",
-    "is_legacy",
-    "read_legacy_entries",
     "init_lazy_states",
     "remove_incomplete_checkpoints",
 ]
 
-log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -110,8 +112,7 @@ def checkpoint_step(path: Path) -> int | None:
 
 def is_complete(path: Path) -> bool:
     """Whether ``path`` is a checkpoint whose save finished: its marker records the manifest's
-    digest, or (a checkpoint written before manifests) ``step N`` with no ``manifest.json``.
-    An empty, unreadable or otherwise damaged marker is not complete."""
+    digest. An empty, unreadable or otherwise damaged marker is not complete."""
     return marker_state(as_path(path))[0] != "incomplete"
 
 
@@ -180,54 +181,100 @@ def sharding_summary(plan: Any) -> list[dict[str, Any]]:
     return out
 
 
+#: What :func:`unsaveable` admits as a leaf, by exact type (a subclass, numpy's scalars among
+#: them, is not loadable with ``torch.load(weights_only=True)``).
+_LEAVES = (int, float, bool, str, bytes, type(None))
+
+
+def unsaveable(value: Any, where: str = "state") -> str | None:
+    """What in ``value`` a checkpoint cannot hold, or None when it can all be saved.
+
+    A checkpoint entry that is not a sharded tensor (the loop position, schedules, update path,
+    train metrics, stage states, RNG states) may hold tensors, numbers, strings, bytes, bools,
+    None, ``torch.Size`` and dtypes, and lists, tuples and dicts of those (keys: numbers,
+    strings, bools, None): what ``torch.load(weights_only=True)`` reads back without running
+    code. No other class: not a numpy array or scalar, a dataclass, a function.
+
+    Args:
+        value: the state.
+        where: how to name ``value`` in the answer.
+
+    Returns:
+        ``"a numpy.float64 at state['best']"`` for the first thing found, or None.
+    """
+    import torch
+
+    kind = type(value)
+    if kind in _LEAVES or kind in (torch.Tensor, torch.nn.Parameter, torch.Size, torch.dtype):
+        return None
+    if kind in (list, tuple):
+        items = enumerate(value)
+    elif kind is dict:
+        for key in value:
+            if type(key) not in _LEAVES:
+                return f"a {_type_name(key)} key in {where}"
+        items = value.items()  # type: ignore[assignment]
+    else:
+        return f"a {_type_name(value)} at {where}"
+    for key, item in items:
+        found = unsaveable(item, f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
 class Blob:
     """A ``Stateful`` for state that is not tensors to shard (loop position, schedules, stage
-    states, RNG states): DCP stores what ``get()`` returns as one pickled value under the key
-    it is given, and hands it to ``put`` on load.
+    states, RNG states): DCP stores what ``get()`` returns as one value (``torch.save`` of what
+    :func:`unsaveable` admits) under the key it is given, and hands it to ``put`` on load, read
+    with ``torch.load(weights_only=True)``.
 
     Args:
         get: returns the state to save.
         put: receives the saved state on load.
+        name: the entry, for messages (:func:`save_checkpoint` and :func:`load_checkpoint`
+            name it by its key, and its checkpoint).
     """
 
-    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None]) -> None:
+    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None], name: str = "state") -> None:
         self.get = get
         self.put = put
+        self.name = name
 
     def state_dict(self) -> dict[str, Any]:
-        import io
-
         import torch
 
+        value = self.get()
+        found = unsaveable(value, self.name)
+        if found:
+            raise TypeError(f"checkpoint entry '{self.name}' cannot be saved: it holds {found} (see tzrun.runner."
+                            "checkpoint.unsaveable for what an entry may hold)")
         buffer = io.BytesIO()
-        torch.save(self.get(), buffer)
-        return {"pickle": buffer.getvalue()}
+        torch.save(value, buffer)
+        return {"value": buffer.getvalue()}
+
+    def named(self, name: str) -> Blob:
+        """The same entry, named ``name`` in messages."""
+        return Blob(self.get, self.put, name)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        import io
-
         import torch
 
-        self.put(torch.load(io.BytesIO(state["pickle"]), weights_only=False))
+        try:
+            value = torch.load(io.BytesIO(state["value"]), weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise refused_value(self.name, error) from None
+        self.put(value)
 
 
-def load_planner() -> Any:
-    """DCP's default load planner, without its guess at checkpoints written before torch 2.4.
-
-    Loading part of a checkpoint (evaluation loads the model and the update path, not the
-    optimizers) leaves keys of the checkpoint unloaded; DCP's planner then re-flattens the
-    request the pre-2.4 way, which keeps a :class:`Blob`'s dict whole, and on 2 ranks reported
-    "Missing key in checkpoint state_dict: update" for a key the checkpoint holds. tzrec-run's
-    checkpoints are all written by torch >= 2.13.
-    """
-    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, create_default_local_load_plan
-
-    class CurrentFormatLoadPlanner(DefaultLoadPlanner):
-        def create_local_plan(self) -> Any:
-            assert self.metadata is not None
-            return create_default_local_load_plan(self.state_dict, self.metadata, not self.allow_partial_load)
-
-    return CurrentFormatLoadPlanner()
+def _named(state: Mapping[str, Any], label: Callable[[str], str]) -> dict[str, Any]:
+    """``state`` with each :class:`Blob` named ``label(key)`` in messages."""
+    return {key: value.named(label(key)) if isinstance(value, Blob) else value for key, value in state.items()}
 
 
 def _group() -> tuple[int, int]:
@@ -292,7 +339,7 @@ def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], met
             shutil.rmtree(path)
         path.mkdir(parents=True)
     dist.barrier()  # nobody writes into a directory rank 0 is still clearing
-    dcp.save(dict(state), storage_writer=storage_writer(path / "state"))  # returns on every rank once all wrote
+    dcp.save(_named(state, str), storage_writer=storage_writer(path / "state"))  # returns on every rank once all wrote
     if rank == 0:
         write_atomic(path / "meta.json", redact_url(json.dumps(dict(meta), indent=2, default=str)).encode())
     manifest = _write_manifest(path, step)
@@ -328,14 +375,13 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
         hashes: check SHA-256 hashes too (default: yes, unless ``TZRUN_CHECKPOINT_VERIFY=size``).
 
     Returns:
-        The status (``ok``, or ``unverified`` for a checkpoint written before manifests, which
-        loads only with ``TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1``).
+        The status (``ok``).
 
     Raises:
         IncompleteCheckpointError: when ``path`` has no completion marker, or an empty,
             unreadable or damaged one.
         CheckpointError: when a file is missing, truncated or corrupted (names the file and
-            the previous complete checkpoint), or for a checkpoint without a manifest and no opt-in.
+            the previous complete checkpoint).
     """
     import torch.distributed as dist
 
@@ -348,11 +394,6 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
         raise IncompleteCheckpointError(
             f"{path}: not a complete checkpoint ({reason}). {_earlier_hint(path, previous) if previous else ''}".rstrip()
         )
-    if state == "unverified" and not unverified_allowed():
-        raise CheckpointError(
-            f"{path}: written before checkpoint manifests (its {MARKER} has no manifest digest and there is no "
-            f"{MANIFEST}), so its files cannot be verified; set {ALLOW_UNVERIFIED_ENV}=1 to load it anyway"
-        )
     rank, world_size = _group()
     status = check_checkpoint(path, hashes=hashes, share=(rank, world_size))
     problems = list(status.problems)
@@ -362,9 +403,6 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
         problems = sorted({p for part in everyone for p in part})
     if problems:
         raise CheckpointError(_damaged_message(path, problems))
-    if status.state == "unverified" and rank == 0:
-        log.warning("%s has no %s (written by an earlier tzrec-run): its files are not verified (%s=1)", path,
-                    MANIFEST, ALLOW_UNVERIFIED_ENV)
     return status
 
 
@@ -379,16 +417,15 @@ def load_model_state(path: Path, model: torch.nn.Module, *, verify: bool = True)
     Raises:
         IncompleteCheckpointError: when ``path`` is not a complete checkpoint (also a
             ``FileNotFoundError``).
-        CheckpointError: when a file is missing, truncated or corrupted.
+        CheckpointError: when a file is missing, truncated or corrupted, or would run code
+            (:func:`tzrun.runner.dcp_storage.load_state`).
     """
-    import torch.distributed.checkpoint as dcp
-
     if verify:
         verify_checkpoint(path)
     elif not is_complete(path):
         raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
     state = {"model": model.state_dict()}
-    dcp.load(state, storage_reader=storage_reader(as_path(path) / "state"))
+    load_state(as_path(path) / "state", state)
     model.load_state_dict(state["model"])
 
 
@@ -412,87 +449,42 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
     Args:
         path: the checkpoint directory.
         state: what to load: every key must be in the checkpoint (DCP reshards tensors to
-            this run's layout). A checkpoint written by tzrec-run 0.1.0 (:func:`is_legacy`)
-            holds only ``model`` and ``optimizer`` in ``state/``; the other keys of ``state``
-            (:class:`Blob` entries) get what it kept in its own files (:func:`read_legacy_entries`).
+            this run's layout).
         verify: check the files against the manifest first (:func:`verify_checkpoint`).
 
     Raises:
         IncompleteCheckpointError: when ``path`` is not a complete checkpoint.
-        CheckpointError: when a file is missing, truncated or corrupted, or a key of ``state``
-            is not in it.
+        CheckpointError: when a file is missing, truncated or corrupted, a key of ``state``
+            is not in it, or a file or entry would run code (it is refused, and names it).
     """
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     path = as_path(path)
     if verify:
         verify_checkpoint(path)
     elif not is_complete(path):
         raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
-    legacy: dict[str, Any] = {}
-    if is_legacy(path):
-        rank = _group()[0]
-        entries = read_legacy_entries(path, rank, f"rank.{rank}" in state, keys=set(state))
-        legacy = {key: (state[key], value) for key, value in entries.items()}
-        state = {k: v for k, v in state.items() if k in ("model", "optimizer")}
     if "optimizer" in state:
         init_lazy_states(state["optimizer"])
     try:
-        dcp.load(dict(state), storage_reader=storage_reader(path / "state"), planner=load_planner())
-    except Exception as error:  # DCP reports a key it lacks as "Missing key in checkpoint state_dict"
+        load_state(path / "state", _named(state, lambda key: f"{path / 'state'} entry '{key}'"))
+    except CheckpointError:
+        raise
+    except (Exception, CheckpointException) as error:  # DCP: "Missing key in checkpoint state_dict: <key>"
         if "Missing key" not in str(error):
             raise
         raise CheckpointError(f"{path}: does not hold everything this run loads (written by another kind of run "
                               f"or an older tzrec-run): {str(error).strip().splitlines()[-1]}") from error
-    for blob, value in legacy.values():
-        blob.put(value)
     return read_meta(path)
-
-
-def is_legacy(path: Path) -> bool:
-    """Whether the checkpoint was written by tzrec-run 0.1.0, which kept the schedules, the
-    update path and each rank's state in files beside ``state/`` (``state/`` held the model
-    and the optimizers only)."""
-    return (as_path(path) / "schedules.pt").is_file()
-
-
-def read_legacy_entries(path: Path, rank: int, same_world_size: bool, keys: set[str] | None = None) -> dict[str, Any]:
-    """The entries a current checkpoint keeps in ``state/`` (``loop``, ``schedules``,
-    ``update``, ``train_metrics``, ``stages``, and ``rank.<R>`` when the world size is the
-    same), read from a 0.1.0 checkpoint's own files (its manifest verified them); only
-    ``keys`` when given (a file is read only when its entry is asked for)."""
-    path = as_path(path)
-    meta = read_meta(path)
-    rank_file = path / "ranks" / f"rank-{rank}.pt"
-    read: dict[str, Callable[[], Any]] = {
-        "loop": lambda: {"step": meta["step"], "epoch": meta.get("epoch", 0), "data": meta.get("data")},
-        "schedules": lambda: _torch_load(path / "schedules.pt"),
-        "update": lambda: _torch_load(path / "update.pt") if (path / "update.pt").is_file() else {},
-        "train_metrics": lambda: meta.get("train_metrics", {}),
-        "stages": lambda: meta.get("stages", {}),
-    }
-    if same_world_size and rank_file.is_file():
-        read[f"rank.{rank}"] = lambda: _torch_load(rank_file)
-    return {key: get() for key, get in read.items() if keys is None or key in keys}
-
-
-def _torch_load(path: Path) -> Any:
-    import io
-
-    import torch
-
-    return torch.load(io.BytesIO(path.read_bytes()) if is_remote(path) else path, weights_only=False)
 
 
 def read_saved(path: Path, key: str) -> Any:
     """What a checkpoint saved under ``key`` through a :class:`Blob` (``loop``, ``schedules``,
     ``update``, ``train_metrics``, ``stages``, ``rank.<R>``), read in this process alone
     (no process group, no model): for tools and tests."""
-    import torch.distributed.checkpoint as dcp
-
     found: list[Any] = []
+    state = as_path(path) / "state"
     with warnings.catch_warnings():  # "torch.distributed is disabled ...": loading in one process is the intent
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load({key: Blob(lambda: None, found.append)}, storage_reader=storage_reader(as_path(path) / "state"),
-                 no_dist=True, planner=load_planner())
+        load_state(state, {key: Blob(lambda: None, found.append, f"{state} entry '{key}'")}, no_dist=True)
     return found[0]

@@ -126,14 +126,12 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     (collective: every rank calls it).
 
     Raises:
-        CheckpointError: when the checkpoint is not complete or is damaged.
+        CheckpointError: when the checkpoint is not complete, is damaged, or would run code.
         TzrunError: for missing or unexpected names that are not allowed, shape mismatches, or
             ``load_optimizer`` with renames.
     """
-    import torch.distributed.checkpoint as dcp
-
-    from tzrun.runner.checkpoint import init_lazy_states, is_complete, latest_checkpoint, load_planner, verify_checkpoint
-    from tzrun.runner.dcp_storage import storage_reader
+    from tzrun.runner.checkpoint import init_lazy_states, is_complete, latest_checkpoint, verify_checkpoint
+    from tzrun.runner.dcp_storage import load_state, storage_reader
 
     source = as_path(init.checkpoint)
     if not is_complete(source):
@@ -186,14 +184,13 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
             + ". Map names with --init-map, or allow them with --init-allow-missing / --init-allow-unexpected "
             "(patterns such as 'final.*')"
         )
-    dcp.load({"model": {"model." + k: v for k, v in targets.items()}}, storage_reader=storage_reader(source / "state"),
-             planner=load_planner())
+    load_state(source / "state", {"model": {"model." + k: v for k, v in targets.items()}})
     # the targets are the model's own state tensors (or shards of them): give them back to it
     model.load_state_dict({"model." + k: v for k, v in current.items()})
     if init.load_optimizer:
         init_lazy_states(optimizer)
         optimizer_state = {"optimizer": optimizer.state_dict()}
-        dcp.load(optimizer_state, storage_reader=storage_reader(source / "state"), planner=load_planner())
+        load_state(source / "state", optimizer_state)
         optimizer.load_state_dict(optimizer_state["optimizer"])
     report = InitReport(str(source), tuple(loaded), renamed, tuple(missing), tuple(unexpected), init.load_optimizer)
     if rank == 0:

@@ -1,5 +1,7 @@
 """``tzrec-run ckpt ls`` and ``ckpt inspect``: what the checkpoints of a model dir hold, read
-from their ``meta.json`` and ``manifest.json`` only (no torch import)."""
+from their ``meta.json`` and ``manifest.json`` (``ls`` imports no torch), and for ``inspect``
+from DCP's ``state/.metadata``, read the one safe way loading reads it
+(:func:`tzrun.runner.dcp_storage.storage_reader`): a crafted one is refused, never unpickled."""
 
 from __future__ import annotations
 
@@ -131,11 +133,13 @@ def _data_position(data: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
     """Everything ``tzrec-run ckpt inspect`` shows, as JSON: step, epoch, world size, sharding
-    plan summary, learning rates, data position, plugin set, manifest status, best marker.
+    plan summary, learning rates, data position, plugin set, manifest status, best marker, and
+    what ``state/`` holds (read from DCP's metadata when the manifest checks out).
 
     Raises:
         CheckpointError: when ``path`` is not a directory, or is a model dir (it has
-            ``checkpoints/``) rather than one of its checkpoints.
+            ``checkpoints/``) rather than one of its checkpoints, or its ``state/.metadata``
+            would run code (refused, not unpickled).
     """
     path = as_path(path)
     if not path.is_dir():
@@ -166,7 +170,21 @@ def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
         "sharding": _sharding(meta),
         "plugins": [{k: p.get(k) for k in ("name", "distribution", "version")} for p in meta.get("plugins", [])],
         "config_source": meta.get("config_source"),
+        "contents": _contents(path) if status.state == "ok" else None,
     }
+
+
+def _contents(path: Path) -> dict[str, Any]:
+    """How many tensors and other values ``state/`` holds, by top-level entry, from DCP's
+    metadata read safely."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from tzrun.runner.dcp_storage import storage_reader
+
+    items = storage_reader(path / "state").read_metadata().state_dict_metadata
+    entries = sorted({key.split(".")[0] if not key.startswith("rank.") else "rank.*" for key in items})
+    tensors = sum(isinstance(item, TensorStorageMetadata) for item in items.values())
+    return {"entries": entries, "tensors": tensors, "values": len(items) - tensors}
 
 
 def _refuse_model_dir(path: Path) -> None:
@@ -192,8 +210,6 @@ def _manifest_line(m: dict[str, Any]) -> str:
     if state == "ok":
         how = "sizes and SHA-256" if m["hashed"] else "sizes only"
         return f"ok ({m['files']} files, {_human(m['size'])}; {how} checked)"
-    if state == "unverified":
-        return "none (written before manifests; files not verified; loads only with TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1)"
     if state == "incomplete":
         return f"not checked: incomplete ({m['problems'][0] if m['problems'] else 'no COMPLETE marker'})"
     return "DAMAGED\n" + "\n".join(f"  {p}" for p in m["problems"])
@@ -232,6 +248,10 @@ def format_description(d: dict[str, Any]) -> str:
         lines.append(f"sharding    {sharding['tables']} tables; {kinds}; kernels {kernels}; {ranks}")
     elif d["step"] is not None and d["complete"]:
         lines.append("sharding    not recorded (see meta.json \"plan\")")
+    contents = d.get("contents")
+    if contents is not None:
+        lines.append(f"contents    {contents['tensors']} tensors, {contents['values']} values: "
+                     + ", ".join(contents["entries"]))
     if d["plugins"]:
         lines.append("plugins     " + ", ".join(
             p["name"] + (f" ({p['distribution']} {p['version']})" if p["distribution"] else "") for p in d["plugins"]))

@@ -29,7 +29,6 @@ __all__ = [
     "MARKER",
     "MANIFEST",
     "VERIFY_ENV",
-    "ALLOW_UNVERIFIED_ENV",
     "FileEntry",
     "ManifestStatus",
     "listed_files",
@@ -39,7 +38,6 @@ __all__ = [
     "share_of",
     "check_checkpoint",
     "marker_state",
-    "unverified_allowed",
     "verify_hashes_by_default",
 ]
 
@@ -48,11 +46,7 @@ MARKER = "COMPLETE"
 MANIFEST = "manifest.json"
 #: ``size`` checks only file sizes at load (no hashing); anything else, or unset, checks hashes too.
 VERIFY_ENV = "TZRUN_CHECKPOINT_VERIFY"
-#: ``1`` accepts checkpoints written before manifests (a ``COMPLETE`` with ``step N`` only and no
-#: ``manifest.json``): their files cannot be verified, so loading them takes this explicit opt-in.
-ALLOW_UNVERIFIED_ENV = "TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS"
 _CHUNK = 1 << 20
-_STEP_LINE = re.compile(r"^step \d+$")
 _DIGEST_LINE = re.compile(r"^manifest sha256 ([0-9a-f]{64})$")
 
 
@@ -71,9 +65,7 @@ class ManifestStatus:
     """The outcome of checking a checkpoint directory against its manifest.
 
     Attributes:
-        state: ``ok``; ``damaged`` (see ``problems``); ``unverified`` (complete, written
-            before manifests existed: ``step N`` only and no ``manifest.json``);
-            ``incomplete`` (no completion marker, or one that is empty, unreadable or lacks
+        state: ``ok``; ``damaged`` (see ``problems``); ``incomplete`` (no completion marker, or one that is empty, unreadable or lacks
             the manifest's digest; ``problems`` says which).
         files: files the manifest lists.
         size: their bytes in total.
@@ -90,11 +82,6 @@ class ManifestStatus:
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable dict."""
         return {**attrs.asdict(self), "problems": list(self.problems)}
-
-
-def unverified_allowed() -> bool:
-    """Whether checkpoints written before manifests may load (``TZRUN_ALLOW_UNVERIFIED_CHECKPOINTS=1``)."""
-    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def verify_hashes_by_default() -> bool:
@@ -162,10 +149,9 @@ def marker_state(root: Path) -> tuple[str, str | None]:
 
     Returns:
         ``("complete", digest)`` for a marker that records the manifest's SHA-256;
-        ``("unverified", None)`` for a marker of a checkpoint written before manifests
-        (``step N`` alone, and no ``manifest.json`` beside it); ``("incomplete", reason)``
-        otherwise: no marker, an empty or unreadable one, or one without the digest although
-        ``manifest.json`` exists (a damaged marker must not switch verification off).
+        ``("incomplete", reason)`` otherwise: no marker, an empty or unreadable one, or one
+        without the digest (a damaged marker, or one a pre-release tzrec-run wrote before
+        checkpoints had manifests: neither loads).
     """
     root = as_path(root)
     try:
@@ -183,9 +169,8 @@ def marker_state(root: Path) -> tuple[str, str | None]:
             return "complete", match.group(1)
     if (root / MANIFEST).exists():
         return "incomplete", f"its {MARKER} marker does not record the SHA-256 of the {MANIFEST} beside it (damaged)"
-    if len(lines) == 1 and _STEP_LINE.match(lines[0]):
-        return "unverified", None
-    return "incomplete", f"its {MARKER} marker is damaged (neither `step N` nor the manifest's SHA-256)"
+    return "incomplete", (f"its {MARKER} marker records no {MANIFEST} digest (damaged, or written by a pre-release "
+                          "tzrec-run before checkpoints had manifests, which this version does not load)")
 
 
 def check_checkpoint(root: Path, *, hashes: bool = True, share: tuple[int, int] | None = None) -> ManifestStatus:
@@ -202,10 +187,8 @@ def check_checkpoint(root: Path, *, hashes: bool = True, share: tuple[int, int] 
     """
     root = as_path(root)
     state, expected = marker_state(root)
-    if state == "incomplete":
+    if state == "incomplete" or expected is None:
         return ManifestStatus("incomplete", problems=(str(expected),))
-    if state == "unverified" or expected is None:
-        return ManifestStatus("unverified")
     manifest = root / MANIFEST
     if not manifest.is_file():
         return ManifestStatus("damaged", problems=(f"{MANIFEST}: missing (the completion marker lists one)",))

@@ -54,14 +54,18 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    """This process's random number generator states (saved per rank in checkpoints)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """This process's random number generator states (saved per rank in checkpoints), as plain
+    data: numpy's key array as an int64 tensor, so that it loads with ``weights_only=True``."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    numpy = (name, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(gauss))
+    return {"python": random.getstate(), "numpy": numpy, "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` returned."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, key, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
 
 

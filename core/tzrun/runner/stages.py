@@ -11,10 +11,15 @@ from typing import Any, Iterator, Mapping, Sequence
 import attrs
 
 from tzrun.config.schema import RunConfig
+from tzrun.errors import PluginError
 from tzrun.interfaces import TrainLog
 from tzrun.registry import Registries
+from tzrun.runner.checkpoint import unsaveable
 
-__all__ = ["RunStages", "stage_names", "TimedIterator", "LogWindow", "learning_rates", "seconds_since_process_start"]
+__all__ = [
+    "RunStages", "stage_names", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates",
+    "seconds_since_process_start",
+]
 
 
 def stage_names(cfg: RunConfig) -> list[str]:
@@ -56,6 +61,25 @@ class RunStages:
         for _, stage in self.named:
             if self.pm.is_registered(stage):
                 self.pm.unregister(stage)
+
+
+def check_stage_states(state: Mapping[str, Any]) -> None:
+    """Check, before a checkpoint is written, that every stage's state (and what a plugin put in
+    ``tzrun_before_checkpoint_save``'s ``state``) is what a checkpoint may hold: tensors,
+    numbers, strings, bools, None, and lists, tuples and dicts of those
+    (:func:`tzrun.runner.checkpoint.unsaveable`), which load back without running code.
+
+    Raises:
+        PluginError: naming the stage, what it holds that cannot be saved, and where.
+    """
+    for name, value in state.items():
+        found = unsaveable(value, "state")
+        if found:
+            raise PluginError(
+                f"stage '{name}': its checkpoint state holds {found}; a stage's state_dict() (and what a plugin puts "
+                "in tzrun_before_checkpoint_save) may hold only tensors, numbers, strings, bools, None and lists, "
+                "tuples and dicts of those, so that a checkpoint loads without running code (tzrec-run help checkpoint-trust)"
+            )
 
 
 def seconds_since_process_start() -> float | None:

@@ -51,7 +51,7 @@ from tzrun.runner.retention import prune_checkpoints, record_best
 from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
-from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates
+from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
 
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
@@ -382,6 +382,7 @@ class Trainer:
         self._evaluation_pending = evaluation_pending and self.step > 0
         self._stage_state = self.stages.state_dict()
         call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
+        check_stage_states(self._stage_state)
         self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
         self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
                                                meta=self._meta(), rank=self.info.rank)
@@ -391,7 +392,7 @@ class Trainer:
     def load(self, path: Path) -> ResumePoint:
         """Resume from the checkpoint at ``path`` (collective); returns where the data continues."""
         verify_checkpoint(path)
-        meta = load_checkpoint(path, self._state_to_load(path), verify=False)  # 0.1.0's layout too
+        meta = load_checkpoint(path, self._state_to_load(path), verify=False)
         step = int(self._loaded_loop.get("step", meta["step"]))
         position = DataPosition.from_json(self._loaded_loop.get("data", meta["data"]))
         start = ResumePoint.after(step, position, self.session.whole_layout)

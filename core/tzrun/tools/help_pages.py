@@ -33,6 +33,7 @@ TOPICS: Mapping[str, tuple[str, Sequence[tuple[str, str | None]]]] = {
     "models": ("The built-in models", [("models.md", None)]),
     "plan-constraints": ("Sharding constraints", [("plan.md", "Constraints")]),
     "fine-tuning": ("Fine-tuning from another run", [("checkpoints.md", "Fine-tuning from another run")]),
+    "checkpoint-trust": ("What a checkpoint may hold, and what loading trusts", [("checkpoints.md", "Trust")]),
     "rank-failure": ("When a rank fails", [("howto/multi_process.md", "When a rank fails")]),
     "migration": ("Migrating from TorchEasyRec",
                   [("migration.md", None), ("migration.md", "Convert a TorchEasyRec config")]),
