@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 from tzrun.config.load import parse_config
 from tzrun.errors import EXIT_CONFIG
 from tzrun.runner.checkpoint import remove_incomplete_checkpoints
-from tzrun.runner.manifest import MARKER
+from tzrun.runner.manifest import MANIFEST, MARKER, marker_bytes
 from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.records import RESOLVED_JSON, write_run_records
 from tzrun.runner.run_lock import LOCK_FILE
@@ -153,7 +153,9 @@ def test_a_run_written_before_markers_is_adopted_and_resumed(tmp_path, tiny, cap
     cfg, registries = tiny
     run = tmp_path / "run"
     (run / "checkpoints" / "step-4").mkdir(parents=True)
-    (run / "checkpoints" / "step-4" / MARKER).write_text("step 4\n")
+    manifest = b"{}"  # the claim reads the marker only; a complete marker records the manifest's digest
+    (run / "checkpoints" / "step-4" / MANIFEST).write_bytes(manifest)
+    (run / "checkpoints" / "step-4" / MARKER).write_bytes(marker_bytes(4, manifest))
     raw = parse_config(tiny_config_text(tmp_path / "data", run), "<test>", [])
     write_run_records(run, cfg, raw, world_size=1, plugins=[])
     (run / "notes.txt").write_text("mine\n")
