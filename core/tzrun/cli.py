@@ -57,7 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--strict", action="store_true",
                        help="a broken plugin is an error with its traceback, not a warning that disables it "
                             "(as [plugins] strict = true or TZRUN_STRICT_PLUGINS=1)")
-        p.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help=log_level_help)
 
     train = sub.add_parser("train", help="train, evaluate and checkpoint as the config says")
     config_args(train)
@@ -207,7 +206,19 @@ def build_parser() -> argparse.ArgumentParser:
     help_ = sub.add_parser("help", help="short help pages shipped with tzrec-run (errors name them); "
                                         "without TOPIC, the list of topics")
     help_.add_argument("topic", nargs="?", metavar="TOPIC")
+    _accept_everywhere(parser, "--log-level", choices=LOG_LEVELS, help=log_level_help)
     return parser
+
+
+def _accept_everywhere(parser: argparse.ArgumentParser, option: str, **kwargs: Any) -> None:
+    """Accept the global ``option`` after every command and subcommand too (``tzrec-run ckpt ls
+    DIR --log-level debug``), where it does not replace a value given before the command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if option not in sub._option_string_actions:
+                    sub.add_argument(option, default=argparse.SUPPRESS, **kwargs)
+                _accept_everywhere(sub, option, **kwargs)
 
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -56,7 +56,7 @@ def _meta_or_none(path: Path) -> dict[str, Any] | None:
 def _best_step(model_dir: Path) -> int | None:
     try:
         best = read_best(model_dir)
-    except (OSError, ValueError, KeyError):
+    except (OSError, CheckpointError):  # a damaged best.json: the listing shows no best
         return None
     return checkpoint_step(Path(best.checkpoint)) if best is not None else None
 
@@ -148,7 +148,7 @@ def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
     if path.parent.name == "checkpoints":
         try:
             recorded = read_best(path.parent.parent)
-        except (OSError, ValueError, KeyError):
+        except (OSError, CheckpointError):
             recorded = None
         if recorded is not None and recorded.step == step:
             best = attrs.asdict(recorded)

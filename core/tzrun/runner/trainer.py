@@ -46,7 +46,7 @@ from tzrun.runner.model_dir import claim_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
 from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
-from tzrun.runner.retention import prune_checkpoints, record_best
+from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
@@ -151,6 +151,8 @@ class Trainer:
         try:
             resume_from = claim_model_dir(s.model_dir, self.cfg, s.registries, overwrite=self.overwrite,
                                           resume=self.resume, rank=self.info.rank)
+            if resume_from is not None:
+                read_best(s.model_dir)  # a damaged best.json stops the run now, not at its first evaluation
         except BaseException:
             self.release_run_lock()
             raise
