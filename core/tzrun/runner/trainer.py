@@ -52,6 +52,7 @@ from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
 from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
+from tzrun.write_errors import named_save_error
 
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 
@@ -136,6 +137,7 @@ class Trainer:
         except BaseException as error:
             fail_collectively(error)  # the other ranks stop within seconds
             self.on_error(error)
+            self.release_run_lock(quietly=True)  # a store gone away must not hide the error that ends the run
             raise
         finally:
             self.signals.restore()
@@ -159,11 +161,19 @@ class Trainer:
         torch.distributed.barrier()
         return resume_from
 
-    def release_run_lock(self) -> None:
-        """Remove the model dir's run lock (rank 0 holds it; the other ranks hold nothing)."""
-        if self.run_lock is not None:
-            self.run_lock.release()
-            self.run_lock = None
+    def release_run_lock(self, *, quietly: bool = False) -> None:
+        """Remove the model dir's run lock (rank 0 holds it; the other ranks hold nothing);
+        ``quietly``, as a run that failed does, a failure to remove it is a warning."""
+        lock, self.run_lock = self.run_lock, None
+        if lock is None:
+            return
+        try:
+            lock.release()
+        except Exception as error:
+            if not quietly:
+                raise
+            log.warning("could not remove the run lock %s (%s: %s); remove it once no run uses the model dir",
+                        lock.path, type(error).__name__, " ".join(str(error).split())[:200])
 
     def set_up(self) -> None:
         """Build what the loop uses: the model and its update path, the stages, the metrics."""
@@ -373,8 +383,14 @@ class Trainer:
         self._stage_state = self.stages.state_dict()
         call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
         self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
-        self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
-                                               meta=self._meta(), rank=self.info.rank)
+        try:
+            self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
+                                                   meta=self._meta(), rank=self.info.rank)
+        except Exception as error:  # a full disk, a store gone away: one line, exit 73, and --resume
+            named = named_save_error(error, self.session.model_dir, f"checkpoint step-{self.step}")
+            if named is None:
+                raise
+            raise named from None
         if self.info.rank == 0:
             prune_checkpoints(self.session.model_dir, self.cfg.train.keep_checkpoint_max)
 
