@@ -138,8 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--device", choices=("cpu", "cuda"), default=None,
-        help="with --params: the device the run will train on, which decides the sparse optimizers "
-             "FBGEMM can fuse (default: cuda if this machine has a GPU, else cpu)",
+        help="the device the run will train on, which decides the sparse optimizers FBGEMM can fuse "
+             "(--params) and the memory the sharding plan has (default: cuda if this machine has a GPU, else cpu)",
+    )
+    check.add_argument(
+        "--nproc-per-node", type=int, default=1, metavar="N",
+        help="plan the tables for a run of N ranks on this machine (default 1, as tzrec-run train): check runs "
+             "TorchRec's planner, and on cpu refuses tables this host's available memory cannot hold",
+    )
+    check.add_argument(
+        "--no-plan", action="store_true",
+        help="do not plan the tables (a config for another cluster: tzrec-run plan checks it for that one)",
     )
 
     plan = sub.add_parser(
