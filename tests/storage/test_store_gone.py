@@ -1,5 +1,6 @@
 """A store that goes away while a checkpoint is saved ends the run with one line and exit 73
-(the run's output cannot be written), naming ``--resume``; not with an internal error's traceback."""
+(the run's output cannot be written), naming ``--resume``; not with an internal error's traceback.
+The store stops while DCP's fsspec writer writes the checkpoint's ``state/``."""
 
 from __future__ import annotations
 
@@ -15,17 +16,31 @@ from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.testing import tiny_config_text
 
+pytestmark = pytest.mark.slow
+
+
+class _StopWhenSaved:
+    """A stage state that stops the S3 server when torch.distributed.checkpoint serializes it:
+    in the middle of the save, while DCP's fsspec writer writes ``state/``."""
+
+    def __init__(self, server: S3Server) -> None:
+        self.server = server
+
+    def __getstate__(self) -> dict:
+        if self.server.process.poll() is None:
+            self.server.stop()
+        return {}
+
 
 class StopsTheStore:
-    """Stops the S3 server just before the first checkpoint is saved."""
+    """Stops the S3 server during the first checkpoint's DCP save."""
 
     def __init__(self, server: S3Server) -> None:
         self.server = server
 
     @tzrun.hookimpl
     def tzrun_before_checkpoint_save(self, run, step, state):
-        if self.server.process.poll() is None:
-            self.server.stop()
+        state["stops_the_store"] = _StopWhenSaved(self.server)
 
 
 def test_a_store_gone_during_a_save_is_one_line_with_exit_73(tmp_path, monkeypatch):

@@ -386,7 +386,7 @@ class Trainer:
         try:
             self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
                                                    meta=self._meta(), rank=self.info.rank)
-        except Exception as error:  # a full disk, a store gone away: one line, exit 73, and --resume
+        except BaseException as error:  # DCP's CheckpointException too; a full disk, a store gone away: exit 73
             named = named_save_error(error, self.session.model_dir, f"checkpoint step-{self.step}")
             if named is None:
                 raise
