@@ -31,6 +31,9 @@ def prepare(config: str, overrides: Sequence[str], strict: bool = False):  # noq
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.nproc_per_node < 1:
+        print(f"tzrec-run check: --nproc-per-node must be positive, got {args.nproc_per_node}", file=sys.stderr)
+        return EXIT_USAGE
     raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.session import Session
 
@@ -70,8 +73,6 @@ def check_plan(session: Any, source: str, nproc: int, device: str | None) -> Non
     from tzrun.runner.host_memory import host_memory
     from tzrun.runner.plan import PlanRequest, failure_line, plan_run
 
-    if nproc < 1:
-        raise PlanError(f"--nproc-per-node {nproc}: expected 1 or more ranks")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         report = plan_run(session, PlanRequest(nproc, nproc, device), host=host_memory() if device == "cpu" else None)
