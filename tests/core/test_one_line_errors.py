@@ -130,7 +130,8 @@ def _tiny_tables(config):
 
 
 def test_train_on_cpu_refuses_tables_no_host_holds(tiny_config):
-    proc = run_cli(["train", str(tiny_config), "--set", "features.sparse[0].num_buckets=1000000000000"])
+    proc = run_cli(["train", str(tiny_config), "--set", "features.sparse[0].num_buckets=1000000000000"],
+                   env={"CUDA_VISIBLE_DEVICES": ""})  # on CPU, also where there is a GPU
     assert proc.returncode == EXIT_CONFIG
     line = _one_line(proc.stderr)
     assert line.startswith(f"tzrec-run: {tiny_config}: the embedding tables and their sparse optimizer state need "
