@@ -32,15 +32,15 @@ import attrs
 import torch
 
 from tzrun.config.schema import RunConfig
+from tzrun.data.features import FeatureSpecs
+from tzrun.errors import PlanError
 from tzrun.registry import Registries
 from tzrun.runner.build import assign_parts
+from tzrun.runner.host_memory import HostMemory
 from tzrun.runner.model import dense_parameter_names, embedding_tables
 from tzrun.runner.sharding import prepare_sharding
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
 from tzrun.runner.session import Session
-from tzrun.data.features import FeatureSpecs
-from tzrun.errors import PlanError
-from tzrun.runner.host_memory import HostMemory
 
 __all__ = [
     "PlanRequest",
