@@ -58,7 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--strict", action="store_true",
                        help="a broken plugin is an error with its traceback, not a warning that disables it "
                             "(as [plugins] strict = true or TZRUN_STRICT_PLUGINS=1)")
-        p.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help=log_level_help)
 
     train = sub.add_parser("train", help="train, evaluate and checkpoint as the config says")
     config_args(train)
@@ -140,8 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--device", choices=("cpu", "cuda"), default=None,
-        help="with --params: the device the run will train on, which decides the sparse optimizers "
-             "FBGEMM can fuse (default: cuda if this machine has a GPU, else cpu)",
+        help="the device the run will train on, which decides the sparse optimizers FBGEMM can fuse "
+             "(--params) and the memory the sharding plan has (default: cuda if this machine has a GPU, else cpu)",
+    )
+    check.add_argument(
+        "--nproc-per-node", type=int, default=1, metavar="N",
+        help="plan the tables for a run of N ranks on this machine (default 1, as tzrec-run train): check runs "
+             "TorchRec's planner, and on cpu refuses tables this host's available memory cannot hold",
+    )
+    check.add_argument(
+        "--no-plan", action="store_true",
+        help="do not plan the tables (a config for another cluster: tzrec-run plan checks it for that one)",
     )
 
     plan = sub.add_parser(
@@ -208,7 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
     help_ = sub.add_parser("help", help="short help pages shipped with tzrec-run (errors name them); "
                                         "without TOPIC, the list of topics")
     help_.add_argument("topic", nargs="?", metavar="TOPIC")
+    _accept_everywhere(parser, "--log-level", choices=LOG_LEVELS, help=log_level_help)
     return parser
+
+
+def _accept_everywhere(parser: argparse.ArgumentParser, option: str, **kwargs: Any) -> None:
+    """Accept the global ``option`` after every command and subcommand too (``tzrec-run ckpt ls
+    DIR --log-level debug``), where it does not replace a value given before the command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if option not in sub._option_string_actions:
+                    sub.add_argument(option, default=argparse.SUPPRESS, **kwargs)
+                _accept_everywhere(sub, option, **kwargs)
 
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -31,11 +31,16 @@ def prepare(config: str, overrides: Sequence[str], strict: bool = False):  # noq
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.nproc_per_node < 1:
+        print(f"tzrec-run check: --nproc-per-node must be positive, got {args.nproc_per_node}", file=sys.stderr)
+        return EXIT_USAGE
     raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.session import Session
 
     session = Session(cfg, raw, pm, registries)
     session.check()
+    if not args.no_plan:
+        check_plan(session, args.config, args.nproc_per_node, args.device)
     report = None if args.no_data else session.check_data(require=args.require_data)
     if report is not None and report.problems:
         from tzrun.errors import DataCheckError
@@ -52,6 +57,29 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.params:
         print_parameters(cfg, registries, args.device)
     return 0
+
+
+def check_plan(session: Any, source: str, nproc: int, device: str | None) -> None:
+    """Plan the tables as ``tzrec-run train`` on this machine would (``nproc`` ranks, on
+    ``device``; default: cuda if there is a GPU), with TorchRec's planner on the meta device.
+
+    Raises:
+        PlanError: when no plan fits (one line: the table that breaks it, what would help), or
+            on CPU the tables need more memory than this host has available.
+    """
+    import torch
+
+    from tzrun.errors import PlanError
+    from tzrun.runner.host_memory import host_memory
+    from tzrun.runner.plan import PlanRequest, failure_line, plan_run
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        report = plan_run(session, PlanRequest(nproc, nproc, device), host=host_memory() if device == "cpu" else None)
+    except PlanError as error:  # this host's memory cannot hold the tables
+        raise PlanError(f"{source}: {error}") from None
+    if not report.fits:
+        raise PlanError(failure_line(report, source))
 
 
 def print_parameters(cfg: Any, registries: Any, device: str | None = None) -> None:

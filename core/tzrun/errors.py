@@ -41,6 +41,7 @@ __all__ = [
     "IncompleteCheckpointError",
     "WriteError",
     "StorageError",
+    "PlanError",
     "RecordNotWrittenError",
     "MissingDependencyError",
     "did_you_mean",
@@ -340,6 +341,12 @@ class StorageError(TzrunError):
     implementation is not installed: the message names the path and the extra to install; a
     store that refuses to list it: credentials, endpoint, network), or a place on a store that
     does not exist (a model dir in a missing bucket)."""
+
+
+class PlanError(TzrunError):
+    """The run does not fit where it is to run: TorchRec's sharding planner places its tables on
+    no rank (``train``, ``check``), or on CPU its tables need more memory than the host has
+    available. One line with the numbers and what would help."""
 
 
 class MissingDependencyError(TzrunError):

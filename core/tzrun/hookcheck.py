@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from tzrun import hookspecs
 from tzrun.errors import did_you_mean
 
-__all__ = ["hook_problems", "known_hooks"]
+__all__ = ["hook_problems", "known_hooks", "suggest_hook"]
 
 _PREFIX = f"{hookspecs.PROJECT_NAME}_"
 _MARKER = f"{hookspecs.PROJECT_NAME}_impl"
@@ -28,6 +28,44 @@ def known_hooks() -> dict[str, tuple[str, ...]]:
         for name, fn in vars(hookspecs).items()
         if name.startswith(_PREFIX) and callable(fn) and hasattr(fn, f"{hookspecs.PROJECT_NAME}_spec")
     }
+
+
+#: what other frameworks call an event (Lightning, Keras, HF Trainer), by the word of ours it means
+_WORDS = {"fit": "train", "training": "train", "batch": "train_step", "step": "train_step", "train_batch": "train_step",
+          "validation": "eval", "validate": "eval", "evaluation": "eval", "evaluate": "eval", "save": "checkpoint_save",
+          "save_checkpoint": "checkpoint_save", "checkpoint": "checkpoint_save", "load": "checkpoint_load",
+          "load_checkpoint": "checkpoint_load", "log": "train_log"}
+#: events whose names no rule below maps
+_SYNONYMS = {"on_exception": "on_train_error", "on_error": "on_train_error", "on_train_exception": "on_train_error",
+             "on_train_failure": "on_train_error", "teardown": "after_train", "setup": "before_train"}
+
+
+def _synonym(event: str, known: Mapping[str, tuple[str, ...]]) -> str | None:
+    """The hook ``event`` (without the ``tzrun_`` prefix) means in another framework's words:
+    ``on_X_end``/``after_X`` is our ``after_X``, ``on_X_start``/``on_X_begin`` our ``before_X``
+    (or the other one, when only it exists: ``after_checkpoint_save`` is ``before_checkpoint_save``)."""
+    if event in _SYNONYMS:
+        return _PREFIX + _SYNONYMS[event]
+    for head in ("on_", "after_", "before_"):
+        if not event.startswith(head):
+            continue
+        rest, when = event[len(head):], head if head != "on_" else ""
+        for tail, tail_when in (("_end", "after_"), ("_start", "before_"), ("_begin", "before_")):
+            if rest.endswith(tail):
+                rest, when = rest[:-len(tail)], when or tail_when
+                break
+        word = _WORDS.get(rest, rest)
+        for side in dict.fromkeys([when or "after_", "after_", "before_"]):
+            if f"{_PREFIX}{side}{word}" in known:
+                return f"{_PREFIX}{side}{word}"
+    return None
+
+
+def suggest_hook(name: str, known: Mapping[str, tuple[str, ...]]) -> str | None:
+    """The hook ``name`` most likely means: the one another framework's name for the event maps
+    to (``tzrun_on_train_end`` is ``tzrun_after_train``), else the closest spelling."""
+    event = name[len(_PREFIX):] if name.startswith(_PREFIX) else name
+    return _synonym(event, known) or did_you_mean(name, known)
 
 
 def _required_arguments(fn: Callable[..., Any]) -> list[str]:
@@ -94,7 +132,7 @@ def hook_problems(plugin: object, where: str, known: Mapping[str, tuple[str, ...
         if hook not in known:
             if isinstance(opts, dict) and opts.get("optionalhook"):
                 continue
-            guess = did_you_mean(hook, known)
+            guess = suggest_hook(hook, known)
             hint = f"did you mean {guess}?" if guess else "the hooks are listed in tzrun.hookspecs"
             problems.append(f"{where}: unknown hook {hook} ({hint})")
             continue

@@ -157,7 +157,8 @@ class PluginManager(pluggy.PluginManager):
 def call_lifecycle(pm: PluginManager, name: str, **kwargs: Any) -> None:
     """Call lifecycle hook ``name`` on every plugin that implements it, in pluggy's order, with
     each plugin's failure isolated: a hookimpl that raises is named in a warning and its plugin
-    is unregistered for the rest of the run, while the others go on. In strict mode
+    is unregistered for the rest of the run, while the others go on (in ``tzrun_after_train``,
+    when nothing is left to go on, the warning says so and the run ends as usual). In strict mode
     (``TZRUN_STRICT_PLUGINS=1``) the error propagates instead.
 
     Only ``Exception`` is caught: ``KeyboardInterrupt`` and ``SystemExit`` always propagate.
@@ -175,9 +176,11 @@ def call_lifecycle(pm: PluginManager, name: str, **kwargs: Any) -> None:
                 raise
             _raise_write_failure(exc, kwargs)
             plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+            goes_on = ("training is over and its checkpoints are written, so the run ends as usual" if name == "tzrun_after_train"
+                       else "it is disabled for the rest of this run and training goes on")
             warnings.warn(
-                f"plugin {pm.describe(plugin_name)} raised in {name}: {type(exc).__name__}: {exc}; it is disabled "
-                "for the rest of this run and training goes on (TZRUN_STRICT_PLUGINS=1 makes this an error)",
+                f"plugin {pm.describe(plugin_name)} raised in {name}: {type(exc).__name__}: {exc}; {goes_on} "
+                "(TZRUN_STRICT_PLUGINS=1 makes this an error)",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -17,7 +17,7 @@ from typing import Iterator
 from tzrun.errors import WriteError
 from tzrun.storage import as_path, is_remote
 
-__all__ = ["named_write_error", "write_failure_message"]
+__all__ = ["named_write_error", "named_save_error", "write_failure_message"]
 
 #: errors that only a write raises
 _FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -26,22 +26,69 @@ _READ_ONLY = {errno.EROFS}
 _DENIED = {errno.EACCES, errno.EPERM}
 
 
-def _os_errors(error: BaseException | None, seen: set[int] | None = None) -> Iterator[OSError]:
+def _wrapped(error: BaseException | None, seen: set[int] | None = None) -> Iterator[BaseException]:
     """``error`` and the errors it wraps (cause, context, DCP's per-rank failures), depth first."""
     seen = set() if seen is None else seen
     if error is None or id(error) in seen:
         return
     seen.add(id(error))
-    if isinstance(error, OSError):
-        yield error
+    yield error
     failures = getattr(error, "failures", None)  # torch.distributed.checkpoint.api.CheckpointException
     if isinstance(failures, dict):
         for failure in failures.values():
             inner = failure[0] if isinstance(failure, tuple) else failure
             if isinstance(inner, BaseException):
-                yield from _os_errors(inner, seen)
-    yield from _os_errors(error.__cause__, seen)
-    yield from _os_errors(error.__context__, seen)
+                yield from _wrapped(inner, seen)
+    yield from _wrapped(error.__cause__, seen)
+    yield from _wrapped(error.__context__, seen)
+
+
+def _os_errors(error: BaseException | None) -> Iterator[OSError]:
+    """The ``OSError`` s among ``error`` and the errors it wraps."""
+    return (e for e in _wrapped(error) if isinstance(e, OSError))
+
+
+#: the packages whose errors say that a store (not the code) failed: the clients fsspec uses
+_STORE_CLIENTS = ("botocore", "boto3", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "azure", "fsspec",
+                  "urllib3", "requests", "google")
+
+
+def _store_error(error: BaseException) -> bool:
+    """Whether ``error`` is a failure of a file system or store (an ``OSError``, a connection
+    or timeout error, or an error of a storage client: botocore's ``EndpointConnectionError``
+    and ``ClientError``, aiohttp's, fsspec's)."""
+    if isinstance(error, (OSError, TimeoutError)):
+        return True
+    return any(klass.__module__.split(".")[0] in _STORE_CLIENTS for klass in type(error).__mro__)
+
+
+def named_save_error(error: BaseException, model_dir: str | os.PathLike[str], what: str) -> WriteError | None:
+    """The named error for a checkpoint save that failed: :func:`named_write_error`, or else, for
+    any failure of the file system or store it wraps (a store that went away mid-save: a refused
+    connection, botocore's ``EndpointConnectionError``, an I/O error), a
+    :class:`~tzrun.errors.WriteError` naming the model dir, the failure and ``--resume``.
+
+    Args:
+        error: what the save raised (DCP wraps each rank's failure in a ``CheckpointException``).
+        model_dir: the run's model dir.
+        what: what was being written (``"checkpoint step-6"``).
+
+    Returns:
+        The :class:`~tzrun.errors.WriteError`, or None when ``error`` is no storage failure.
+    """
+    from tzrun.errors import TzrunError
+
+    named = named_write_error(error, model_dir, what)
+    if named is not None or isinstance(error, (TzrunError, KeyboardInterrupt, SystemExit)):
+        return named
+    found = next((e for e in _wrapped(error) if _store_error(e)), None)
+    if found is None:
+        return None
+    detail = " ".join(str(found).split())[:200] or "(no message)"
+    return WriteError(
+        f"{model_dir}: cannot write {what}: {type(found).__name__}: {detail}; check that the store is reachable "
+        "(endpoint, credentials, network) and has room, then rerun with --resume: the checkpoints completed "
+        "before it are intact")
 
 
 def _inside(path: str | None, model_dir: Path) -> bool:

@@ -74,6 +74,9 @@ def parse_config(text: str, source: str = "<string>", overrides: Iterable[str] =
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, [ConfigProblem("", f"not valid TOML: {exc}")]) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(source, [ConfigProblem("", (
+            "not valid TOML for tzrec-run: arrays or inline tables nested too deeply for the parser (Python's recursion limit); flatten them"))]) from None
     overrides = list(overrides)
     problems = apply_overrides(data, overrides)
     if problems:
@@ -89,10 +92,24 @@ def read_config(path: str | Path, overrides: Iterable[str] = ()) -> RawConfig:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        content = path.read_bytes()
     except OSError as exc:
         raise ConfigError(str(path), [ConfigProblem("", f"cannot read the config: {exc.strerror}")]) from None
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [_not_utf8(content, exc)]) from None
     return parse_config(text, str(path), overrides)
+
+
+def _not_utf8(content: bytes, error: UnicodeDecodeError) -> ConfigProblem:
+    """The problem of a config that is not UTF-8 (TOML is), naming the line, column and byte."""
+    before = content[:error.start]
+    line = before.count(b"\n") + 1
+    column = error.start - (before.rfind(b"\n") + 1) + 1
+    return ConfigProblem("", (
+        f"not valid TOML: line {line}, column {column} (byte {error.start}): 0x{content[error.start]:02x} is not "
+        "UTF-8, and a TOML file must be; save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)"))
 
 
 # Keys of which a config sets exactly one: ``--set`` of one replaces the file's other.
@@ -121,7 +138,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[Conf
             continue
         try:
             value = tomllib.loads(f"v = {literal.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             problems.append(
                 ConfigProblem(where, f"{literal.strip()} is not a TOML value; quote strings: {key}=\"text\"")
             )

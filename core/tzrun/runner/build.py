@@ -12,9 +12,10 @@ import torch.distributed as dist
 
 from tzrun.config.schema import Component, RunConfig
 from tzrun.data.features import FeatureSpecs
-from tzrun.errors import ConfigError, ConfigProblem
+from tzrun.errors import ConfigError, ConfigProblem, PlanError
 from tzrun.registry import Registries
 from tzrun.runner.distributed import DistInfo
+from tzrun.runner.host_memory import host_memory
 from tzrun.runner.model import dense_parameter_names
 from tzrun.runner.sharding import ShardingSetup, prepare_sharding
 from tzrun.runner.sparse_state import set_initial_accumulators
@@ -95,26 +96,40 @@ def apply_tf32(cfg: RunConfig) -> None:
         torch.backends.cuda.matmul.allow_tf32 = cfg.train.cuda_matmul_allow_tf32
 
 
-def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info: DistInfo) -> Built:
+def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info: DistInfo,
+              source: str = "the config") -> Built:
     """Build the sharded model, optimizers, schedules and update path of a run, on every rank.
 
     Raises:
+        PlanError: when TorchRec's planner finds no plan for the job (one line naming the table
+            that breaks it and what would help), or on CPU the tables need more memory than this
+            host has available (:mod:`tzrun.runner.host_memory`).
         ConfigError: when a component rejects the config at build time (the model's own
             cross-checks, a sparse optimizer FBGEMM cannot run on this device, a part pattern
             that matches nothing, ...).
     """
+    from torchrec.distributed.planner.types import PlannerError
     from torchrec.optim.keyed import CombinedOptimizer
 
     apply_tf32(cfg)
     loss_scale = UpdateOptimizer.make_loss_scale(cfg.train, info.device)
-    setup = prepare_sharding(
-        cfg, registries, specs, world_size=info.world_size, local_world_size=info.local_world_size, device=info.device,
-        loss_scale=loss_scale,
-    )
+    try:
+        setup = prepare_sharding(
+            cfg, registries, specs, world_size=info.world_size, local_world_size=info.local_world_size,
+            device=info.device, loss_scale=loss_scale, host=host_memory() if info.device.type == "cpu" else None,
+        )
+    except PlanError as error:  # this host's memory cannot hold the tables
+        raise PlanError(f"{source}: {error}") from None
     parts = assign_parts(dense_parameter_names(setup.model.model), cfg.train.dense_optimizer.fields.parts)
     fallback_tables = {name: u for name, u in setup.updates.items() if u.data_parallel}
     _warn_about_data_parallel_tables(fallback_tables, info.rank)
-    dmp, plan = _shard(setup, info)
+    try:
+        dmp, plan = _shard(setup, info)
+    except PlannerError:
+        from tzrun.runner.plan import PlanRequest, no_plan_error
+
+        request = PlanRequest(info.world_size, info.local_world_size, info.device.type)
+        raise no_plan_error(cfg, registries, specs, request, source) from None
     optimizers, schedule_of = _optimizers(cfg, registries, dmp, parts, setup.updates, fallback_tables)
     schedulers = {}
     for key, (where, schedule) in schedule_of.items():

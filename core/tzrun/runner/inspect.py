@@ -5,6 +5,7 @@ from DCP's ``state/.metadata``, read the one safe way loading reads it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,9 @@ import attrs
 
 from tzrun.errors import CheckpointError
 from tzrun.runner.checkpoint import checkpoint_step, is_complete, read_meta
-from tzrun.runner.manifest import check_checkpoint
+from tzrun.runner.manifest import MARKER, check_checkpoint
 from tzrun.runner.retention import read_best
-from tzrun.storage import as_path
+from tzrun.storage import as_path, filesystem
 
 __all__ = ["CheckpointListing", "list_checkpoint_dirs", "format_listing", "describe_checkpoint", "format_description"]
 
@@ -58,13 +59,38 @@ def _meta_or_none(path: Path) -> dict[str, Any] | None:
 def _best_step(model_dir: Path) -> int | None:
     try:
         best = read_best(model_dir)
-    except (OSError, ValueError, KeyError):
+    except (OSError, CheckpointError):  # a damaged best.json: the listing shows no best
         return None
     return checkpoint_step(Path(best.checkpoint)) if best is not None else None
 
 
+def _files(root: Path) -> dict[str, tuple[str, int]]:
+    """Everything under ``root`` by relative path: ``(type, size)``, from one listing (one
+    recursive request, paged, on an object store; empty when ``root`` does not exist)."""
+    fs, inner = filesystem(root)
+    try:
+        found = fs.find(inner, withdirs=True, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    base = inner.rstrip("/") + "/"
+    return {path[len(base):]: (str(info.get("type")), int(info.get("size") or 0))
+            for path, info in found.items() if path.startswith(base)}
+
+
+def _read_meta(root: Path, name: str) -> dict[str, Any]:
+    """A checkpoint's ``meta.json`` in one read (one GET on a store), or {} when it cannot be read."""
+    fs, inner = filesystem(root)
+    try:
+        meta = json.loads(fs.cat_file(f"{inner.rstrip('/')}/{name}/meta.json"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def list_checkpoint_dirs(model_dir: Path) -> list[CheckpointListing]:
-    """Every ``step-N`` directory under ``model_dir/checkpoints``, complete or not, oldest first.
+    """Every ``step-N`` directory under ``model_dir/checkpoints``, complete or not, oldest first:
+    from one listing of ``checkpoints/``, then each checkpoint's ``meta.json`` and, where a
+    completion marker is listed, its check (:func:`~tzrun.runner.checkpoint.is_complete`).
 
     Raises:
         CheckpointError: when ``model_dir`` does not exist.
@@ -74,14 +100,18 @@ def list_checkpoint_dirs(model_dir: Path) -> list[CheckpointListing]:
         raise CheckpointError(f"{model_dir}: no such model dir")
     root = model_dir / "checkpoints"
     best = _best_step(model_dir)
+    dirs: dict[str, int] = {}
+    files = _files(root)
+    for relative, (kind, size) in files.items():
+        name, _, rest = relative.partition("/")
+        if checkpoint_step(Path(name)) is not None and (rest or kind == "directory"):
+            dirs[name] = dirs.get(name, 0) + (size if kind != "directory" else 0)
     rows = []
-    for child in root.iterdir() if root.is_dir() else ():
-        step = checkpoint_step(child)
-        if step is None or not child.is_dir():
-            continue
-        meta = _meta_or_none(child) or {}
-        rows.append(CheckpointListing(child.name, step, meta.get("epoch"), meta.get("world_size"), is_complete(child),
-                                      step == best, _size(child)))
+    for name, size in dirs.items():
+        meta = _read_meta(root, name)
+        complete = f"{name}/{MARKER}" in files and is_complete(root / name)
+        rows.append(CheckpointListing(name, checkpoint_step(Path(name)) or 0, meta.get("epoch"), meta.get("world_size"),
+                                      complete, checkpoint_step(Path(name)) == best, size))
     return sorted(rows, key=lambda r: r.step)
 
 
@@ -152,7 +182,7 @@ def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
     if path.parent.name == "checkpoints":
         try:
             recorded = read_best(path.parent.parent)
-        except (OSError, ValueError, KeyError):
+        except (OSError, CheckpointError):
             recorded = None
         if recorded is not None and recorded.step == step:
             best = attrs.asdict(recorded)

@@ -32,8 +32,11 @@ import attrs
 import torch
 
 from tzrun.config.schema import RunConfig
+from tzrun.data.features import FeatureSpecs
+from tzrun.errors import PlanError
 from tzrun.registry import Registries
 from tzrun.runner.build import assign_parts
+from tzrun.runner.host_memory import HostMemory
 from tzrun.runner.model import dense_parameter_names, embedding_tables
 from tzrun.runner.sharding import prepare_sharding
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
@@ -50,6 +53,9 @@ __all__ = [
     "estimate_dense",
     "format_plan",
     "format_failure",
+    "failure_line",
+    "plan_config",
+    "no_plan_error",
     "GIB",
 ]
 
@@ -197,9 +203,15 @@ class PlanReport:
         }
 
 
-def plan_run(session: Session, request: PlanRequest) -> PlanReport:
+def plan_run(session: Session, request: PlanRequest, host: HostMemory | None = None) -> PlanReport:
     """Run TorchRec's planner for ``request``'s cluster on the model built on the meta device,
     from the session's config, components and features (no process group needed).
+
+    Args:
+        session: the run.
+        request: the cluster.
+        host: this host's memory, to refuse tables it cannot hold (a CPU run here); None
+            checks nothing.
 
     Returns:
         The plan and its memory per rank; or, when no plan fits, :attr:`PlanReport.failure`
@@ -207,10 +219,16 @@ def plan_run(session: Session, request: PlanRequest) -> PlanReport:
 
     Raises:
         ConfigError: as training would (see :func:`tzrun.runner.sharding.prepare_sharding`).
+        PlanError: when ``host`` cannot hold the tables.
     """
+    return plan_config(session.cfg, session.registries, session.specs, request, host)
+
+
+def plan_config(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, request: PlanRequest,
+                host: HostMemory | None = None) -> PlanReport:
+    """:func:`plan_run` of a config, its components and features."""
     from torchrec.distributed.planner.types import PlannerError
 
-    cfg, registries = session.cfg, session.registries
     if request.local_world_size is None:
         request = attrs.evolve(request, local_world_size=request.world_size)
     if request.batch_size is not None:
@@ -218,9 +236,9 @@ def plan_run(session: Session, request: PlanRequest) -> PlanReport:
     request = attrs.evolve(request, batch_size=cfg.data.batch_size)
     recorder = _recorder()
     setup = prepare_sharding(
-        cfg, registries, session.specs, world_size=request.world_size,
+        cfg, registries, specs, world_size=request.world_size,
         local_world_size=request.local_world_size, device=torch.device(request.device),
-        hbm_cap=request.hbm_cap, ddr_cap=request.ddr_cap, stats=[recorder],
+        hbm_cap=request.hbm_cap, ddr_cap=request.ddr_cap, stats=[recorder], host=host,
     )
     caps = setup.topology.devices[0].storage
     request = attrs.evolve(request, hbm_cap=caps.hbm, ddr_cap=caps.ddr)
@@ -464,3 +482,29 @@ def format_failure(report: PlanReport, source: str) -> str:
         lines += [f"  - {a}" for a in failure.advice]
     lines.append("TorchRec: " + failure.planner_message.strip().splitlines()[0].strip())
     return "\n".join(lines)
+
+
+def failure_line(report: PlanReport, source: str) -> str:
+    """:func:`format_failure` on one line, for a run or ``check`` (whose batch is
+    ``data.batch_size``; the other flags named are ``tzrec-run plan``'s, to try other clusters)."""
+    failure = report.failure
+    assert failure is not None
+    line = f"{source}: no sharding plan fits {_topology_text(report.request)}: {failure.message}"
+    if failure.advice:
+        advice = "; ".join(a.replace("(--batch-size;", "(data.batch_size;") for a in failure.advice)
+        line += "; what would help" + (f" '{failure.table}'" if failure.table else "") + f": {advice}"
+        if "--" in advice:
+            line += " (--flags: tzrec-run plan's, to plan for another cluster)"
+    return line + " (TorchRec: " + failure.planner_message.strip().splitlines()[0].strip() + ")"
+
+
+def no_plan_error(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, request: PlanRequest,
+                  source: str) -> PlanError:
+    """The one-line error of a job TorchRec's planner found no plan for: the planner is run again
+    on the meta device for ``request`` (the job's ranks, devices and memory) to name the table
+    that breaks it and what would help, as ``tzrec-run plan`` does."""
+    report = plan_config(cfg, registries, specs, request)
+    if report.failure is None:  # planned here, not there: TorchRec's reason is all there is
+        return PlanError(f"{source}: no sharding plan fits {_topology_text(report.request)}; "
+                         "tzrec-run plan with the job's --world-size and --device shows why")
+    return PlanError(failure_line(report, source))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import attrs
 
-from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
+from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, did_you_mean
 from tzrun.files import write_atomic
 from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints
 from tzrun.runner.manifest import MARKER
@@ -68,12 +68,24 @@ class BestCheckpoint:
 
 
 def read_best(model_dir: Path) -> BestCheckpoint | None:
-    """The best checkpoint recorded in ``model_dir``, or None."""
+    """The best checkpoint recorded in ``model_dir``, or None.
+
+    Raises:
+        CheckpointError: when ``best.json`` is damaged (not JSON, or without its fields),
+            naming the file and the fix.
+    """
     path = as_path(model_dir) / BEST_FILE
     if not path.is_file():
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return BestCheckpoint(int(data["step"]), data["metric"], float(data["value"]), data.get("mode", "max"), data["checkpoint"])
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return BestCheckpoint(int(data["step"]), str(data["metric"]), float(data["value"]), str(data.get("mode", "max")),
+                              str(data["checkpoint"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # UnicodeDecodeError, JSONDecodeError: ValueError
+        what = f"no field {error}" if isinstance(error, KeyError) else f"{type(error).__name__}: {error}"
+        raise CheckpointError(
+            f"{path}: damaged ({what}); remove it (the next evaluation records the best checkpoint again, and "
+            f"pruning may then remove the one it named) or restore it from a copy, and rerun") from None
 
 
 def _better(value: float, than: float, mode: str) -> bool:

@@ -211,7 +211,7 @@ class Session:
     @functools.cached_property
     def built(self) -> Built:
         """The sharded model, optimizers, schedules and update path (collective on first use)."""
-        return build_run(self.cfg, self.registries, self.specs, self.info)
+        return build_run(self.cfg, self.registries, self.specs, self.info, self.raw.source)
 
     def pipeline(self) -> Any:
         """A fresh TorchRec train pipeline over the model (one per segment or evaluation)."""

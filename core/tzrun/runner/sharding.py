@@ -12,9 +12,10 @@ from torch import nn
 
 from tzrun.config.schema import RunConfig
 from tzrun.data.features import FeatureSpecs
-from tzrun.errors import ConfigError, ConfigProblem
+from tzrun.errors import ConfigError, ConfigProblem, PlanError
 from tzrun.interfaces import SparseOptimizerSpec
 from tzrun.registry import Registries
+from tzrun.runner.host_memory import HostMemory, host_memory_problem
 from tzrun.runner.model import TrainModel, build_model, embedding_modules, embedding_tables
 from tzrun.runner.update import LossScale
 
@@ -138,6 +139,7 @@ def prepare_sharding(
     ddr_cap: int | None = None,
     stats: Sequence[Any] | None = None,
     loss_scale: LossScale | None = None,
+    host: HostMemory | None = None,
 ) -> ShardingSetup:
     """Build the model on the meta device and the planner that shards it.
 
@@ -149,10 +151,13 @@ def prepare_sharding(
             32 GiB and 128 GiB).
         stats: TorchRec planner ``Stats`` to report to (default TorchRec's log table).
         loss_scale: how training scales the loss (none for planning).
+        host: this host's memory, to refuse tables it cannot hold (a run on CPU here:
+            :mod:`tzrun.runner.host_memory`); None checks nothing.
 
     Raises:
         ConfigError: as :func:`plan_table_updates` and :func:`table_constraints`, or for a
             model without embedding collections.
+        PlanError: when ``host`` is given and cannot hold this host's share of the tables.
     """
     from torchrec.distributed.model_parallel import get_default_sharders
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
@@ -169,6 +174,9 @@ def prepare_sharding(
             update = updates[table.name]
             if not update.data_parallel:
                 apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
+    problem = host_memory_problem(modules, updates, world_size, local_world_size, host)
+    if problem is not None:
+        raise PlanError(problem)
     topology = Topology(
         world_size=world_size,
         local_world_size=local_world_size,

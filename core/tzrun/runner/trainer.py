@@ -47,12 +47,13 @@ from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
 from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
-from tzrun.runner.retention import prune_checkpoints, record_best
+from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
 from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
+from tzrun.write_errors import named_save_error
 
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 
@@ -137,6 +138,7 @@ class Trainer:
         except BaseException as error:
             fail_collectively(error)  # the other ranks stop within seconds
             self.on_error(error)
+            self.release_run_lock(quietly=True)  # a store gone away must not hide the error that ends the run
             raise
         finally:
             self.signals.restore()
@@ -155,17 +157,27 @@ class Trainer:
         try:
             resume_from = claim_model_dir(s.model_dir, self.cfg, s.registries, overwrite=self.overwrite,
                                           resume=self.resume, rank=self.info.rank)
+            if resume_from is not None:
+                read_best(s.model_dir)  # a damaged best.json stops the run now, not at its first evaluation
         except BaseException:
             self.release_run_lock()
             raise
         torch.distributed.barrier()
         return resume_from
 
-    def release_run_lock(self) -> None:
-        """Remove the model dir's run lock (rank 0 holds it; the other ranks hold nothing)."""
-        if self.run_lock is not None:
-            self.run_lock.release()
-            self.run_lock = None
+    def release_run_lock(self, *, quietly: bool = False) -> None:
+        """Remove the model dir's run lock (rank 0 holds it; the other ranks hold nothing);
+        ``quietly``, as a run that failed does, a failure to remove it is a warning."""
+        lock, self.run_lock = self.run_lock, None
+        if lock is None:
+            return
+        try:
+            lock.release()
+        except Exception as error:
+            if not quietly:
+                raise
+            log.warning("could not remove the run lock %s (%s: %s); remove it once no run uses the model dir",
+                        lock.path, type(error).__name__, " ".join(str(error).split())[:200])
 
     def set_up(self) -> None:
         """Build what the loop uses: the model and its update path, the stages, the metrics."""
@@ -384,8 +396,14 @@ class Trainer:
         call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
         check_stage_states(self._stage_state)
         self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
-        self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
-                                               meta=self._meta(), rank=self.info.rank)
+        try:
+            self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
+                                                   meta=self._meta(), rank=self.info.rank)
+        except BaseException as error:  # DCP's CheckpointException too; a full disk, a store gone away: exit 73
+            named = named_save_error(error, self.session.model_dir, f"checkpoint step-{self.step}")
+            if named is None:
+                raise
+            raise named from None
         if self.info.rank == 0:
             prune_checkpoints(self.session.model_dir, self.cfg.train.keep_checkpoint_max)
 

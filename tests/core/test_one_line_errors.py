@@ -1,0 +1,206 @@
+"""Errors a user causes end with one line naming the file and the fix, and the documented exit
+code; never with an internal error's traceback (issue 27, point 7 and 9)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import tzrun
+from tests.conftest import run_cli
+from tzrun import cli
+from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, WriteError, exit_code_of
+from tzrun.testing import tiny_config_text
+
+
+def _one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("tzrec-run: ")]
+    assert len(lines) == 1, stderr[-3000:]
+    return lines[0]
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    """The tiny config, for commands that read no data (its data dir does not exist)."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(tiny_config_text(tmp_path / "data", tmp_path / "run"))
+    return path
+
+
+# -- a damaged best.json ------------------------------------------------------------------------
+
+
+def test_a_damaged_best_json_stops_a_resume_with_one_line_and_exit_66(tmp_path):
+    from tzrun.runner.retention import read_best
+
+    trained = tzrun.testing.run_tiny_training(tmp_path, overrides=["train.num_steps=2"])
+    best = trained.model_dir / "best.json"
+    best.write_text('{"step": 2, "metric": "auc", "val')  # cut short, as by a full disk
+    with pytest.raises(tzrun.errors.CheckpointError, match=r"best\.json: damaged \(JSONDecodeError"):
+        read_best(trained.model_dir)
+    proc = run_cli(["train", str(tmp_path / "tiny.toml"), "--resume"])
+    assert proc.returncode == EXIT_CHECKPOINT
+    line = _one_line(proc.stderr)
+    assert f"{best}: damaged (JSONDecodeError: " in line and "remove it" in line
+    best.write_text('{"step": 2}')  # JSON, but not a record of the best checkpoint
+    with pytest.raises(tzrun.errors.CheckpointError, match=r"best\.json: damaged \(no field 'metric'\)"):
+        read_best(trained.model_dir)
+    listed = run_cli(["ckpt", "ls", str(trained.model_dir)])  # the listing still works, without a best
+    assert listed.returncode == 0 and "step-2" in listed.stdout
+
+
+# -- TOML that is not UTF-8 or nests too deeply ----------------------------------------------
+
+
+def test_a_config_that_is_not_utf8_names_its_line_and_byte(tmp_path, capsys):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'model_dir = "run"\n# caf\xe9 au lait\n')
+    assert cli.main(["check", str(path), "--no-data"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines() == [
+        f"tzrec-run: {path}: 1 problem",
+        "  not valid TOML: line 2, column 6 (byte 23): 0xe9 is not UTF-8, and a TOML file must be; save it as UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8)",
+    ]
+
+
+def test_a_config_nested_too_deeply_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "deep.toml"
+    path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    assert cli.main(["check", str(path), "--no-data"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith(f"tzrec-run: {path}: 1 problem\n")
+    assert "nested too deeply" in err and len(err.splitlines()) == 2
+    assert cli.main(["check", str(path), "--no-data", "--set", "a=" + "[" * 5000 + "]" * 5000]) == EXIT_CONFIG
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# -- what the sharding planner cannot place --------------------------------------------------
+
+
+def test_check_refuses_a_batch_no_plan_can_place(tiny_config, capsys):
+    code = cli.main(["check", str(tiny_config), "--no-data", "--device", "cpu", "--set", "data.batch_size=1000000000"])
+    assert code == EXIT_CONFIG
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"tzrec-run: {tiny_config}: no sharding plan fits 1 ranks (1 per host, 1 host), cpu")
+    assert "a smaller batch (data.batch_size; now 1000000000)" in line
+    assert cli.main(["check", str(tiny_config), "--no-data", "--no-plan", "--set", "data.batch_size=1000000000"]) == 0
+
+
+def test_train_maps_the_planners_error_to_one_line(tiny_config):
+    proc = run_cli(["train", str(tiny_config), "--set", "data.batch_size=1000000000"])
+    assert proc.returncode == EXIT_CONFIG
+    line = _one_line(proc.stderr)
+    assert line.startswith(f"tzrec-run: {tiny_config}: no sharding plan fits 1 ranks") and "data.batch_size" in line
+
+
+# -- tables this host cannot hold (CPU) --------------------------------------------------------
+
+
+def test_check_on_cpu_refuses_tables_the_hosts_available_memory_cannot_hold(tiny_config, capsys, monkeypatch):
+    from tzrun.runner import host_memory
+
+    monkeypatch.setattr(host_memory, "host_memory", lambda: host_memory.HostMemory(8 << 30, 20 << 10))
+    assert cli.main(["check", str(tiny_config), "--no-data", "--device", "cpu"]) == EXIT_CONFIG
+    line = _one_line(capsys.readouterr().err)
+    # cat_0: 1,000 x 8 float32 rows (31.25 KiB) and its wide table 1,000 x 4; SGD keeps no state
+    assert line.startswith(f"tzrec-run: {tiny_config}: the embedding tables and their sparse optimizer state need "
+                           "0.0 GiB on this host (its CPU rank; the biggest is cat_0_emb, 0.0 GiB), which has 8.0 GiB "
+                           "of memory, 0.0 GiB of it available")
+    total, biggest, size = host_memory.table_bytes(*_tiny_tables(tiny_config), world_size=1)
+    assert (biggest, size) == ("cat_0_emb", 1000 * 8 * 4) and total == (1000 + 24 + 3) * (8 + 4) * 4
+    monkeypatch.setattr(host_memory, "host_memory", lambda: host_memory.HostMemory(8 << 30, 1 << 30))
+    assert cli.main(["check", str(tiny_config), "--no-data", "--device", "cpu"]) == 0
+
+
+def _tiny_tables(config):
+    import torch
+
+    from tzrun.commands import prepare
+    from tzrun.data.features import feature_specs
+    from tzrun.runner.sharding import prepare_sharding
+
+    _, _, registries, cfg = prepare(str(config), [])
+    setup = prepare_sharding(cfg, registries, feature_specs(cfg.features), world_size=1, local_world_size=1,
+                             device=torch.device("cpu"))
+    return setup.embedding_modules, setup.updates
+
+
+def test_train_on_cpu_refuses_tables_no_host_holds(tiny_config):
+    proc = run_cli(["train", str(tiny_config), "--set", "features.sparse[0].num_buckets=1000000000000"],
+                   env={"CUDA_VISIBLE_DEVICES": ""})  # on CPU, also where there is a GPU
+    assert proc.returncode == EXIT_CONFIG
+    line = _one_line(proc.stderr)
+    assert line.startswith(f"tzrec-run: {tiny_config}: the embedding tables and their sparse optimizer state need "
+                           "44703.5 GiB on this host (its CPU rank; the biggest is cat_0_emb, 29802.3 GiB)")
+
+
+# -- a storage failure during a checkpoint save --------------------------------------------------
+
+
+def test_a_store_error_inside_dcps_failure_is_a_write_error():
+    from botocore.exceptions import EndpointConnectionError
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from tzrun.write_errors import named_save_error
+
+    gone = EndpointConnectionError(endpoint_url="http://127.0.0.1:9/bucket/run/checkpoints/step-4/state/__0_0.distcp")
+    error = CheckpointException("save failed", {0: (gone, None), 1: (gone, None)})
+    named = named_save_error(error, "s3://bucket/run", "checkpoint step-4")
+    assert isinstance(named, WriteError) and exit_code_of(named) == EXIT_CANT_WRITE
+    assert str(named) == (
+        's3://bucket/run: cannot write checkpoint step-4: EndpointConnectionError: Could not connect to the endpoint '
+        'URL: "http://127.0.0.1:9/bucket/run/checkpoints/step-4/state/__0_0.distcp"; check that the store is '
+        "reachable (endpoint, credentials, network) and has room, then rerun with --resume: the checkpoints "
+        "completed before it are intact")
+    assert named_save_error(RuntimeError("a bug"), "s3://bucket/run", "checkpoint step-4") is None
+
+
+# -- small ones ----------------------------------------------------------------------------------
+
+
+def test_log_level_is_accepted_after_every_command(tmp_path, capsys):
+    assert cli.main(["ckpt", "ls", str(tmp_path / "none"), "--log-level", "debug"]) == EXIT_CHECKPOINT
+    assert _one_line(capsys.readouterr().err) == f"tzrec-run: {tmp_path / 'none'}: no such model dir"
+    assert cli.main(["help", "exit-codes", "--log-level", "warning"]) == 0
+
+
+def test_a_failure_in_after_train_does_not_say_training_goes_on():
+    from tzrun.plugins import call_lifecycle, make_plugin_manager
+
+    class Uploader:
+        @tzrun.hookimpl
+        def tzrun_after_train(self, run, step):
+            raise RuntimeError("the bucket is gone")
+
+    pm = make_plugin_manager(plugins=[("uploader", Uploader())])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call_lifecycle(pm, "tzrun_after_train", run=None, step=4)
+    (message,) = [str(w.message) for w in caught if "uploader" in str(w.message)]
+    assert "training goes on" not in message
+    assert "raised in tzrun_after_train: RuntimeError: the bucket is gone; training is over and its checkpoints are " \
+           "written, so the run ends as usual" in message
+
+
+@pytest.mark.parametrize(("name", "meant"), [
+    ("tzrun_on_train_end", "tzrun_after_train"),
+    ("tzrun_on_train_begin", "tzrun_before_train"),
+    ("tzrun_after_step", "tzrun_after_train_step"),
+    ("tzrun_on_validation_end", "tzrun_after_eval"),
+    ("tzrun_on_save_checkpoint", "tzrun_before_checkpoint_save"),
+    ("tzrun_on_exception", "tzrun_on_train_error"),
+    ("tzrun_after_train_stpe", "tzrun_after_train_step"),  # a typo: the closest spelling
+])
+def test_an_unknown_hook_suggests_the_hook_it_means(name, meant):
+    from tzrun.hookcheck import hook_problems
+
+    def hook(run):
+        pass
+
+    hook.__name__ = name
+    plugin = type("Plugin", (), {name: staticmethod(tzrun.hookimpl(hook))})()
+    assert hook_problems(plugin, "plugin 'p'") == [f"plugin 'p': unknown hook {name} (did you mean {meant}?)"]
