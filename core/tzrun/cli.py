@@ -287,7 +287,7 @@ def _overrides_with_model_dir(args: argparse.Namespace) -> list[str]:
 def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
         return _launch_torchrun(args, argv)
-    raw, pm, registries, cfg = prepare(args.config, _overrides_with_model_dir(args), args.strict)
+    session = prepare(args.config, _overrides_with_model_dir(args), args.strict)
     from tzrun.runner.distributed import shutdown_distributed
     from tzrun.runner.trainer import train
 
@@ -298,9 +298,9 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
             init = InitFrom(args.init_from, args.init_map, args.init_optimizer,
                             tuple(args.init_allow_missing), tuple(args.init_allow_unexpected))
-        result = train(cfg, raw, pm, registries, overwrite=args.overwrite, resume=args.resume, init_from=init)
+        result = train(session, overwrite=args.overwrite, resume=args.resume, init_from=init)
     except BaseException as error:
-        _fail_named(error, cfg.model_dir)
+        _fail_named(error, session.cfg.model_dir)
         raise
     finally:
         shutdown_distributed()
@@ -324,14 +324,15 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.nproc_per_node and "LOCAL_RANK" not in os.environ:
         return _launch_torchrun(args, argv)
-    raw, pm, registries, cfg = prepare(args.config, _overrides_with_model_dir(args), args.strict)
+    session = prepare(args.config, _overrides_with_model_dir(args), args.strict)
+    cfg = session.cfg
     from tzrun.runner.checkpoint_eval import evaluate_checkpoint
     from tzrun.runner.distributed import shutdown_distributed
 
     from tzrun.errors import RecordNotWrittenError
 
     try:
-        done = evaluate_checkpoint(cfg, raw, pm, registries, args.checkpoint)
+        done = evaluate_checkpoint(session, args.checkpoint)
     except RecordNotWrittenError as error:  # rank 0 computed the result: show it, then the error
         _print_evaluation(error.result)
         raise

@@ -16,28 +16,23 @@ from tzrun.install_commands import COMMANDS as INSTALL_COMMANDS
 __all__ = ["prepare", "COMMANDS"]
 
 
-def prepare(config: str, overrides: Sequence[str], strict: bool = False):  # noqa: ANN202
+def prepare(config: str, overrides: Sequence[str], strict: bool = False) -> Any:
+    """The :class:`~tzrun.runner.session.Session` of ``config`` (not started), after checking
+    that torch, FBGEMM and TorchRec are installed."""
     from tzrun.stack import require_stack
 
     require_stack()  # one line naming what is missing of torch / FBGEMM / TorchRec, and the fix
-    from tzrun.config.load import disabled_plugins, load_config, read_config, strict_plugins
-    from tzrun.plugins import make_plugin_manager
-    from tzrun.registry import collect_registries
+    from tzrun.runner.session import Session
 
-    raw = read_config(config, overrides)
-    pm = make_plugin_manager(disable=disabled_plugins(raw), strict=True if strict or strict_plugins(raw) else None)
-    registries = collect_registries(pm)
-    return raw, pm, registries, load_config(raw, registries)
+    return Session.from_config(config, overrides, strict=strict)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     if args.nproc_per_node < 1:
         print(f"tzrec-run check: --nproc-per-node must be positive, got {args.nproc_per_node}", file=sys.stderr)
         return EXIT_USAGE
-    raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
-    from tzrun.runner.session import Session
-
-    session = Session(cfg, raw, pm, registries)
+    session = prepare(args.config, args.overrides, args.strict)
+    cfg = session.cfg
     session.check()
     if not args.no_plan:
         check_plan(session, args.config, args.nproc_per_node, args.device)
@@ -55,7 +50,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for note in report.notes if report is not None else ():
         print(note)
     if args.params:
-        print_parameters(cfg, registries, args.device)
+        print_parameters(session, args.device)
     return 0
 
 
@@ -82,16 +77,16 @@ def check_plan(session: Any, source: str, nproc: int, device: str | None) -> Non
         raise PlanError(failure_line(report, source))
 
 
-def print_parameters(cfg: Any, registries: Any, device: str | None = None) -> None:
+def print_parameters(session: Any, device: str | None = None) -> None:
     """The dense parameters of each dense optimizer key, and each table's sparse optimizer."""
     import torch
 
-    from tzrun.data.features import feature_specs
     from tzrun.runner.build import assign_parts
     from tzrun.runner.model import build_model, dense_parameter_names, embedding_modules, embedding_tables
     from tzrun.runner.sharding import plan_table_updates
 
-    model = build_model(cfg, registries, feature_specs(cfg.features), torch.device("meta"))
+    cfg, registries = session.cfg, session.registries
+    model = build_model(session.facts, torch.device("meta"))
     parts = cfg.train.dense_optimizer.fields.parts
     shapes = {n: tuple(p.shape) for n, p in model.model.named_parameters()}
     for key, names in assign_parts(dense_parameter_names(model.model), parts).items():
@@ -124,11 +119,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if wrong:
         print(f"tzrec-run plan: {'; '.join(wrong)}", file=sys.stderr)
         return EXIT_USAGE
-    raw, pm, registries, cfg = prepare(args.config, args.overrides, args.strict)
+    session = prepare(args.config, args.overrides, args.strict)
     from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_run
-    from tzrun.runner.session import Session
 
-    session = Session(cfg, raw, pm, registries)
     session.check()
     request = PlanRequest(
         world_size=args.world_size, local_world_size=local, device=args.device, batch_size=args.batch_size,

@@ -304,15 +304,13 @@ def _train_in_process(text: str, model_dir: Path, overrides: list[str], plugins:
     import torch.distributed as dist
 
     from tzrun.runner.distributed import shutdown_distributed
+    from tzrun.runner.session import Session
     from tzrun.runner.trainer import train
 
-    pm = make_plugin_manager(plugins=plugins)
-    registries = collect_registries(pm)
-    raw = parse_config(text, "<tiny>", overrides)
-    cfg = load_config(raw, registries)
+    session = Session.from_raw(parse_config(text, "<tiny>", overrides), plugins)
     created = not dist.is_initialized()
     try:
-        result = train(cfg, raw, pm, registries, overwrite=True)
+        result = train(session, overwrite=True)
     finally:
         if created:
             shutdown_distributed()

@@ -469,6 +469,7 @@ def _mmoe_towers(*towers: tuple[str, str, str]) -> str:
 
 def test_pareto_loss_weighting_converts_with_each_towers_minimum_on_its_losses(tzrun_pm):
     from tzrun.runner.preflight import preflight
+    from tzrun.runner.facts import RunFacts
 
     model = _mmoe_towers(("ctr", "click", "pareto_min_loss_weight: 0.4"), ("cvr", "buy", ""))
     conversion = convert(pipeline().replace("deepfm {}", model + " use_pareto_loss_weight: true"))
@@ -478,7 +479,7 @@ def test_pareto_loss_weighting_converts_with_each_towers_minimum_on_its_losses(t
     # the skeleton's [model] has no experts: the example's model and features stand in for it
     training_parts = {k: v for k, v in conversion.tree.items() if k not in ("model", "features")}
     cfg, registries = load_config_text(toml_text(merged_onto(training_parts, "mmoe_taobao.toml")), tzrun_pm)
-    preflight(cfg, registries, "converted")  # the minimum names a loss of the converted config
+    preflight(RunFacts(cfg, registries), "converted")  # the minimum names a loss of the converted config
 
     three = convert(pipeline().replace("deepfm {}", _mmoe_towers(("a", "click", ""), ("b", "buy", ""), ("c", "buy", ""))
                                        + " use_pareto_loss_weight: true"))

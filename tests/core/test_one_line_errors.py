@@ -120,11 +120,9 @@ def _tiny_tables(config):
     import torch
 
     from tzrun.commands import prepare
-    from tzrun.data.features import feature_specs
     from tzrun.runner.sharding import prepare_sharding
 
-    _, _, registries, cfg = prepare(str(config), [])
-    setup = prepare_sharding(cfg, registries, feature_specs(cfg.features), world_size=1, local_world_size=1,
+    setup = prepare_sharding(prepare(str(config), []).facts, world_size=1, local_world_size=1,
                              device=torch.device("cpu"))
     return setup.embedding_modules, setup.updates
 

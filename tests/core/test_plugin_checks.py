@@ -12,6 +12,7 @@ import tzrun
 from tzrun.errors import ConfigError
 from tzrun.plugins import make_plugin_manager
 from tzrun.runner.preflight import preflight
+from tzrun.runner.facts import RunFacts
 from tzrun.testing import assert_metric_rank_invariant, check_component, load_config_text, tiny_config_text
 
 
@@ -87,7 +88,7 @@ def pm() -> Any:
 def _check(pm: Any, tmp_path: Any, override: str) -> str:
     cfg, registries = load_config_text(tiny_config_text(tmp_path, tmp_path / "run"), pm, [override])
     with pytest.raises(ConfigError) as info:
-        preflight(cfg, registries, "run.toml")
+        preflight(RunFacts(cfg, registries), "run.toml")
     return str(info.value)
 
 

@@ -17,6 +17,7 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.errors import DataError
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +87,7 @@ def _train(tmp_path: Path, *overrides: str):
     tmp_path.mkdir(exist_ok=True)
     text = CONFIG.format(model_dir=tmp_path / "run", train=_csv(tmp_path / "train.csv"))
     raw = parse_config(text, "run.toml", list(overrides))
-    return train(load_config(raw, registries), raw, make_plugin_manager(), registries)
+    return train(Session(load_config(raw, registries), raw, make_plugin_manager(), registries))
 
 
 def test_skip_trains_and_counts_each_bad_line_by_reason_in_the_log_and_metrics_jsonl(tmp_path, caplog):

@@ -24,6 +24,7 @@ from tzrun.files import write_atomic
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.manifest import describe_files, listed_files, manifest_bytes, marker_bytes, marker_state
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,7 @@ def _train(model_dir: Path, criteo_dir: Path, *overrides: str, plugins=(), **opt
     from tzrun.runner.trainer import train
 
     cfg, raw, registries = _config(model_dir, criteo_dir, *overrides)
-    return train(cfg, raw, make_plugin_manager(plugins=list(plugins)), registries, **options)
+    return train(Session(cfg, raw, make_plugin_manager(plugins=list(plugins)), registries), **options)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_a_crafted_checkpoint_is_refused_by_evaluate_and_resume(source, criteo_d
     names = str(path / "state" / ".metadata") if layer == "metadata" else f"{path / 'state'} entry 'update"
     cfg, raw, registries = _config(tmp_path / "run", criteo_dir)
     with pytest.raises(CheckpointError) as refused:
-        evaluate_checkpoint(cfg, raw, make_plugin_manager(), registries, "latest")
+        evaluate_checkpoint(Session(cfg, raw, make_plugin_manager(), registries), "latest")
     _assert_refused(refused, names, marker)
     with pytest.raises(CheckpointError) as refused:
         _train(tmp_path / "run", criteo_dir, "train.num_steps=4", resume=True)

@@ -21,6 +21,7 @@ from tzrun.runner.checkpoint import MARKER, list_checkpoints, load_checkpoint, r
 from tzrun.runner.checkpoint_eval import evaluate_checkpoint
 from tzrun.runner.manifest import check_checkpoint
 from tzrun.runner.retention import read_best
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -47,12 +48,12 @@ def _train(model_dir: Path, criteo_dir: Path, *overrides: str, **options):
 
     raw, registries = _config(model_dir, criteo_dir, *overrides)
     pm = make_plugin_manager()
-    return train(load_config(raw, registries), raw, pm, registries, **options)
+    return train(Session(load_config(raw, registries), raw, pm, registries), **options)
 
 
 def _evaluate(model_dir: Path, criteo_dir: Path, which: str, *overrides: str):
     raw, registries = _config(model_dir, criteo_dir, *EVAL, *overrides)
-    return evaluate_checkpoint(load_config(raw, registries), raw, make_plugin_manager(), registries, which)
+    return evaluate_checkpoint(Session(load_config(raw, registries), raw, make_plugin_manager(), registries), which)
 
 
 def _results(model_dir: Path) -> list[dict]:
@@ -334,7 +335,7 @@ def test_training_eval_and_evaluate_of_its_checkpoint_agree_with_every_row_optio
     overrides = (f'data.eval_input="{bad}"', 'metrics=[{type = "auc"}]', "train.num_steps=4", *options)
     trained = _train(model_dir, criteo_dir, *overrides).eval
     raw, registries = _config(model_dir, criteo_dir, *overrides)
-    done = evaluate_checkpoint(load_config(raw, registries), raw, make_plugin_manager(), registries, "latest")
+    done = evaluate_checkpoint(Session(load_config(raw, registries), raw, make_plugin_manager(), registries), "latest")
     assert trained is not None and done.result.step == trained.step == 4
     assert done.result.rows == trained.rows < 3001  # the bad rows were left out both times
     assert done.result.metrics == trained.metrics  # to the last bit

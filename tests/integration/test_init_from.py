@@ -15,6 +15,7 @@ from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.init_from import InitFrom
 from tzrun.runner.trainer import train
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ def _run(tmp_path, criteo_dir, name, *overrides, init=None):
     pm = make_plugin_manager(plugins=[("recorder", recorder)])
     registries = collect_registries(pm)
     raw = parse_config(CONFIG.format(model_dir=tmp_path / name, train=criteo_dir / "train"), "<test>", list(overrides))
-    result = train(load_config(raw, registries), raw, pm, registries, init_from=init)
+    result = train(Session(load_config(raw, registries), raw, pm, registries), init_from=init)
     return result, recorder
 
 

@@ -17,6 +17,7 @@ from tzrun.runner.build import build_run
 from tzrun.runner.checkpoint import load_model_state
 from tzrun.runner.distributed import init_distributed, shutdown_distributed
 from tzrun.runner.trainer import train
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -44,18 +45,17 @@ def test_inline_plugin_optimizer_trains_a_run_and_its_checkpoint_loads_back(crit
         def tzrun_register_dense_optimizers(self, register):
             register("counting_sgd", config=CountingSGDConfig, build=lambda cfg, params: CountingSGD(params, lr=cfg.lr))
 
-    pm = make_plugin_manager(plugins=[("counting", Counting())])
-    registries = collect_registries(pm)
-    raw = read_config(EXAMPLE, example_overrides(criteo_dir, tmp_path / "run", 'train.dense_optimizer={type="counting_sgd", lr=0.1}'))
-    cfg = load_config(raw, registries)
+    session = Session.from_config(
+        EXAMPLE, example_overrides(criteo_dir, tmp_path / "run", 'train.dense_optimizer={type="counting_sgd", lr=0.1}'),
+        plugins=[("counting", Counting())])
     try:
-        result = train(cfg, raw, pm, registries)
+        result = train(session)
         assert result.steps == 12 and len(steps) == 12  # the plugin's optimizer did every dense step
         assert result.eval is not None and result.eval.rows == 3001
         trained = {k: _local(v).clone() for k, v in result.model.state_dict().items()}
 
         torch.manual_seed(12345)  # a different initialisation
-        fresh = build_run(cfg, registries, feature_specs(cfg.features), init_distributed()).model
+        fresh = build_run(session.facts, init_distributed()).model
         fresh_state = {k: _local(v) for k, v in fresh.state_dict().items()}
         assert set(fresh_state) == set(trained)
         assert any(not torch.equal(fresh_state[k], trained[k]) for k in trained)

@@ -16,6 +16,7 @@ from tzrun.errors import DataError
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.checkpoint import MARKER, list_checkpoints
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,7 @@ def _train(tmp_path: Path, *overrides: str):
     tmp_path.mkdir(exist_ok=True)
     text = CONFIG.format(model_dir=tmp_path / "run", train=_ratings(tmp_path / "train.csv", 128, 1))
     raw = parse_config(text, "run.toml", list(overrides))
-    return train(load_config(raw, registries), raw, make_plugin_manager(), registries)
+    return train(Session(load_config(raw, registries), raw, make_plugin_manager(), registries))
 
 
 def test_bce_on_the_derived_label_trains_and_on_the_raw_rating_names_column_and_fix(tmp_path):

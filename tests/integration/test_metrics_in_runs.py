@@ -15,6 +15,7 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.trainer import train
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,7 @@ def test_grouped_metrics_and_losses_train_metrics_and_results(tmp_path, criteo_d
     ])
     cfg = load_config(raw, registries)
     with caplog.at_level(logging.INFO, logger="tzrun"):
-        result = train(cfg, raw, pm, registries)
+        result = train(Session(cfg, raw, pm, registries))
 
     values = result.eval.metrics
     assert set(values) == {"auc", "grouped_auc", "log_loss", "calibration", "acc",

@@ -18,6 +18,7 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.trainer import train
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def test_criteo_display_ads_csv_with_header_empty_fields_and_hex_ids_trains(tmp_
         f'model_dir="{tmp_path / "run"}"', "data.batch_size=256", "data.eval_batch_size=500",
         "model.deep_hidden_units=[16]", "model.final_hidden_units=[8]", "train.num_epochs=2",
     ])
-    result = train(load_config(raw, registries), raw, pm, registries)
+    result = train(Session(load_config(raw, registries), raw, pm, registries))
     assert result.steps == 24 and result.eval is not None and result.eval.rows == 1000  # every row read, none bad
     assert math.isfinite(result.eval.metrics["auc"]) and math.isfinite(result.eval.metrics["loss/binary_cross_entropy"])
 
@@ -71,17 +72,12 @@ def test_headerless_criteo_text_with_a_derived_label_checks_and_trains(tmp_path)
     text = text.replace('labels = ["label"]', 'labels = ["clicked"]\n\n[[data.derived_labels]]\nname = "clicked"\n'
                                                'source = "label"\nop = ">"\nvalue = 0.5', 1)
     assert 'labels = ["clicked"]' in text
-    pm = make_plugin_manager()
-    registries = collect_registries(pm)
-    raw = parse_config(text, "<derived label>", [
+    session = Session.from_raw(parse_config(text, "<derived label>", [
         f'data.train_input="{tmp_path / "data" / "train"}"', f'data.eval_input="{tmp_path / "data" / "eval"}"',
         f'model_dir="{tmp_path / "run"}"', "data.batch_size=200", "data.eval_batch_size=400",
         "model.deep_hidden_units=[16]", "model.final_hidden_units=[8]",
-    ])
-    cfg = load_config(raw, registries)
-    from tzrun.runner.preflight import preflight
-
-    preflight(cfg, registries, "<derived label>")  # raised ConfigError ("reads column(s) 'clicked'") before
-    result = train(cfg, raw, pm, registries)
+    ]))
+    session.check()  # raised ConfigError ("reads column(s) 'clicked'") before
+    result = train(session)
     assert result.steps == 6 and result.eval is not None and result.eval.rows == 400
     assert math.isfinite(result.eval.metrics["auc"])

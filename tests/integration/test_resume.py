@@ -20,6 +20,7 @@ from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.runner.trainer import train
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +61,7 @@ def _train(tmp_path: Path, criteo_dir: Path, name: str, recorder: Losses, *extra
         text = text.replace("num_steps = 4", f"num_epochs = {epochs}")
         overrides.remove("train.num_steps=18")
     raw = parse_config(text, "<test>", [*overrides, *extra])
-    return train(load_config(raw, registries), raw, pm, registries, resume=resume, overwrite=overwrite)
+    return train(Session(load_config(raw, registries), raw, pm, registries), resume=resume, overwrite=overwrite)
 
 
 @pytest.mark.parametrize("shuffle", [0, 2048])
@@ -162,7 +163,7 @@ def _train_nan(tmp_path, criteo_dir, name, policy, recorder):
     text = CONFIG.format(model_dir=tmp_path / name, train=criteo_dir / "train")
     raw = parse_config(text, "<test>", ['losses=[{type = "nan_at"}]', "train.num_steps=6",
                                         "train.save_checkpoints_steps=3", f'train.on_nonfinite_loss="{policy}"'])
-    return train(load_config(raw, registries), raw, pm, registries)
+    return train(Session(load_config(raw, registries), raw, pm, registries))
 
 
 def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkpoint(tmp_path, criteo_dir):
@@ -210,7 +211,7 @@ def test_a_nan_loss_can_skip_its_step_without_touching_the_weights(tmp_path, cri
                                         f'train.sparse_optimizer={{type = "{sparse}", lr = 0.05}}',
                                         f'train.pipeline={{type = "{pipeline}"}}'])
     with caplog.at_level(logging.WARNING, logger="tzrun"):
-        result = train(load_config(raw, registries), raw, pm, registries)
+        result = train(Session(load_config(raw, registries), raw, pm, registries))
     assert result.steps == 6
     assert "step 4: the loss is not finite; its update was skipped (1 such step(s) so far" in caplog.text
     (w3, s3), (w4, s4), (w6, s6) = snap.by_step[3], snap.by_step[4], snap.by_step[6]
@@ -247,7 +248,7 @@ def test_resuming_with_another_plugin_set_warns(tmp_path, criteo_dir, caplog):
     raw = parse_config(CONFIG.format(model_dir=tmp_path / "run", train=criteo_dir / "train"), "<test>",
                        [*OVERRIDES, "train.num_steps=3"])
     with caplog.at_level(logging.WARNING, logger="tzrun"):
-        train(load_config(raw, registries), raw, pm, registries, resume=True)
+        train(Session(load_config(raw, registries), raw, pm, registries), resume=True)
     assert "the plugin set changed since the checkpoint" in caplog.text
     assert "losses" in caplog.text and "other_plugin" in caplog.text
 
@@ -278,7 +279,7 @@ def test_every_plugin_hears_of_a_failed_run_even_when_one_raises_in_its_clean_up
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         with pytest.raises(NonFiniteLossError, match="step 2 "):  # the run's own error, not the plugin's
-            train(load_config(raw, registries), raw, pm, registries)
+            train(Session(load_config(raw, registries), raw, pm, registries))
     assert seen == ["NonFiniteLossError"]
     assert any(re.search("broken.*raised in tzrun_on_train_error: RuntimeError: broken clean-up", str(w.message))
                for w in caught)

@@ -17,6 +17,7 @@ from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.runner.trainer import train
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def _train(taobao: Path, model_dir: Path, recorder: Losses, *extra: str, resume:
     pm = make_plugin_manager(plugins=[("losses", recorder)])
     registries = collect_registries(pm)
     raw = parse_config(EXAMPLE.read_text(), str(EXAMPLE), _overrides(taobao, model_dir, *extra))
-    return train(load_config(raw, registries), raw, pm, registries, resume=resume)
+    return train(Session(load_config(raw, registries), raw, pm, registries), resume=resume)
 
 
 def test_dssm_trains_on_sampled_negatives(taobao, tmp_path):

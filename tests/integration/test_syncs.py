@@ -20,6 +20,7 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.trainer import train
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +86,6 @@ def test_no_step_between_two_train_logs_syncs_with_the_device(tmp_path, criteo_d
         'train.stages=[{type = "progress"}, {type = "metrics_log"}]', 'train.pipeline={type = "sparse_dist"}',
         *options,
     ])
-    result = train(load_config(raw, registries), raw, pm, registries)
+    result = train(Session(load_config(raw, registries), raw, pm, registries))
     assert result.steps == STEPS and counter.step == STEPS
     assert counter.calls == []

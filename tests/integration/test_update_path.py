@@ -130,7 +130,7 @@ def run_small(tmp_path: Path, criteo_dir: Path, *overrides: str, name: str = "ru
     registries = collect_registries(pm)
     raw = parse_config(text, "<test>", overrides)
     cfg = load_config(raw, registries)
-    result = train(cfg, raw, pm, registries)
+    result = train(Session(cfg, raw, pm, registries))
     return result, recorder
 
 
@@ -247,7 +247,7 @@ def _run_with(tmp_path, criteo_dir, plugin, *overrides, name="run"):
     pm = make_plugin_manager(plugins=[("probe", plugin)])
     registries = collect_registries(pm)
     raw = parse_config(CONFIG.format(model_dir=tmp_path / name, train=criteo_dir / "train"), "<test>", overrides)
-    return train(load_config(raw, registries), raw, pm, registries)
+    return train(Session(load_config(raw, registries), raw, pm, registries))
 
 
 def test_bf16_autocast_trains_on_cpu(tmp_path, criteo_dir):
@@ -428,7 +428,7 @@ def test_schedules_continue_after_a_checkpoint_restore(tmp_path, criteo_dir):
     raw = parse_config(CONFIG.format(model_dir=tmp_path / "sched", train=criteo_dir / "train"), "<test>", overrides)
     cfg = load_config(raw, registries)
     _seed_everything(99)
-    trainer = Trainer(Session.start(cfg, raw, pm, registries))
+    trainer = Trainer(Session(cfg, raw, pm, registries).start())
     trainer.set_up()
     start = trainer.load(checkpoint_dir(tmp_path / "sched", 3))
     fresh = trainer.built
@@ -499,7 +499,7 @@ def test_by_epoch_schedules_step_at_epoch_ends(tmp_path, criteo_dir):
         'train.dense_optimizer.lr_schedule={type = "exponential_decay", decay_size = 1, decay_factor = 0.5, by_epoch = true}',
         'train.sparse_optimizer.lr_schedule={type = "exponential_decay", decay_size = 2, decay_factor = 0.5}',
     ])
-    result = train(load_config(raw, registries), raw, pm, registries)
+    result = train(Session(load_config(raw, registries), raw, pm, registries))
     assert result.steps == 6
     assert [round(lr["dense"], 6) for lr in recorder.lrs] == [0.1, 0.1, 0.1, 0.05, 0.05, 0.05]
     assert [round(lr["sparse"], 6) for lr in recorder.lrs] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
@@ -560,7 +560,7 @@ def _train_huge(tmp_path: Path, criteo_dir: Path, policy: str, *overrides: str) 
         'train.dense_optimizer={type = "adam", lr = 0.01}', 'train.sparse_optimizer={type = "adagrad", lr = 0.05}',
         f'train.on_nonfinite_loss="{policy}"', *overrides,
     ])
-    return train(load_config(raw, registries), raw, pm, registries), snaps
+    return train(Session(load_config(raw, registries), raw, pm, registries)), snaps
 
 
 def test_a_gradient_that_overflows_with_a_finite_loss_skips_its_step(tmp_path, criteo_dir, caplog):

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import EXAMPLE, run_cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.storage import redact_url
+from tzrun.runner.session import Session
 
 SECRET = "hunter2pw"
 ROOT = f"memory://analyst:{SECRET}@store"
@@ -58,7 +59,7 @@ def test_a_run_with_a_password_in_its_urls_records_none(criteo_dir: Path, monkey
     registries = collect_registries(make_plugin_manager())
     raw = parse_config(CONFIG.format(model_dir=model_dir, train=f"{root}/data"), "run.toml",
                        ["train.num_steps=2", "train.save_checkpoints_steps=2"])
-    result = train(load_config(raw, registries), raw, make_plugin_manager(), registries)
+    result = train(Session(load_config(raw, registries), raw, make_plugin_manager(), registries))
     assert result.steps == 2
     written = fs.find(model_dir.split("://", 1)[1])
     assert any(key.endswith("/env.json") for key in written) and any(key.endswith("/.metadata") for key in written)

@@ -182,9 +182,10 @@ embedding_dim = 8
 def _check(weighting: str) -> None:
     from tzrun.registry import collect_registries  # noqa: F401  (load_config_text collects them)
     from tzrun.runner.preflight import preflight
+    from tzrun.runner.facts import RunFacts
 
     cfg, registries = load_config_text(MMOE_LOSSES + f"[train.loss_weighting]\n{weighting}\n")
-    preflight(cfg, registries, "<string>")
+    preflight(RunFacts(cfg, registries), "<string>")
 
 
 def test_a_valid_pareto_table_passes_and_sum_is_the_default():

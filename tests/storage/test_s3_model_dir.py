@@ -27,6 +27,7 @@ from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.testing import tiny_config_text
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +59,7 @@ def _train(criteo_dir: Path, model_dir: str, recorder: Losses, *extra: str, resu
     registries = collect_registries(pm)
     raw = parse_config(tiny_config_text(criteo_dir, "unused"), "<test>", [f'model_dir="{model_dir}"', *STEPS, *extra])
     try:
-        return train(load_config(raw, registries), raw, pm, registries, resume=resume, overwrite=overwrite,
+        return train(Session(load_config(raw, registries), raw, pm, registries), resume=resume, overwrite=overwrite,
                      init_from=init_from)
     finally:
         shutdown_distributed()

@@ -15,6 +15,7 @@ from tzrun.errors import EXIT_CANT_WRITE, WriteError, exit_code_of
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.testing import tiny_config_text
+from tzrun.runner.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +67,7 @@ def test_a_store_gone_during_a_save_is_one_line_with_exit_73(tmp_path, monkeypat
                            [f'model_dir="s3://{bucket}/run"', "train.num_steps=2"])
         with pytest.raises(WriteError) as raised:
             try:
-                train(load_config(raw, registries), raw, pm, registries)
+                train(Session(load_config(raw, registries), raw, pm, registries))
             finally:
                 shutdown_distributed()
     finally:

@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 
 from tzrun.config.schema import Component, RunConfig
-from tzrun.data.features import FeatureSpecs
 from tzrun.errors import ConfigError, ConfigProblem, PlanError
 from tzrun.registry import Registries
 from tzrun.runner.distributed import DistInfo
+from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import host_memory
 from tzrun.runner.model import dense_parameter_names
 from tzrun.runner.sharding import ShardingSetup, prepare_sharding
@@ -96,9 +96,9 @@ def apply_tf32(cfg: RunConfig) -> None:
         torch.backends.cuda.matmul.allow_tf32 = cfg.train.cuda_matmul_allow_tf32
 
 
-def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info: DistInfo,
-              source: str = "the config") -> Built:
-    """Build the sharded model, optimizers, schedules and update path of a run, on every rank.
+def build_run(facts: RunFacts, info: DistInfo, source: str = "the config") -> Built:
+    """Build the sharded model, optimizers, schedules and update path of a run, on every rank
+    (collective).
 
     Raises:
         PlanError: when TorchRec's planner finds no plan for the job (one line naming the table
@@ -111,11 +111,12 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
     from torchrec.distributed.planner.types import PlannerError
     from torchrec.optim.keyed import CombinedOptimizer
 
+    cfg, registries = facts.cfg, facts.registries
     apply_tf32(cfg)
     loss_scale = UpdateOptimizer.make_loss_scale(cfg.train, info.device)
     try:
         setup = prepare_sharding(
-            cfg, registries, specs, world_size=info.world_size, local_world_size=info.local_world_size,
+            facts, world_size=info.world_size, local_world_size=info.local_world_size,
             device=info.device, loss_scale=loss_scale, host=host_memory() if info.device.type == "cpu" else None,
         )
     except PlanError as error:  # this host's memory cannot hold the tables
@@ -129,7 +130,7 @@ def build_run(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, info:
         from tzrun.runner.plan import PlanRequest, no_plan_error
 
         request = PlanRequest(info.world_size, info.local_world_size, info.device.type)
-        raise no_plan_error(cfg, registries, specs, request, source) from None
+        raise no_plan_error(facts, request, source) from None
     optimizers, schedule_of = _optimizers(cfg, registries, dmp, parts, setup.updates, fallback_tables)
     schedulers = {}
     for key, (where, schedule) in schedule_of.items():

@@ -18,13 +18,9 @@ from typing import Any
 
 import attrs
 
-from tzrun.config.load import RawConfig
-from tzrun.config.schema import RunConfig
 from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, IncompleteCheckpointError, RecordNotWrittenError
 from tzrun.files import EVAL_RESULTS
 from tzrun.interfaces import EvalResult
-from tzrun.registry import Registries
-from tzrun.plugins import PluginManager
 from tzrun.runner.checkpoint import (
     Blob,
     is_complete,
@@ -35,7 +31,7 @@ from tzrun.runner.checkpoint import (
     verify_checkpoint,
 )
 from tzrun.runner.manifest import marker_state
-from tzrun.runner.evaluate import append_eval_result, evaluate
+from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.session import Session
 from tzrun.write_errors import write_failure_message
 from tzrun.runner.records import config_differences
@@ -99,22 +95,21 @@ def resolve_checkpoint(model_dir: Path, which: str) -> Path:
     return path
 
 
-def evaluate_checkpoint(
-    cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries, which: str
-) -> CheckpointEvaluation:
-    """Evaluate the checkpoint ``which`` names (collective: every rank of the job calls it);
-    rank 0 appends the result to ``eval_results.jsonl``. The run's parts come from a
-    :class:`~tzrun.runner.session.Session`, as in training: every data option (the reader,
-    ``data.on_bad_row``, batch sizes) means what it means there.
+def evaluate_checkpoint(session: Session, which: str) -> CheckpointEvaluation:
+    """Evaluate the checkpoint ``which`` names (collective: every rank of the job calls it;
+    it starts ``session``, see :meth:`Session.start`); rank 0 appends the result to
+    ``eval_results.jsonl``. The run's parts come from the session, as in training: every data
+    option (the reader, ``data.on_bad_row``, batch sizes) means what it means there.
 
     Raises:
         ConfigError: without ``data.eval_input``.
         CheckpointError: for a missing, incomplete or damaged checkpoint, or one written with
             another ``[model]`` or ``[[features]]``.
     """
+    cfg, raw = session.cfg, session.raw
     if cfg.data.eval_input is None:
         raise ConfigError(raw.source, [ConfigProblem("data.eval_input", "tzrec-run evaluate needs an eval input; set it (or --set data.eval_input=\"...\")")])
-    session = Session.start(cfg, raw, pm, registries)
+    session.start()
     path = resolve_checkpoint(session.model_dir, which)
     verify_checkpoint(path)
     meta = read_meta(path)
@@ -130,15 +125,9 @@ def evaluate_checkpoint(
     if info.rank == 0:
         log.info("evaluating %s (step %d) on %s over %d rank(s)%s", path, step, cfg.data.eval_input, info.world_size,
                  " with the EMA weights" if ema else "")
-    built, eval_input = session.built, session.eval_input
-    assert eval_input is not None
-    with built.update.eval_weights():
-        result = evaluate(session.run_context(), eval_input.one_pass(cfg.eval.num_steps), session.metric_slots,
-                          registries, session.pipeline, step)
-    done = CheckpointEvaluation(path, result, ema)
-    if info.rank == 0:
-        _record(session.model_dir, done)
-    return done
+    result = session.evaluate(session.run_context(), step,
+                              lambda r: _record(session.model_dir, CheckpointEvaluation(path, r, ema)))
+    return CheckpointEvaluation(path, result, ema)
 
 
 def _record(model_dir: Path, done: CheckpointEvaluation) -> None:

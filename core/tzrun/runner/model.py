@@ -9,11 +9,9 @@ import torch
 import torch.fx
 from torch import nn
 
-from tzrun.config.schema import RunConfig
-from tzrun.data.features import FeatureSpecs
 from tzrun.interfaces import ModelContext
-from tzrun.registry import Registries
-from tzrun.runner.slots import LossSlot, loss_slots
+from tzrun.runner.facts import RunFacts
+from tzrun.runner.slots import LossSlot
 from tzrun.runner.update import LossScale
 from tzrun.runner.weighting import LossWeighting, build_loss_weighting, weigh_losses
 
@@ -134,13 +132,14 @@ def dense_parameter_names(model: nn.Module) -> list[str]:
     return [name for name, p in model.named_parameters() if id(p) not in embedding]
 
 
-def build_model(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, device: torch.device,
-                loss_scale: LossScale | None = None) -> TrainModel:
-    """The user's model and its losses, with embedding collections on ``device``."""
+def build_model(facts: RunFacts, device: torch.device, loss_scale: LossScale | None = None) -> TrainModel:
+    """The user's model and its losses (the run's resolved loss slots), with embedding
+    collections on ``device``."""
+    cfg, registries, specs = facts.cfg, facts.registries, facts.specs
     ctx = ModelContext(specs.dense, specs.sparse, specs.tables, device, tuple(cfg.data.labels))
     model_entry = registries["model"].get(cfg.model.type, "model.type")
     model = model_entry.build(cfg.model.config, ctx)
-    slots = loss_slots(cfg, registries)
+    slots = facts.loss_slots
     losses = {
         slot.name: registries["loss"].get(c.type, f"losses[{i}].type").build(c.config)
         for i, (slot, c) in enumerate(zip(slots, cfg.losses))

@@ -32,10 +32,10 @@ import attrs
 import torch
 
 from tzrun.config.schema import RunConfig
-from tzrun.data.features import FeatureSpecs
 from tzrun.errors import PlanError
 from tzrun.registry import Registries
 from tzrun.runner.build import assign_parts
+from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory
 from tzrun.runner.model import dense_parameter_names, embedding_tables
 from tzrun.runner.sharding import prepare_sharding
@@ -221,23 +221,22 @@ def plan_run(session: Session, request: PlanRequest, host: HostMemory | None = N
         ConfigError: as training would (see :func:`tzrun.runner.sharding.prepare_sharding`).
         PlanError: when ``host`` cannot hold the tables.
     """
-    return plan_config(session.cfg, session.registries, session.specs, request, host)
+    return plan_config(session.facts, request, host)
 
 
-def plan_config(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, request: PlanRequest,
-                host: HostMemory | None = None) -> PlanReport:
-    """:func:`plan_run` of a config, its components and features."""
+def plan_config(facts: RunFacts, request: PlanRequest, host: HostMemory | None = None) -> PlanReport:
+    """:func:`plan_run` of a config's facts (its config, components and features)."""
     from torchrec.distributed.planner.types import PlannerError
 
+    cfg, registries = facts.cfg, facts.registries
     if request.local_world_size is None:
         request = attrs.evolve(request, local_world_size=request.world_size)
-    if request.batch_size is not None:
-        cfg = attrs.evolve(cfg, data=attrs.evolve(cfg.data, batch_size=request.batch_size))
-    request = attrs.evolve(request, batch_size=cfg.data.batch_size)
+    if request.batch_size is None:
+        request = attrs.evolve(request, batch_size=cfg.data.batch_size)
     recorder = _recorder()
     setup = prepare_sharding(
-        cfg, registries, specs, world_size=request.world_size,
-        local_world_size=request.local_world_size, device=torch.device(request.device),
+        facts, world_size=request.world_size, local_world_size=request.local_world_size,
+        device=torch.device(request.device), batch_size=request.batch_size,
         hbm_cap=request.hbm_cap, ddr_cap=request.ddr_cap, stats=[recorder], host=host,
     )
     caps = setup.topology.devices[0].storage
@@ -498,12 +497,11 @@ def failure_line(report: PlanReport, source: str) -> str:
     return line + " (TorchRec: " + failure.planner_message.strip().splitlines()[0].strip() + ")"
 
 
-def no_plan_error(cfg: RunConfig, registries: Registries, specs: FeatureSpecs, request: PlanRequest,
-                  source: str) -> PlanError:
+def no_plan_error(facts: RunFacts, request: PlanRequest, source: str) -> PlanError:
     """The one-line error of a job TorchRec's planner found no plan for: the planner is run again
     on the meta device for ``request`` (the job's ranks, devices and memory) to name the table
     that breaks it and what would help, as ``tzrec-run plan`` does."""
-    report = plan_config(cfg, registries, specs, request)
+    report = plan_config(facts, request)
     if report.failure is None:  # planned here, not there: TorchRec's reason is all there is
         return PlanError(f"{source}: no sharding plan fits {_topology_text(report.request)}; "
                          "tzrec-run plan with the job's --world-size and --device shows why")

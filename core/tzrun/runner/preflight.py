@@ -5,20 +5,18 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tzrun.config.schema import RunConfig
 from tzrun.conformance import config_conformance_problems
-from tzrun.data.features import feature_specs
 from tzrun.data.sampling import SAMPLED_OUTPUT
 from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
-from tzrun.registry import Registries
-from tzrun.runner.retention import check_best_metric, eval_result_keys
-from tzrun.runner.slots import input_columns, loss_slots, metric_slots
+from tzrun.runner.facts import RunFacts
+from tzrun.runner.retention import check_best_metric
 
 __all__ = ["preflight"]
 
 
-def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
-    """Check what no single section can:
+def preflight(facts: RunFacts, source: str) -> None:
+    """Check what no single section can, from the run's facts (the slots, the input columns
+    and the eval result keys the run itself uses):
 
     * every loss and metric reads an output the model makes (a model declares its outputs with
       ``register(..., outputs=fn)``, ``fn(model_cfg)`` returning their names);
@@ -32,78 +30,87 @@ def preflight(cfg: RunConfig, registries: Registries, source: str) -> None:
     * every named component's conformance on a tiny synthetic input
       (:mod:`tzrun.conformance`).
 
+    Args:
+        facts: the run's derived facts (:attr:`tzrun.runner.session.Session.facts`).
+        source: the config's file, named in the error.
+
     Raises:
         ConfigError: with every problem found, each at its TOML path.
     """
-    problems = _output_problems(cfg, registries)
+    cfg, registries = facts.cfg, facts.registries
+    problems = _output_problems(facts)
     try:
-        check_best_metric(cfg, registries, source)
+        check_best_metric(facts, source)
     except ConfigError as error:
         problems.extend(error.problems)
-    keys: list[str] | None = None
-    for i, component in enumerate(cfg.train.stages):
-        check = registries["stage"].get(component.type, f"train.stages[{i}].type").extras.get("check")
-        if check is None:
-            continue
-        if keys is None:
-            keys = eval_result_keys(cfg, registries) if cfg.data.eval_input is not None else []
-        for key, message in check(component.config, cfg, keys):
-            problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
-    problems.extend(_reader_problems(cfg, registries))
-    problems.extend(_loss_weighting_problems(cfg, registries))
-    problems.extend(_sampler_problems(cfg, registries))
+    problems.extend(_stage_problems(facts))
+    problems.extend(_reader_problems(facts))
+    problems.extend(_loss_weighting_problems(facts))
+    problems.extend(_sampler_problems(facts))
     problems.extend(ConfigProblem(path, message) for path, message in config_conformance_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
 
 
-def _sampler_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
+def _stage_problems(facts: RunFacts) -> list[ConfigProblem]:
+    """Each stage's own ``check`` of its options, the config and the eval result keys."""
+    cfg, problems = facts.cfg, []
+    for i, component in enumerate(cfg.train.stages):
+        check = facts.registries["stage"].get(component.type, f"train.stages[{i}].type").extras.get("check")
+        if check is None:
+            continue
+        keys = facts.eval_result_keys if cfg.data.eval_input is not None else []
+        for key, message in check(component.config, cfg, keys):
+            problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
+    return problems
+
+
+def _sampler_problems(facts: RunFacts) -> list[ConfigProblem]:
     """What ``check`` reports about ``[data.sampler]`` (the sampler's own options are checked
     with the config): a sampler for a model that declares no :data:`SAMPLED_OUTPUT` output, or
     a loss or metric that reads it without a sampler."""
+    cfg, registries = facts.cfg, facts.registries
     declare = registries["model"].get(cfg.model.type, "model.type").extras.get("outputs")
     if cfg.data.sampler is not None:
         if declare is not None and SAMPLED_OUTPUT not in declare(cfg.model.config):
             return [ConfigProblem("data.sampler", f"model {cfg.model.type} does not use sampled negatives (it makes no "
                                                   f"'{SAMPLED_OUTPUT}' output); remove [data.sampler] or use a two-tower model")]
         return []
-    reads = [(f"losses[{i}]", s.prediction) for i, s in enumerate(loss_slots(cfg, registries))]
-    for what in ("metrics", "train_metrics"):
-        reads += [(f"{what}[{i}]", s.prediction) for i, s in enumerate(metric_slots(cfg, registries, what))]
+    reads = [(f"{what}[{i}]", s.prediction) for what in ("losses", "metrics", "train_metrics")
+             for i, s in enumerate(facts.slots(what))]
     return [ConfigProblem(path, f"reads '{SAMPLED_OUTPUT}', which needs sampled negatives: add [data.sampler] "
                                 "(tzrec-run help retrieval)") for path, read in reads if read == SAMPLED_OUTPUT]
 
 
-def _reader_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
-    check = registries["reader"].get(cfg.data.reader.type, "data.reader.type").extras.get("check")
+def _reader_problems(facts: RunFacts) -> list[ConfigProblem]:
+    reader = facts.cfg.data.reader
+    check = facts.registries["reader"].get(reader.type, "data.reader.type").extras.get("check")
     if check is None:
         return []
-    columns = input_columns(cfg, feature_specs(cfg.features))
     return [ConfigProblem(f"data.reader.{key}" if key else "data.reader", message)
-            for key, message in check(cfg.data.reader.config, columns)]
+            for key, message in check(reader.config, facts.input_columns)]
 
 
-def _loss_weighting_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
-    component = cfg.train.loss_weighting
-    check = registries["loss_weighting"].get(component.type, "train.loss_weighting.type").extras.get("check")
+def _loss_weighting_problems(facts: RunFacts) -> list[ConfigProblem]:
+    component = facts.cfg.train.loss_weighting
+    check = facts.registries["loss_weighting"].get(component.type, "train.loss_weighting.type").extras.get("check")
     if check is None:
         return []
-    names = [slot.name for slot in loss_slots(cfg, registries)]
+    names = [slot.name for slot in facts.loss_slots]
     return [ConfigProblem(f"train.loss_weighting.{key}" if key else "train.loss_weighting", message)
             for key, message in check(component.config, names)]
 
 
-def _output_problems(cfg: RunConfig, registries: Registries) -> list[ConfigProblem]:
-    declare = registries["model"].get(cfg.model.type, "model.type").extras.get("outputs")
+def _output_problems(facts: RunFacts) -> list[ConfigProblem]:
+    cfg = facts.cfg
+    declare = facts.registries["model"].get(cfg.model.type, "model.type").extras.get("outputs")
     if declare is None:
         return []
     outputs: Sequence[str] = list(declare(cfg.model.config))
     problems = []
-    for what, slots, kind in (("losses", loss_slots(cfg, registries), "loss"),
-                              ("metrics", metric_slots(cfg, registries), "metric"),
-                              ("train_metrics", metric_slots(cfg, registries, "train_metrics"), "metric")):
+    for what, kind in (("losses", "loss"), ("metrics", "metric"), ("train_metrics", "metric")):
         components = getattr(cfg, what)
-        for i, (slot, component) in enumerate(zip(slots, components)):
+        for i, (slot, component) in enumerate(zip(facts.slots(what), components)):
             if slot.prediction in outputs:
                 continue
             explicit = component.fields.prediction is not None

@@ -26,8 +26,7 @@ from tzrun.runner.manifest import MARKER
 from tzrun.storage import as_path, remove_tree
 
 if TYPE_CHECKING:
-    from tzrun.config.schema import RunConfig
-    from tzrun.registry import Registries
+    from tzrun.runner.facts import RunFacts
 
 __all__ = [
     "BEST_FILE",
@@ -35,7 +34,6 @@ __all__ = [
     "read_best",
     "record_best",
     "prune_checkpoints",
-    "eval_result_keys",
     "check_best_metric",
 ]
 
@@ -147,13 +145,6 @@ def prune_checkpoints(model_dir: Path, keep: int) -> list[Path]:
     return removed
 
 
-def eval_result_keys(cfg: RunConfig, registries: Registries) -> list[str]:
-    """The keys an evaluation reports: each metric's name and ``loss/<name>`` of each loss."""
-    from tzrun.runner.slots import loss_slots, metric_slots
-
-    return [s.name for s in metric_slots(cfg, registries)] + [f"loss/{s.name}" for s in loss_slots(cfg, registries)]
-
-
 def _unknown_metric(metric: str, available: list[str]) -> ConfigProblem:
     listed = ", ".join(available) if available else "none"
     guess = did_you_mean(metric, available)
@@ -161,19 +152,21 @@ def _unknown_metric(metric: str, available: list[str]) -> ConfigProblem:
     return ConfigProblem("eval.best_metric", f"'{metric}' is not an eval result (available: {listed}{hint})")
 
 
-def check_best_metric(cfg: RunConfig, registries: Registries, source: str) -> None:
-    """Check ``eval.best_metric`` before a run starts.
+def check_best_metric(facts: RunFacts, source: str) -> None:
+    """Check ``eval.best_metric`` against the keys the run's evaluation reports
+    (:attr:`RunFacts.eval_result_keys <tzrun.runner.facts.RunFacts.eval_result_keys>`) before a run starts.
 
     Raises:
         ConfigError: when it names no eval result, or there is no eval input.
     """
+    cfg = facts.cfg
     metric = cfg.eval.best_metric
     if metric is None:
         return
     if cfg.data.eval_input is None:
         raise ConfigError(source, [ConfigProblem(
             "eval.best_metric", "is set but there is no data.eval_input to evaluate on; set one or remove eval.best_metric")])
-    available = eval_result_keys(cfg, registries)
+    available = facts.eval_result_keys
     if metric not in available:
         raise ConfigError(source, [_unknown_metric(metric, available)])
 

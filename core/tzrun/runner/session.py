@@ -6,9 +6,16 @@ same everywhere: the reader, the batch builder (``data.on_bad_row`` included), t
 specs, the sharded model and its optimizers, the metrics, the stages and the train pipeline
 are each made here and nowhere else.
 
-A session made with :meth:`Session.start` joins the process group (every rank calls it); one
-made directly has no process group and can only give what needs none (the feature specs, the
-slots, the config checks): that is what ``check`` and ``plan`` use.
+The programmatic entry point is :meth:`Session.from_config` (a config path, ``--set``
+overrides and extra plugins, like pytest's ``Config``): it reads and checks the config and
+collects the components. Such a session has no process group and gives what needs none (the
+:class:`~tzrun.runner.facts.RunFacts`, the config checks, the plan): that is what ``check``
+and ``plan`` use. :meth:`Session.start` then joins the process group (every rank calls it) for
+``train`` and ``evaluate``.
+
+What follows from the config (input columns, label sources, resolved loss and metric slots,
+feature specs) is worked out once, by the session's :attr:`Session.facts`, and read there by
+preflight, the model builder, the planner, retention and evaluation.
 """
 
 from __future__ import annotations
@@ -16,28 +23,29 @@ from __future__ import annotations
 import functools
 import random
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from tzrun.config.load import RawConfig
+from tzrun.config.load import RawConfig, disabled_plugins, load_config, read_config, strict_plugins
 from tzrun.config.schema import RunConfig
-from tzrun.data.features import BatchBuilder, FeatureSpecs, feature_specs
+from tzrun.data.features import BatchBuilder, FeatureSpecs
 from tzrun.data.input_check import DataReport, check_data
 from tzrun.data.loader import RankInput
 from tzrun.data.reader_bad_rows import read_columns
 from tzrun.data.sampling import with_negatives
-from tzrun.interfaces import RunContext
-from tzrun.plugins import PluginManager
-from tzrun.registry import Registries
+from tzrun.interfaces import EvalResult, RunContext
+from tzrun.plugins import PluginManager, make_plugin_manager
+from tzrun.registry import Registries, collect_registries
 from tzrun.runner.allocator import tune_malloc
 from tzrun.runner.build import Built, build_run
 from tzrun.runner.distributed import DistInfo, init_distributed
-from tzrun.runner.label_domains import derived_labels, label_domains
+from tzrun.runner.evaluate import evaluate
+from tzrun.runner.facts import RunFacts
 from tzrun.runner.position import Layout, ResumePoint, TrainData
 from tzrun.runner.preflight import preflight
-from tzrun.runner.slots import MetricSlot, group_columns, input_columns, metric_slots
+from tzrun.runner.slots import MetricSlot
 from tzrun.runner.stages import RunStages
 from tzrun.runner.train_metrics import TrainMetrics
 from tzrun.runner.watchdog import start_watchdog
@@ -72,12 +80,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
 class Session:
     """A run's parts, each built once on first use.
 
+    Make one from a config path with :meth:`from_config`. Collective members (every rank of
+    the job must call them, in the same order, or none): :meth:`start`, :attr:`built` on first
+    use (and so :meth:`pipeline` and :meth:`run_context` the first time), and :meth:`evaluate`.
+    Everything else is local to the process.
+
     Args:
         cfg: the checked config.
         raw: the config as read (its source names the file in messages; saved with checkpoints).
         pm: the run's plugin manager (the configured stages join it for the run).
         registries: the components collected from ``pm``.
-        info: this process in the job (from :meth:`start`); None for a session that only
+        info: this process in the job (set by :meth:`start`); None for a session that only
             checks or plans.
     """
 
@@ -87,23 +100,62 @@ class Session:
         self.raw = raw
         self.pm = pm
         self.registries = registries
+        #: what follows from the config, worked out once (torch-free)
+        self.facts = RunFacts(cfg, registries)
         self._info = info
         #: what ``train.tune_malloc`` set (logged by the trainer)
         self.malloc_tuning: dict[str, int] = {}
 
     @classmethod
-    def start(cls, cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries) -> "Session":
+    def from_config(cls, path: str | Path, overrides: Sequence[str] = (),
+                    plugins: Sequence[object | tuple[str, object]] = (), *, strict: bool = False) -> "Session":
+        """Read the config at ``path``, make the run's plugin manager and check the config
+        against its components: what ``tzrec-run`` does before any command. No process group
+        is joined (see :meth:`start`).
+
+        Args:
+            path: the TOML file (local or on an object store).
+            overrides: ``KEY=<TOML literal>`` overrides (``--set``), in order.
+            plugins: plugin objects (or ``(name, object)`` pairs) to register besides the
+                installed ones.
+            strict: a plugin that fails to load is an error (``--strict``).
+
+        Raises:
+            ConfigError: with every problem at its TOML path.
+        """
+        return cls.from_raw(read_config(path, overrides), plugins, strict=strict)
+
+    @classmethod
+    def from_raw(cls, raw: RawConfig, plugins: Sequence[object | tuple[str, object]] = (), *,
+                 strict: bool = False) -> "Session":
+        """:meth:`from_config` of a config already read (e.g. with
+        :func:`tzrun.config.load.parse_config` from a string)."""
+        pm = make_plugin_manager(disable=disabled_plugins(raw), plugins=plugins,
+                                 strict=True if strict or strict_plugins(raw) else None)
+        registries = collect_registries(pm)
+        return cls(load_config(raw, registries), raw, pm, registries)
+
+    def start(self) -> "Session":
         """Check the config as a whole, tune the allocator, join the process group and seed
-        the RNGs: the start of every command that trains or evaluates (collective). With several ranks,
-        each starts its watchdog (:mod:`tzrun.runner.watchdog`)."""
-        preflight(cfg, registries, raw.source)
-        tuned = tune_malloc() if cfg.train.tune_malloc else {}
-        t = cfg.train
-        session = cls(cfg, raw, pm, registries, init_distributed(t.collective_timeout_s))
-        start_watchdog(session.info.rank, session.info.world_size, t.rank_timeout_s, t.collective_timeout_s)
-        session.malloc_tuning = tuned
-        seed_everything(cfg.train.seed)
-        return session
+        the RNGs: the start of every command that trains or evaluates. Collective: every rank
+        calls it. With several ranks, each starts its watchdog (:mod:`tzrun.runner.watchdog`).
+
+        Returns:
+            This session, now with :attr:`info`.
+
+        Raises:
+            RuntimeError: when the session was started already.
+        """
+        if self._info is not None:
+            raise RuntimeError("this Session is started already")
+        self.check()
+        tuned = tune_malloc() if self.cfg.train.tune_malloc else {}
+        t = self.cfg.train
+        self._info = init_distributed(t.collective_timeout_s)
+        start_watchdog(self._info.rank, self._info.world_size, t.rank_timeout_s, t.collective_timeout_s)
+        self.malloc_tuning = tuned
+        seed_everything(t.seed)
+        return self
 
     # -- what needs no process group -------------------------------------------------------------
 
@@ -113,7 +165,7 @@ class Session:
         Raises:
             ConfigError: with every problem at its TOML path.
         """
-        preflight(self.cfg, self.registries, self.raw.source)
+        preflight(self.facts, self.raw.source)
 
     def check_data(self, require: bool = False) -> DataReport:
         """Read the schemas of the input files (metadata only) and check the columns the run
@@ -122,17 +174,17 @@ class Session:
         Args:
             require: an input path that does not exist is a problem even when no input exists.
         """
-        return check_data(self.cfg, self.reader, self.specs, self.columns, group_columns(self.cfg), require)
+        return check_data(self.cfg, self.reader, self.specs, self.columns, self.facts.group_columns, require)
 
-    @functools.cached_property
+    @property
     def specs(self) -> FeatureSpecs:
         """The features: dense and sparse specs, embedding tables (vocabulary files read)."""
-        return feature_specs(self.cfg.features)
+        return self.facts.specs
 
-    @functools.cached_property
+    @property
     def metric_slots(self) -> list[MetricSlot]:
         """The resolved ``[[metrics]]`` of evaluation."""
-        return metric_slots(self.cfg, self.registries)
+        return self.facts.metric_slots
 
     @property
     def info(self) -> DistInfo:
@@ -164,14 +216,16 @@ class Session:
         run's labels, weights, group keys, ``data.on_bad_row`` and, with ``[data.sampler]``, the
         sampled items."""
         d = self.cfg.data
-        builder = BatchBuilder(self.specs, d.labels, d.sample_weight, group_columns(self.cfg), on_bad_row=d.on_bad_row,
-                               label_domains=label_domains(self.cfg, self.registries), derived_labels=derived_labels(self.cfg))
+        f = self.facts
+        builder = BatchBuilder(self.specs, d.labels, d.sample_weight, f.group_columns, on_bad_row=d.on_bad_row,
+                               label_domains=f.label_domains, derived_labels=f.derived_labels)
         return with_negatives(builder, self.cfg, self.registries, self.info.rank)  # [data.sampler]: sampled items too
 
-    @functools.cached_property
+    @property
     def columns(self) -> list[str]:
-        """Every input column a batch reads."""
-        return input_columns(self.cfg, self.specs)
+        """Every input column a batch reads (:attr:`RunFacts.input_columns
+        <tzrun.runner.facts.RunFacts.input_columns>`)."""
+        return self.facts.input_columns
 
     def rank_input(self, path: str, batch_size: int, rows: Sequence[tuple[int, int]] | None = None,
                    shuffle_buffer_rows: int = 0) -> RankInput:
@@ -210,8 +264,9 @@ class Session:
 
     @functools.cached_property
     def built(self) -> Built:
-        """The sharded model, optimizers, schedules and update path (collective on first use)."""
-        return build_run(self.cfg, self.registries, self.specs, self.info, self.raw.source)
+        """The sharded model, optimizers, schedules and update path. Collective on first use:
+        every rank reads it first at the same point of the run."""
+        return build_run(self.facts, self.info, self.raw.source)
 
     def pipeline(self) -> Any:
         """A fresh TorchRec train pipeline over the model (one per segment or evaluation)."""
@@ -221,8 +276,7 @@ class Session:
 
     def train_metrics(self) -> TrainMetrics:
         """The ``[[train_metrics]]`` of the run on this rank."""
-        slots = metric_slots(self.cfg, self.registries, "train_metrics")
-        return TrainMetrics(slots, self.registries, self.info.device)
+        return TrainMetrics(self.facts.train_metric_slots, self.registries, self.info.device)
 
     def stages(self) -> RunStages:
         """The configured ``[[train.stages]]``, built and registered on the run's manager."""
@@ -235,3 +289,26 @@ class Session:
                           local_rank=info.local_rank, device=info.device, model=built.model, optimizer=built.optimizer,
                           global_batch_size=self.cfg.data.batch_size * info.world_size,
                           dense_parameters=built.update.named_dense_params)
+
+    def evaluate(self, run: RunContext, step: int, record: Callable[[EvalResult], None]) -> EvalResult:
+        """Evaluate the model at ``step``: one pass over ``data.eval_input`` (``eval.num_steps``
+        batches at most) with the weights evaluation uses (the EMA averages when configured);
+        rank 0 then hands the result to ``record``. Collective: every rank calls it.
+
+        Args:
+            run: what the lifecycle hooks see as ``run`` (its model is evaluated).
+            step: the step the result is recorded at.
+            record: writes the result (called on rank 0 only).
+
+        Raises:
+            RuntimeError: without ``data.eval_input``.
+        """
+        eval_input = self.eval_input
+        if eval_input is None:
+            raise RuntimeError("this run has no data.eval_input to evaluate on")
+        with self.built.update.eval_weights():
+            result = evaluate(run, eval_input.one_pass(self.cfg.eval.num_steps), self.metric_slots, self.registries,
+                              self.pipeline, step)
+        if run.is_rank0:
+            record(result)
+        return result

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from tzrun.config.schema import RunConfig
-from tzrun.data.features import FeatureSpecs
 from tzrun.errors import ConfigError, ConfigProblem, PlanError
 from tzrun.interfaces import SparseOptimizerSpec
 from tzrun.registry import Registries
+from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory, host_memory_problem
 from tzrun.runner.model import TrainModel, build_model, embedding_modules, embedding_tables
 from tzrun.runner.update import LossScale
@@ -128,13 +128,12 @@ class ShardingSetup:
 
 
 def prepare_sharding(
-    cfg: RunConfig,
-    registries: Registries,
-    specs: FeatureSpecs,
+    facts: RunFacts,
     *,
     world_size: int,
     local_world_size: int,
     device: torch.device,
+    batch_size: int | None = None,
     hbm_cap: int | None = None,
     ddr_cap: int | None = None,
     stats: Sequence[Any] | None = None,
@@ -144,9 +143,10 @@ def prepare_sharding(
     """Build the model on the meta device and the planner that shards it.
 
     Args:
-        cfg, registries, specs: the run.
+        facts: the run's config, components and derived facts.
         world_size, local_world_size: ranks in all and per host.
         device: the compute device (only its type matters: the planner needs no device).
+        batch_size: rows per step per rank (default ``data.batch_size``).
         hbm_cap, ddr_cap: bytes of device and host memory per rank (default TorchRec's,
             32 GiB and 128 GiB).
         stats: TorchRec planner ``Stats`` to report to (default TorchRec's log table).
@@ -161,19 +161,16 @@ def prepare_sharding(
     """
     from torchrec.distributed.model_parallel import get_default_sharders
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    train_model = build_model(cfg, registries, specs, torch.device("meta"), loss_scale)
+    cfg = facts.cfg
+    batch_size = cfg.data.batch_size if batch_size is None else batch_size
+    train_model = build_model(facts, torch.device("meta"), loss_scale)
     modules = embedding_modules(train_model)
     if not modules:
         raise ConfigError("model", [ConfigProblem("model.type", f"model '{cfg.model.type}' built no EmbeddingBagCollection; tzrec-run shards embeddings with TorchRec")])
-    updates = plan_table_updates(cfg, registries, modules, device)
+    updates = plan_table_updates(cfg, facts.registries, modules, device)
     constraints = table_constraints(cfg, modules, updates, device)
-    for module in modules:
-        for table, weight in embedding_tables(module):
-            update = updates[table.name]
-            if not update.data_parallel:
-                apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
+    _fuse_sparse_updates(modules, updates)
     problem = host_memory_problem(modules, updates, world_size, local_world_size, host)
     if problem is not None:
         raise PlanError(problem)
@@ -185,12 +182,22 @@ def prepare_sharding(
         ddr_cap=ddr_cap,
     )
     planner = EmbeddingShardingPlanner(
-        topology=topology, batch_size=cfg.data.batch_size, constraints=constraints,
+        topology=topology, batch_size=batch_size, constraints=constraints,
         stats=list(stats) if stats is not None else None,
     )
-    return ShardingSetup(
-        train_model, modules, updates, constraints, get_default_sharders(), topology, planner, cfg.data.batch_size
-    )
+    return ShardingSetup(train_model, modules, updates, constraints, get_default_sharders(), topology, planner, batch_size)
+
+
+def _fuse_sparse_updates(modules: Sequence[nn.Module], updates: Mapping[str, "TableUpdate"]) -> None:
+    """Attach each sharded table's sparse optimizer to its weight (fused into backward by
+    TorchRec); data-parallel tables are left to their torch optimizer."""
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    for module in modules:
+        for table, weight in embedding_tables(module):
+            update = updates[table.name]
+            if not update.data_parallel:
+                apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
 
 
 @attrs.frozen

@@ -1,20 +1,18 @@
-"""Losses and metrics resolved to what they read (torch-free, so ``tzrec-run check`` stays fast)."""
+"""Losses and metrics resolved to what they read (torch-free, so ``tzrec-run check`` stays fast).
+
+A run resolves them once, in :class:`~tzrun.runner.facts.RunFacts`; read them there."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import attrs
 
 from tzrun.config.schema import Component, RunConfig
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.registry import Registries
-from tzrun.runner.label_domains import derived_labels
 
-if TYPE_CHECKING:
-    from tzrun.data.features import FeatureSpecs
-
-__all__ = ["LossSlot", "MetricSlot", "loss_slots", "metric_slots", "group_columns", "input_columns"]
+__all__ = ["LossSlot", "MetricSlot", "loss_slots", "metric_slots", "group_columns"]
 
 
 @attrs.frozen
@@ -84,12 +82,3 @@ def group_columns(cfg: RunConfig) -> list[str]:
     names = [c.fields.group_by for c in (*cfg.losses, *cfg.metrics, *cfg.train_metrics) if c.fields and c.fields.group_by]
     return list(dict.fromkeys(names))
 
-
-def input_columns(cfg: RunConfig, specs: FeatureSpecs) -> list[str]:
-    """Every input column a batch reads: the features', the labels' (a derived label's source
-    column in its stead), the sample weight and the ``group_by`` columns. ``check`` and the run
-    both ask here, so they cannot disagree."""
-    from tzrun.data.labels import label_sources  # pyarrow: only when a run or a check needs it
-
-    d = cfg.data
-    return specs.columns(label_sources(d.labels, derived_labels(cfg)), d.sample_weight, group_columns(cfg))

@@ -29,19 +29,16 @@ from typing import Any, Iterator
 
 import torch
 
-from tzrun.config.load import RawConfig
-from tzrun.config.schema import RunConfig
 from tzrun.data.batch import SkippedRows, tally_skipped
 from tzrun.errors import NonFiniteLossError
 from tzrun.interfaces import EvalResult, StepInfo
-from tzrun.plugins import PluginManager, call_lifecycle, plugin_infos
-from tzrun.registry import Registries
+from tzrun.plugins import call_lifecycle, plugin_infos
 from tzrun.runner.checkpoint import (
     Blob, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
 )
 from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation
-from tzrun.runner.evaluate import append_eval_result, evaluate
+from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
@@ -60,15 +57,14 @@ __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 log = logging.getLogger("tzrun")
 
 
-def train(cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registries, *, overwrite: bool = False,
-          resume: bool = False, init_from: InitFrom | None = None) -> TrainResult:
-    """Train, evaluate and checkpoint as ``cfg`` says, on every rank of the job.
+def train(session: Session, *, overwrite: bool = False, resume: bool = False,
+          init_from: InitFrom | None = None) -> TrainResult:
+    """Train, evaluate and checkpoint as the session's config says, on every rank of the job
+    (collective: it starts the session, see :meth:`Session.start`).
 
     Args:
-        cfg: the checked config.
-        raw: the config as read (saved with checkpoints).
-        pm: the run's plugin manager; the configured stages are registered on it.
-        registries: the components collected from ``pm``.
+        session: the run (e.g. from :meth:`Session.from_config`), not started yet; the
+            configured stages are registered on its plugin manager.
         overwrite: remove the checkpoints and results of an earlier run in ``model_dir`` first.
         resume: continue from the latest complete checkpoint in ``model_dir`` (start afresh
             when there is none). Without either, a ``model_dir`` with checkpoints is refused.
@@ -81,8 +77,7 @@ def train(cfg: RunConfig, raw: RawConfig, pm: PluginManager, registries: Registr
     Raises:
         TzrunError: when ``model_dir`` already has checkpoints and neither option is given.
     """
-    session = Session.start(cfg, raw, pm, registries)
-    return Trainer(session, overwrite=overwrite, resume=resume, init_from=init_from).fit()
+    return Trainer(session.start(), overwrite=overwrite, resume=resume, init_from=init_from).fit()
 
 
 class Trainer:
@@ -357,15 +352,11 @@ class Trainer:
     def evaluate(self) -> EvalResult | None:
         """Evaluate at the current step (collective), with the weights evaluation uses (the
         EMA averages when configured); rank 0 records the result. None without an eval input."""
-        eval_input = self.session.eval_input
-        if eval_input is None:
+        if self.session.eval_input is None:
             return None
         call_lifecycle(self.pm, "tzrun_before_eval", run=self.run, step=self.step)
-        with self.built.update.eval_weights():
-            result = evaluate(self.run, eval_input.one_pass(self.cfg.eval.num_steps), self.session.metric_slots,
-                              self.session.registries, self.session.pipeline, self.step)
-        if self.run.is_rank0:
-            append_eval_result(self.session.model_dir, result)
+        model_dir = self.session.model_dir
+        result = self.session.evaluate(self.run, self.step, lambda r: append_eval_result(model_dir, r))
         call_lifecycle(self.pm, "tzrun_after_eval", run=self.run, step=self.step, result=result)
         self.last_eval = result
         return result
