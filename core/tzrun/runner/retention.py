@@ -1,8 +1,8 @@
 """Which checkpoints stay: the best one by ``eval.best_metric`` (recorded in
 ``model_dir/best.json``) and the newest ``train.keep_checkpoint_max``.
 
-Rank 0 records the best step after each evaluation and prunes after each save and each
-evaluation. Pruning never removes the newest complete checkpoint (the one a resume or
+Rank 0 records the best step after each evaluation and prunes once per checkpoint boundary:
+after the save, or, when the boundary's evaluation records the best, after that. Pruning never removes the newest complete checkpoint (the one a resume or
 ``evaluate --checkpoint latest`` picks) nor the best one, so a checkpoint is removed only once a
 newer complete one exists.
 

@@ -380,8 +380,10 @@ class Trainer:
         return state
 
     def save(self, *, evaluation_pending: bool = False) -> None:
-        """Checkpoint the current step (collective), then prune old checkpoints (rank 0);
-        ``evaluation_pending`` at a boundary, whose evaluation follows."""
+        """Checkpoint the current step (collective); ``evaluation_pending`` at a boundary,
+        whose evaluation follows. Old checkpoints are pruned once per boundary (rank 0): here,
+        unless the evaluation that follows records the best checkpoint (:meth:`record_best`
+        prunes then, once the best is known)."""
         self._evaluation_pending = evaluation_pending and self.step > 0
         self._stage_state = self.stages.state_dict()
         call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
@@ -395,8 +397,9 @@ class Trainer:
             if named is None:
                 raise
             raise named from None
-        if self.info.rank == 0:
-            prune_checkpoints(self.session.model_dir, self.cfg.train.keep_checkpoint_max)
+        best_follows = evaluation_pending and self.cfg.eval.best_metric is not None and self.session.eval_input is not None
+        if not best_follows:
+            self.prune()
 
     def load(self, path: Path) -> ResumePoint:
         """Resume from the checkpoint at ``path`` (collective); returns where the data continues."""
@@ -426,11 +429,14 @@ class Trainer:
 
     def record_best(self, result: EvalResult) -> None:
         """Record the best checkpoint by ``eval.best_metric`` (rank 0 writes; then prunes)."""
-        model_dir = self.session.model_dir
-        record_best(model_dir, self.step, result.metrics, self.cfg.eval.best_metric, self.cfg.eval.best_mode,
-                    write=self.info.rank == 0)
+        record_best(self.session.model_dir, self.step, result.metrics, self.cfg.eval.best_metric,
+                    self.cfg.eval.best_mode, write=self.info.rank == 0)
+        self.prune()
+
+    def prune(self) -> None:
+        """Remove the checkpoints ``train.keep_checkpoint_max`` does not keep (rank 0)."""
         if self.info.rank == 0:
-            prune_checkpoints(model_dir, self.cfg.train.keep_checkpoint_max)
+            prune_checkpoints(self.session.model_dir, self.cfg.train.keep_checkpoint_max)
 
     def any_rank_asks_to_stop(self) -> bool:
         """Whether a stage on any rank set ``stop_requested`` (one collective per boundary)."""
