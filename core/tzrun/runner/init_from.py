@@ -130,15 +130,10 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
         TzrunError: for missing or unexpected names that are not allowed, shape mismatches, or
             ``load_optimizer`` with renames.
     """
-    from tzrun.runner.checkpoint import init_lazy_states, is_complete, latest_checkpoint, verify_checkpoint
+    from tzrun.runner.checkpoint import init_lazy_states, verify_checkpoint
     from tzrun.runner.dcp_storage import load_state, storage_reader
 
-    source = as_path(init.checkpoint)
-    if not is_complete(source):
-        latest = latest_checkpoint(source)
-        if latest is None:
-            raise CheckpointError(f"--init-from {source}: not a complete checkpoint, nor a model dir with one")
-        source = latest
+    source = _complete_checkpoint(init.checkpoint)
     verify_checkpoint(source)
     renames = read_name_map(init.name_map) if init.name_map else {}
     if renames and init.load_optimizer:
@@ -147,33 +142,8 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     saved = storage_reader(source / "state").read_metadata().state_dict_metadata
     saved_model = {k[len(_PREFIX):]: meta for k, meta in saved.items() if k.startswith(_PREFIX)}
     current = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
-    problems: list[str] = []
-    loaded, renamed, missing = [], {}, []
-    targets: dict[str, Any] = {}
-    for name, tensor in current.items():
-        old = renames.get(name, name)
-        if old not in saved_model:
-            if _allowed(name, init.allow_missing):
-                missing.append(name)
-            else:
-                problems.append(f"'{name}' is not in the checkpoint" + (f" (mapped from '{old}')" if old != name else ""))
-            continue
-        size = getattr(saved_model[old], "size", None)
-        shape = tuple(tensor.size()) if hasattr(tensor, "size") else None
-        if size is not None and shape is not None and tuple(size) != shape:
-            problems.append(f"'{name}' has shape {list(shape)} here and {list(size)} in the checkpoint ('{old}')")
-            continue
-        if old in targets:
-            first = next(n for n in current if renames.get(n, n) == old)
-            problems.append(f"the checkpoint's '{old}' would be loaded into both '{first}' and '{name}'")
-            continue
-        targets[old] = tensor
-        if old == name:
-            loaded.append(name)
-        else:
-            renamed[name] = old
-    used = set(targets)
-    unexpected = sorted(k for k in saved_model if k not in used)
+    targets, loaded, renamed, missing, problems = _match_names(current, saved_model, renames, init.allow_missing)
+    unexpected = sorted(k for k in saved_model if k not in targets)
     not_allowed = [k for k in unexpected if not _allowed(k, init.allow_unexpected)]
     problems.extend(f"the checkpoint's '{k}' is not used by the model" for k in not_allowed)
     unknown_map = sorted(k for k in renames if k not in current)
@@ -197,3 +167,52 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
         model_dir.mkdir(parents=True, exist_ok=True)
         (model_dir / "init_report.json").write_text(json.dumps(report.to_json(), indent=2))
     return report
+
+
+def _complete_checkpoint(checkpoint: str) -> Path:
+    """The checkpoint ``--init-from`` names: a complete checkpoint, or a model dir's latest one.
+
+    Raises:
+        CheckpointError: when it is neither.
+    """
+    from tzrun.runner.checkpoint import is_complete, latest_checkpoint
+
+    source = as_path(checkpoint)
+    if is_complete(source):
+        return source
+    latest = latest_checkpoint(source)
+    if latest is None:
+        raise CheckpointError(f"--init-from {source}: not a complete checkpoint, nor a model dir with one")
+    return latest
+
+
+def _match_names(current: dict[str, Any], saved_model: dict[str, Any], renames: dict[str, str],
+                 allow_missing: Sequence[str]) -> tuple[dict[str, Any], list[str], dict[str, str], list[str], list[str]]:
+    """Match the model's state names to the checkpoint's (through ``renames``): ``(targets by
+    saved name, loaded, renamed, missing, problems)``."""
+    problems: list[str] = []
+    loaded, renamed, missing = [], {}, []
+    targets: dict[str, Any] = {}
+    for name, tensor in current.items():
+        old = renames.get(name, name)
+        if old not in saved_model:
+            if _allowed(name, allow_missing):
+                missing.append(name)
+            else:
+                problems.append(f"'{name}' is not in the checkpoint" + (f" (mapped from '{old}')" if old != name else ""))
+            continue
+        size = getattr(saved_model[old], "size", None)
+        shape = tuple(tensor.size()) if hasattr(tensor, "size") else None
+        if size is not None and shape is not None and tuple(size) != shape:
+            problems.append(f"'{name}' has shape {list(shape)} here and {list(size)} in the checkpoint ('{old}')")
+            continue
+        if old in targets:
+            first = next(n for n in current if renames.get(n, n) == old)
+            problems.append(f"the checkpoint's '{old}' would be loaded into both '{first}' and '{name}'")
+            continue
+        targets[old] = tensor
+        if old == name:
+            loaded.append(name)
+        else:
+            renamed[name] = old
+    return targets, loaded, renamed, missing, problems

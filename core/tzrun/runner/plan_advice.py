@@ -41,6 +41,29 @@ class PlanFailure:
 
 
 
+@attrs.frozen
+class _Room:
+    """What one rank has for tables in the tier the tables live in."""
+
+    tier: str
+    cap: int
+    share: float
+    fixed: int
+    budget: int
+
+    def need(self, option: Any) -> int:
+        """The most one rank holds of ``option`` (a sharding of a table)."""
+        return max(getattr(s.storage, self.tier) for s in option.shards)
+
+    def total(self, option: Any) -> int:
+        """All ranks together hold of ``option``."""
+        return sum(getattr(s.storage, self.tier) for s in option.shards)
+
+    def describe(self) -> str:
+        return (f"a rank has {format_gib(self.budget)} for tables ({format_gib(self.cap)} less the planner's "
+                f"{self.share:.0%} margin and {format_gib(self.fixed)} for the dense part and input batches)")
+
+
 def diagnose(planner_message: str, recorder: Any, setup: Any, readers: Mapping[str, list[tuple[int, str, int]]],
              request: Any) -> "PlanFailure":
     """A :class:`PlanFailure` for a planner that raised ``planner_message``.
@@ -51,76 +74,80 @@ def diagnose(planner_message: str, recorder: Any, setup: Any, readers: Mapping[s
     """
     tier = "hbm" if request.device == "cuda" else "ddr"
     flag = "--hbm-gb" if tier == "hbm" else "--ddr-gb"
-    cap = request.hbm_cap if tier == "hbm" else request.ddr_cap
     share, fixed, budget = _budget(recorder, setup, tier)
-    last = planner_message.strip().splitlines()[-1].strip()
+    room = _Room(tier, request.hbm_cap if tier == "hbm" else request.ddr_cap, share, fixed, budget)
     if budget <= 0:
-        message = (f"the planner's reservations leave no {tier.upper()} for tables: {share:.0%} of {format_gib(cap)} "
+        message = (f"the planner's reservations leave no {tier.upper()} for tables: {share:.0%} of {format_gib(room.cap)} "
                    f"plus {format_gib(fixed)} for the dense part and input batches")
         advice = (f"more memory per rank ({flag})", f"a smaller batch (--batch-size; now {request.batch_size})")
         return PlanFailure("planner", None, message, advice, planner_message)
-
-    space = _enumerate(setup, setup.constraints)
     options: dict[str, list[Any]] = {}
-    for option in space:
+    for option in _enumerate(setup, setup.constraints):
         options.setdefault(option.name, []).append(option)
     limit = _storage(setup, tier, budget)
-
-    def need(option: Any) -> int:
-        return max(getattr(s.storage, tier) for s in option.shards)
-
-    def total(option: Any) -> int:
-        return sum(getattr(s.storage, tier) for s in option.shards)
-
-    def size(name: str) -> int:
-        return math.prod(options[name][0].tensor.shape)
-
     alone = [n for n, opts in options.items() if not any(all(s.storage.fits_in(limit) for s in o.shards) for o in opts)]
-    n = request.world_size
     if alone:
-        name = max(alone, key=size)
-        best = min(options[name], key=need)
-        others = sorted((a for a in alone if a != name), key=size, reverse=True)
-        message = (f"table '{name}' ({_shape(best)}{_read_by(name, readers)}) fits on no rank: in the cheapest sharding "
-                   f"its constraints allow ({best.sharding_type}, {best.compute_kernel}) one rank needs {format_gib(need(best))} "
-                   f"of {tier.upper()} for it; a rank has {format_gib(budget)} for tables ({format_gib(cap)} less the planner's "
-                   f"{share:.0%} margin and {format_gib(fixed)} for the dense part and input batches)")
-        if others:
-            message += f"; {len(others)} more table(s) fit on no rank either: {', '.join(others[:5])}" + (", ..." if len(others) > 5 else "")
-        kind = "table"
-        ranks = max(n + 1, math.ceil(sum(getattr(s.storage, tier) for s in best.shards) / budget))
-        per_rank = need(best)
+        found = _fits_nowhere(alone, options, room, readers, request)
     else:
-        needed = sum(min(total(o) for o in opts) for opts in options.values())
-        name = max(options, key=size)
-        best = min(options[name], key=need)
-        if needed > budget * n:
-            message = (f"the tables need at least {format_gib(needed)} of {tier.upper()} together (each in its cheapest allowed "
-                       f"sharding), the {n} ranks have {format_gib(budget * n)} for tables ({format_gib(budget)} each); the biggest is "
-                       f"'{name}' ({_shape(best)}{_read_by(name, readers)}, {format_gib(total(best))})")
-            kind = "total"
-            ranks = max(n + 1, math.ceil(needed / budget))
-            per_rank = math.ceil(needed / n)
-            if request.device == "cuda":
-                cached = _all_cached(setup)
-                if cached:
-                    message += (f". With \"fused_uvm_caching\" allowed for every table (train.global_embedding_constraints"
-                                f".compute_kernels = [\"fused\", \"fused_uvm_caching\"]) they would need at least "
-                                f"{format_gib(cached)} of HBM together ({'fits' if cached <= budget * n else 'still too much'})")
-        else:
-            named = re.search(r"of table (\S+?)[,.]?\s", planner_message)
-            name = named.group(1) if named and named.group(1) in options else None
-            message = f"TorchRec found no plan within the constraints although the tables' memory fits in all: {last}"
-            if name is None:
-                return PlanFailure("planner", None, message, ("remove embedding_constraints that narrow the choice",
-                                                              f"more ranks (--world-size, now {n})"), planner_message)
-            best = min(options[name], key=need)
-            kind, ranks, per_rank = "planner", n + 1, need(best)
-    advice = _advice(name, best, setup, readers, request, tier, budget, need)
+        found = _fits_not_together(options, room, readers, request, setup, planner_message)
+    if isinstance(found, PlanFailure):
+        return found
+    kind, name, best, message, ranks, per_rank = found
+    advice = _advice(name, best, setup, readers, request, tier, budget, room.need)
     memory = math.ceil((per_rank + fixed) / (1 - (share if tier == "hbm" else 0.0)) / GIB)
     advice.append(_more_memory_or_ranks(flag, memory, ranks, kind == "table" and "row_wise" not in (
         setup.constraints[name].sharding_types or [])))
     return PlanFailure(kind, name, message, tuple(advice), planner_message)
+
+
+def _size(options: Mapping[str, list[Any]], name: str) -> int:
+    return math.prod(options[name][0].tensor.shape)
+
+
+def _fits_nowhere(alone: list[str], options: Mapping[str, list[Any]], room: _Room,
+                  readers: Mapping[str, list[tuple[int, str, int]]], request: Any) -> tuple[str, str, Any, str, int, int]:
+    """``(kind, table, its cheapest sharding, message, ranks, per rank)`` when tables fit on no
+    rank alone: the biggest of them is named."""
+    name = max(alone, key=lambda n: _size(options, n))
+    best = min(options[name], key=room.need)
+    others = sorted((a for a in alone if a != name), key=lambda n: _size(options, n), reverse=True)
+    message = (f"table '{name}' ({_shape(best)}{_read_by(name, readers)}) fits on no rank: in the cheapest sharding "
+               f"its constraints allow ({best.sharding_type}, {best.compute_kernel}) one rank needs {format_gib(room.need(best))} "
+               f"of {room.tier.upper()} for it; {room.describe()}")
+    if others:
+        message += f"; {len(others)} more table(s) fit on no rank either: {', '.join(others[:5])}" + (", ..." if len(others) > 5 else "")
+    ranks = max(request.world_size + 1, math.ceil(room.total(best) / room.budget))
+    return "table", name, best, message, ranks, room.need(best)
+
+
+def _fits_not_together(options: Mapping[str, list[Any]], room: _Room, readers: Mapping[str, list[tuple[int, str, int]]],
+                       request: Any, setup: Any, planner_message: str) -> tuple[str, str, Any, str, int, int] | PlanFailure:
+    """As :func:`_fits_nowhere` when every table fits alone: their total is too much for the
+    ranks, or else the planner's own error names the table (a :class:`PlanFailure` when it
+    names none)."""
+    n, tier, budget = request.world_size, room.tier, room.budget
+    needed = sum(min(room.total(o) for o in opts) for opts in options.values())
+    name = max(options, key=lambda t: _size(options, t))
+    best = min(options[name], key=room.need)
+    if needed > budget * n:
+        message = (f"the tables need at least {format_gib(needed)} of {tier.upper()} together (each in its cheapest allowed "
+                   f"sharding), the {n} ranks have {format_gib(budget * n)} for tables ({format_gib(budget)} each); the biggest is "
+                   f"'{name}' ({_shape(best)}{_read_by(name, readers)}, {format_gib(room.total(best))})")
+        cached = _all_cached(setup) if request.device == "cuda" else 0
+        if cached:
+            message += (f". With \"fused_uvm_caching\" allowed for every table (train.global_embedding_constraints"
+                        f".compute_kernels = [\"fused\", \"fused_uvm_caching\"]) they would need at least "
+                        f"{format_gib(cached)} of HBM together ({'fits' if cached <= budget * n else 'still too much'})")
+        return "total", name, best, message, max(n + 1, math.ceil(needed / budget)), math.ceil(needed / n)
+    last = planner_message.strip().splitlines()[-1].strip()
+    named = re.search(r"of table (\S+?)[,.]?\s", planner_message)
+    name = named.group(1) if named and named.group(1) in options else None
+    message = f"TorchRec found no plan within the constraints although the tables' memory fits in all: {last}"
+    if name is None:
+        return PlanFailure("planner", None, message, ("remove embedding_constraints that narrow the choice",
+                                                      f"more ranks (--world-size, now {n})"), planner_message)
+    best = min(options[name], key=room.need)
+    return "planner", name, best, message, n + 1, room.need(best)
 
 
 def _more_memory_or_ranks(flag: str, memory: int, ranks: int, memory_only: bool) -> str:
