@@ -9,15 +9,11 @@ import torch
 
 import tzrun
 from tests.conftest import EXAMPLE, example_overrides
-from tzrun.config.load import read_config, load_config
-from tzrun.data.features import feature_specs
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
 from tzrun.runner.build import build_run
 from tzrun.runner.checkpoint import load_model_state
 from tzrun.runner.distributed import init_distributed, shutdown_distributed
-from tzrun.runner.trainer import train
 from tzrun.runner.session import Session
+from tzrun.runner.trainer import train
 
 pytestmark = pytest.mark.slow
 
