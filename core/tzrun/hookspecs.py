@@ -15,9 +15,8 @@ implement them, and so may the stage objects that a config names (``[[train.stag
 are registered on the run's own plugin manager for that run only. The loop, with every hook
 (``[R]``: how often; ``[ranks]``: where; ``sync``: whether the hook may synchronize)::
 
-    pm = make_plugin_manager(); registries = collect_registries(pm)      # tzrun_register_*
-    config = load_config(path, registries)                               # two passes
-    session = Session.start(config, ...)     # init process group; the run's parts, built once:
+    session = Session.from_config(path)      # make_plugin_manager; tzrun_register_*; two passes
+    session.start()                          # init process group; the run's parts, built once:
                                              # model (meta device), planner, DMP, optimizers, schedules
     trainer = Trainer(session)               # the loop below, method by method
     stages = build [[train.stages]]; register each on pm (called in config order)

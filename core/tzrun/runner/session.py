@@ -194,7 +194,7 @@ class Session:
             RuntimeError: for a session not made by :meth:`start`.
         """
         if self._info is None:
-            raise RuntimeError("this Session has no process group: make it with Session.start()")
+            raise RuntimeError("this Session has no process group: call session.start() (on every rank) first")
         return self._info
 
     @property
