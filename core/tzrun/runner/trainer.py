@@ -40,7 +40,7 @@ from tzrun.runner.checkpoint import (
     Blob, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
 )
-from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation
+from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation, told_already
 from tzrun.runner.evaluate import append_eval_result, evaluate
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
@@ -51,7 +51,7 @@ from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
-from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates
+from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates, state_key
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
 from tzrun.write_errors import named_save_error
 
@@ -113,6 +113,7 @@ class Trainer:
         self._epoch_end_steps: set[int] = set()
         self._evaluation_pending = False  # the checkpoint being written precedes its boundary's evaluation
         self._resumed_boundary_pending = False
+        self._told_already: list[object] = []  # plugins not to tell of the next evaluation (they heard it)
 
     # -- the run, top-down -----------------------------------------------------------------------
 
@@ -215,9 +216,12 @@ class Trainer:
         self.stream = TimedIterator(tally_skipped(self.data.batches(start.step), self.skipped))
         self.window = LogWindow(self.stream, self.info.world_size, skipped=self.skipped)
         if resume_from is not None:
-            self._resumed_boundary_pending = resume_evaluation(  # and trims eval_results.jsonl
+            resumed = resume_evaluation(  # and trims eval_results.jsonl
                 self._loaded_loop, self.session.model_dir, start.step, has_eval=self.session.eval_input is not None,
                 nothing_left=start.step >= self.total, rank=self.info.rank, world_size=self.info.world_size)
+            self._resumed_boundary_pending = resumed.pending
+            if resumed.told:
+                self._told_already = told_already(self.pm, self._stage_state, state_key)
             call_lifecycle(self.pm, "tzrun_after_checkpoint_load", run=self.run, step=start.step,
                            state=self._stage_state)
         record_start(self.session, self.run, self.plugins)
@@ -360,13 +364,14 @@ class Trainer:
         eval_input = self.session.eval_input
         if eval_input is None:
             return None
-        call_lifecycle(self.pm, "tzrun_before_eval", run=self.run, step=self.step)
+        told, self._told_already = self._told_already, []
+        call_lifecycle(self.pm, "tzrun_before_eval", skip=told, run=self.run, step=self.step)
         with self.built.update.eval_weights():
             result = evaluate(self.run, eval_input.one_pass(self.cfg.eval.num_steps), self.session.metric_slots,
                               self.session.registries, self.session.pipeline, self.step)
         if self.run.is_rank0:
             append_eval_result(self.session.model_dir, result)
-        call_lifecycle(self.pm, "tzrun_after_eval", run=self.run, step=self.step, result=result)
+        call_lifecycle(self.pm, "tzrun_after_eval", skip=told, run=self.run, step=self.step, result=result)
         self.last_eval = result
         return result
 
