@@ -1,8 +1,9 @@
 """Loading a run config: TOML, ``--set`` overrides, the two passes, one error with every problem.
 
 Pass 1 structures the core schema (:mod:`tzrun.config.schema`). Pass 2 looks up every
-``type = "..."`` component in the registries and structures its other keys into the config class
-its plugin registered. Both passes run even when the other finds problems, so a user sees all of
+``type = "..."`` component, at the places :data:`tzrun.config.slots.COMPONENT_SLOTS` names, in the
+registries, and structures its other keys: the slot's core keys into its ``fields`` class, the
+rest into the config class its plugin registered. Both passes run even when the other finds problems, so a user sees all of
 them at once.
 """
 
