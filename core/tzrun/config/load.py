@@ -351,7 +351,7 @@ class _Resolver:
         if missing:
             return None
         try:
-            fields = structure(self.conv, core, cls, path)
+            fields: Any = structure(self.conv, core, cls, path)
         except StructureFailed as failed:
             self.problems.extend(failed.problems)
             return None
