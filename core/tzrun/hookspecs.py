@@ -309,7 +309,8 @@ def tzrun_before_eval(run: RunContext, step: int) -> None:
     """Called on every rank right before an evaluation pass at global step ``step``, at each
     checkpoint boundary when there is an eval input, after that boundary's checkpoint is
     written; and once more for the step a run resumes at, when its checkpoint was written at a
-    boundary, before training on (all ranks together: sync ok)."""
+    boundary, before training on (to the plugins :func:`tzrun_after_eval` tells of it again;
+    all ranks together: sync ok)."""
 
 
 @hookspec
@@ -319,9 +320,10 @@ def tzrun_after_eval(run: RunContext, step: int, result: EvalResult) -> None:
     rank, so every rank's stage decides alike). May set ``run.stop_requested`` (and
     ``run.stop_reason``): the run then ends after this boundary. The boundary's checkpoint is
     already written, with the stages' state from before this call: a run resumed from it
-    evaluates ``step`` again (``step == run.start_step``) so that the stages reach the same
-    state; a stage that records evaluations replaces its record of that step. All ranks
-    together: sync ok."""
+    evaluates ``step`` again, so that the stages reach the same state. Each plugin hears each
+    step's evaluation once all the same: the evaluation run again goes to the plugins whose
+    state the checkpoint restored, and not to those that keep none and heard it before the
+    interruption. All ranks together: sync ok."""
 
 
 @hookspec

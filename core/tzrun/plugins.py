@@ -22,12 +22,13 @@ warning is an error instead, with the full traceback of its cause.
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import logging
 import os
 import re
 import traceback
 import warnings
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Collection, Iterable, Literal, Sequence
 
 import attrs
 import pluggy
@@ -154,41 +155,95 @@ class PluginManager(pluggy.PluginManager):
         return f"'{plugin_name}' ({dist} {version})" if dist else f"'{plugin_name}'"
 
 
-def call_lifecycle(pm: PluginManager, name: str, **kwargs: Any) -> None:
+def call_lifecycle(pm: PluginManager, name: str, *, skip: Collection[object] = (), **kwargs: Any) -> None:
     """Call lifecycle hook ``name`` on every plugin that implements it, in pluggy's order, with
     each plugin's failure isolated: a hookimpl that raises is named in a warning and its plugin
     is unregistered for the rest of the run, while the others go on (in ``tzrun_after_train``,
     when nothing is left to go on, the warning says so and the run ends as usual). In strict mode
     (``TZRUN_STRICT_PLUGINS=1``) the error propagates instead.
 
+    Wrapper hookimpls (``wrapper=True``, or the old ``hookwrapper=True``) wrap the call through
+    pluggy itself, around every other hookimpl, each of which runs isolated inside them. A
+    wrapper that raises is disabled the same way; the hookimpls it kept from running then run
+    without it, so that each runs once.
+
     Only ``Exception`` is caught: ``KeyboardInterrupt`` and ``SystemExit`` always propagate.
+
+    Args:
+        pm: the run's plugin manager.
+        name: the hook.
+        skip: plugin objects not to call this time.
+        **kwargs: the hook's arguments.
     """
-    caller = getattr(pm.hook, name)
-    impls = caller.get_hookimpls()
-    if any(impl.hookwrapper or impl.wrapper for impl in impls):
-        caller(**kwargs)  # hook wrappers need pluggy's own call (without isolation)
-        return
-    for impl in reversed(impls):
+    impls = [impl for impl in getattr(pm.hook, name).get_hookimpls() if impl.plugin not in skip]
+    inner = [impl for impl in impls if not _is_wrapper(impl)]
+    wrappers = [impl for impl in impls if _is_wrapper(impl)]
+    called: list[Any] = []
+    calls = [_isolated(pm, name, impl, kwargs, called) for impl in inner]
+    around = pm.subset_hook_caller(name, remove_plugins=[*skip, *(impl.plugin for impl in inner)])
+    try:
+        around.call_extra(calls, kwargs)  # pluggy calls them last to first, like its own hookimpls
+    except Exception as exc:
+        culprit = _raised_in(exc, wrappers)
+        if pm.strict or culprit is None:
+            raise
+        _disable(pm, name, culprit, exc, kwargs)
+        for impl, call in reversed(list(zip(inner, calls))):
+            if impl not in called:
+                call()
+
+
+def _is_wrapper(impl: Any) -> bool:
+    return bool(impl.wrapper or impl.hookwrapper)
+
+
+def _isolated(pm: PluginManager, name: str, impl: Any, kwargs: dict[str, Any], called: list[Any]) -> Any:
+    """A call of the (non-wrapper) hookimpl ``impl`` with ``kwargs`` that disables its plugin
+    when it raises; it takes no arguments, so that pluggy passes it none."""
+
+    def call() -> None:
+        called.append(impl)
         try:
             impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
         except Exception as exc:
             if pm.strict:
                 raise
-            _raise_write_failure(exc, kwargs)
-            plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
-            goes_on = ("training is over and its checkpoints are written, so the run ends as usual" if name == "tzrun_after_train"
-                       else "it is disabled for the rest of this run and training goes on")
-            warnings.warn(
-                f"plugin {pm.describe(plugin_name)} raised in {name}: {type(exc).__name__}: {exc}; {goes_on} "
-                "(TZRUN_STRICT_PLUGINS=1 makes this an error)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            log.warning("plugin %s raised in %s and is disabled for this run", plugin_name, name, exc_info=exc)
-            if pm.is_registered(impl.plugin):
-                pm.unregister(impl.plugin)
+            _disable(pm, name, impl, exc, kwargs)
+
+    return call
 
 
+def _raised_in(exc: BaseException, wrappers: Sequence[Any]) -> Any:
+    """The wrapper hookimpl of ``wrappers`` whose code raised ``exc`` last (None: none did)."""
+    codes = {_code(impl.function): impl for impl in wrappers}
+    culprit = None
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        culprit = codes.get(frame.f_code, culprit)
+    return culprit
+
+
+def _code(function: Any) -> Any:
+    function = inspect.unwrap(getattr(function, "__func__", function))
+    return getattr(function, "__code__", None)
+
+
+def _disable(pm: PluginManager, name: str, impl: Any, exc: Exception, kwargs: dict[str, Any]) -> None:
+    """Name the plugin of ``impl``, which raised ``exc`` in hook ``name`` (called with
+    ``kwargs``), in a warning and unregister it; a write failure in the model dir ends the run
+    instead."""
+    _raise_write_failure(exc, kwargs)
+    plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+    goes_on = ("training is over and its checkpoints are written, so the run ends as usual" if name == "tzrun_after_train"
+               else "it is disabled for the rest of this run and training goes on")
+    warnings.warn(
+        f"plugin {pm.describe(plugin_name)} raised in {name}: {type(exc).__name__}: {exc}; {goes_on} "
+        "(TZRUN_STRICT_PLUGINS=1 makes this an error)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    log.warning("plugin %s raised in %s and is disabled for this run", plugin_name, name, exc_info=exc)
+    if pm.is_registered(impl.plugin):
+        pm.unregister(impl.plugin)
 def _raise_write_failure(exc: Exception, kwargs: dict[str, Any]) -> None:
     """A hook that could not write into the model dir (a full disk, a read-only dir: the
     ``metrics_log`` stage appending to ``metrics.jsonl``, say) ends the run with a named

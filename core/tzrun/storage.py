@@ -25,7 +25,6 @@ from typing import IO, Any, Callable, Sequence
 from tzrun.errors import DataError, StorageError
 
 __all__ = [
-    "StoragePath",
     "is_remote",
     "as_path",
     "filesystem",
@@ -38,10 +37,6 @@ __all__ = [
     "storage_options",
     "redact_url",
 ]
-
-#: A local :class:`pathlib.Path` or a :class:`upath.UPath` for a URL (same API; in universal-pathlib 0.3
-#: not a ``Path`` subclass, so never re-wrap one in ``Path(...)``: use :func:`as_path`).
-StoragePath = Path
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 

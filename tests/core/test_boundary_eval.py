@@ -42,8 +42,8 @@ def test_a_finished_run_resumed_again_re_runs_its_last_evaluation_only_when_it_i
 def test_resume_drops_the_evaluations_it_makes_again_and_keeps_evaluate_commands(tmp_path):
     rows = [{"step": 2}, {"step": 4}, {"step": 4, "command": "evaluate"}, {"step": 6}]
     _write(tmp_path, *rows)
-    assert resume_evaluation({PENDING_KEY: True}, tmp_path, 4, has_eval=True, nothing_left=False, rank=0, world_size=1)
+    assert resume_evaluation({PENDING_KEY: True}, tmp_path, 4, has_eval=True, nothing_left=False, rank=0, world_size=1).pending
     assert _steps(tmp_path) == [(2, None), (4, "evaluate")]
     _write(tmp_path, *rows)
-    assert not resume_evaluation({}, tmp_path, 4, has_eval=True, nothing_left=False, rank=0, world_size=1)
+    assert not resume_evaluation({}, tmp_path, 4, has_eval=True, nothing_left=False, rank=0, world_size=1).pending
     assert _steps(tmp_path) == [(2, None), (4, None), (4, "evaluate")]

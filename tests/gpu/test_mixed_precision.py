@@ -18,7 +18,8 @@ from tests.integration.test_update_path import (  # noqa: F401  (_process_group:
     _run_with,
     final_weights,
 )
-from tzrun.runner.checkpoint import checkpoint_dir, read_saved
+from tests.checkpoint_entries import read_saved
+from tzrun.runner.checkpoint import checkpoint_dir
 
 
 class Probe(DtypeProbe):

@@ -10,7 +10,7 @@ import torch
 import tzrun
 from tests.conftest import EXAMPLE, example_overrides
 from tzrun.runner.build import build_run
-from tzrun.runner.checkpoint import load_model_state
+from tzrun.runner.checkpoint import load_checkpoint
 from tzrun.runner.distributed import init_distributed, shutdown_distributed
 from tzrun.runner.session import Session
 from tzrun.runner.trainer import train
@@ -55,7 +55,7 @@ def test_inline_plugin_optimizer_trains_a_run_and_its_checkpoint_loads_back(crit
         fresh_state = {k: _local(v) for k, v in fresh.state_dict().items()}
         assert set(fresh_state) == set(trained)
         assert any(not torch.equal(fresh_state[k], trained[k]) for k in trained)
-        load_model_state(result.checkpoint, fresh)
+        load_checkpoint(result.checkpoint, {"model": fresh})
         for key, value in fresh.state_dict().items():
             assert torch.equal(_local(value), trained[key]), key
     finally:
@@ -65,4 +65,4 @@ def test_inline_plugin_optimizer_trains_a_run_and_its_checkpoint_loads_back(crit
 def test_loading_an_incomplete_checkpoint_is_refused(tmp_path):
     (tmp_path / "state").mkdir()
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
-        load_model_state(tmp_path, torch.nn.Linear(1, 1))
+        load_checkpoint(tmp_path, {"model": torch.nn.Linear(1, 1)})

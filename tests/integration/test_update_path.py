@@ -19,7 +19,8 @@ from tzrun.errors import ConfigError
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.build import assign_parts
-from tzrun.runner.checkpoint import checkpoint_dir, read_saved
+from tests.checkpoint_entries import read_saved
+from tzrun.runner.checkpoint import checkpoint_dir
 from tzrun.runner.distributed import init_distributed, shutdown_distributed
 from tzrun.runner.session import seed_everything as _seed_everything
 from tzrun.runner.session import Session

@@ -1,8 +1,9 @@
 """Loading a run config: TOML, ``--set`` overrides, the two passes, one error with every problem.
 
 Pass 1 structures the core schema (:mod:`tzrun.config.schema`). Pass 2 looks up every
-``type = "..."`` component in the registries and structures its other keys into the config class
-its plugin registered. Both passes run even when the other finds problems, so a user sees all of
+``type = "..."`` component, at the places :data:`tzrun.config.slots.COMPONENT_SLOTS` names, in the
+registries, and structures its other keys: the slot's core keys into its ``fields`` class, the
+rest into the config class its plugin registered. Both passes run even when the other finds problems, so a user sees all of
 them at once.
 """
 
@@ -10,22 +11,15 @@ from __future__ import annotations
 
 import re
 import sys
+import types
+import typing
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import attrs
 
-from tzrun.config.converter import StructureFailed, ValueProblem, make_converter, show, structure
-from tzrun.config.schema import (
-    Component,
-    DataConfig,
-    DenseOptimizerFields,
-    EMAConfig,
-    PartFields,
-    RunConfig,
-    SparseOptimizerFields,
-    TrainConfig,
-)
+from tzrun.config.converter import StructureFailed, ValueProblem, join_path, make_converter, show, structure
+from tzrun.config.schema import Component, RunConfig
 from tzrun.config.slots import COMPONENT_SLOTS
 from tzrun.errors import ComponentLookupError, ConfigError, ConfigProblem
 from tzrun.registry import Registries
@@ -302,82 +296,68 @@ def schema_default(cls: type, name: str) -> Any:
 
 
 class _Resolver:
-    """Pass 2: every component location, looked up and structured, problems collected."""
+    """Pass 2: every place of :data:`COMPONENT_SLOTS`, looked up and structured, problems collected."""
 
     def __init__(self, conv: Any, registries: Registries, problems: list[ConfigProblem]) -> None:
         self.conv, self.registries, self.problems = conv, registries, problems
         self.found: dict[str, Component] = {}
 
     def run(self, data: Mapping[str, Any]) -> None:
-        data_section = _table(data.get("data"))
-        self.slot(data_section.get("reader", schema_default(DataConfig, "reader")), "data.reader", "data.reader")
-        if "sampler" in data_section:
-            self.slot(data_section["sampler"], "data.sampler", "data.sampler")
-        if "model" in data:
-            self.slot(data["model"], "model", "model")
-        train = _table(data.get("train"))
-        if "sparse_optimizer" in train:
-            self.slot(train["sparse_optimizer"], "train.sparse_optimizer", "train.sparse_optimizer")
-        if "dense_optimizer" in train:
-            self.slot(train["dense_optimizer"], "train.dense_optimizer", "train.dense_optimizer")
-        features = _table(data.get("features"))
-        for i, feature in enumerate(_list(features.get("sparse"))):
-            if isinstance(feature, dict) and "sparse_optimizer" in feature:
-                path = f"features.sparse[{i}].sparse_optimizer"
-                value = feature["sparse_optimizer"]
-                if isinstance(value, dict) and "lr_schedule" in value:
-                    self.problems.append(ConfigProblem(
-                        f"{path}.lr_schedule",
-                        "per-table sparse optimizers share train.sparse_optimizer.lr_schedule (applied to their own lr); remove it",
-                    ))
-                    value = {k: v for k, v in value.items() if k != "lr_schedule"}
-                self.slot(value, path, "features.sparse.sparse_optimizer")
-        self.slot(train.get("pipeline", schema_default(TrainConfig, "pipeline")), "train.pipeline", "train.pipeline")
-        for i, stage in enumerate(_list(train.get("stages", schema_default(TrainConfig, "stages")))):
-            self.slot(stage, f"train.stages[{i}]", "train.stages")
-        self.slot(train.get("loss_weighting", schema_default(TrainConfig, "loss_weighting")), "train.loss_weighting",
-                  "train.loss_weighting")
-        for i, loss in enumerate(_list(data.get("losses"))):
-            self.slot(loss, f"losses[{i}]", "losses")
-        for i, metric in enumerate(_list(data.get("metrics"))):
-            self.slot(metric, f"metrics[{i}]", "metrics")
-        for i, metric in enumerate(_list(data.get("train_metrics"))):
-            self.slot(metric, f"train_metrics[{i}]", "train_metrics")
+        for slot in COMPONENT_SLOTS:
+            if _slot_parent(slot) is None:
+                for path, value in _places(data, RunConfig, slot.split("."), ""):
+                    self.component(value, path, slot)
 
-    def slot(self, value: Any, path: str, slot: str) -> None:
-        """Check the component table ``value`` at ``path``, a place of :data:`COMPONENT_SLOTS`."""
-        where = COMPONENT_SLOTS[slot]
-        self.component(value, path, where.kind, where.fields)
-
-    def component(self, value: Any, path: str, kind: str, fields_cls: type | None = None) -> None:
+    def component(self, value: Any, path: str, slot: str) -> None:
+        """Check the component table ``value`` at ``path``, a place of slot ``slot``."""
         if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-            return  # pass 1 reports the shape problem
+            return  # structuring the table that holds it reports the shape problem
+        where = COMPONENT_SLOTS[slot]
         try:
-            entry = self.registries[kind].get(value["type"], f"{path}.type")
+            entry = self.registries[where.kind].get(value["type"], f"{path}.type")
         except ComponentLookupError as exc:
             self.problems.append(ConfigProblem(exc.path, str(exc).split(": ", 1)[1]))
             return
         options = {k: v for k, v in value.items() if k != "type"}
-        core: dict[str, Any] = {}
-        if fields_cls is not None:
-            names = {f.name for f in attrs.fields(fields_cls)}
-            core = {k: options.pop(k) for k in list(options) if k in names}
+        for key, why in where.omit.items():
+            if key in options:
+                del options[key]
+                self.problems.append(ConfigProblem(f"{path}.{key}", f"{why.replace('``', '')}; remove it"))
         fields = None
-        if fields_cls in (SparseOptimizerFields, DenseOptimizerFields, PartFields):
-            fields = self.optimizer_fields(core, path, fields_cls)
-        elif fields_cls is not None:
-            try:
-                fields = structure(self.conv, core, fields_cls, path)
-            except StructureFailed as failed:
-                self.problems.extend(failed.problems)
-            else:
-                self.check_group(fields, entry, path)
+        if where.fields is not None:
+            names = {f.name for f in attrs.fields(where.fields)}
+            core = {k: options.pop(k) for k in list(options) if k in names}
+            fields = self.fields(core, path, slot, entry)
         try:
             config = structure(self.conv, options, entry.config, path)
         except StructureFailed as failed:
             self.problems.extend(failed.problems)
             return
         self.found[path] = Component(value["type"], options, config, fields)
+
+    def fields(self, core: dict[str, Any], path: str, slot: str, entry: Any) -> Any:
+        """The core keys of the component table at ``path`` structured into its slot's fields
+        class, the components they hold (the slot's child slots) resolved in place."""
+        cls = COMPONENT_SLOTS[slot].fields
+        assert cls is not None
+        children = _child_slots(slot)
+        for key, child in children.items():
+            for child_path, value in _places(core, cls, [key], path):
+                self.component(value, child_path, child)
+        missing = [f for f in attrs.fields(cls) if f.default is attrs.NOTHING and f.name not in core]
+        for field in missing:
+            self.problems.append(ConfigProblem(
+                f"{path}.{field.name}", field.metadata.get("missing", f"required key '{field.name}' is missing")))
+        if missing:
+            return None
+        try:
+            fields: Any = structure(self.conv, core, cls, path)
+        except StructureFailed as failed:
+            self.problems.extend(failed.problems)
+            return None
+        self.check_group(fields, entry, path)
+        return attrs.evolve(fields, **{key: _put(getattr(fields, key), f"{path}.{key}", self.found)
+                                       for key in children})
 
     def check_group(self, fields: Any, entry: Any, path: str) -> None:
         """``group_by`` is required by components registered with ``group="required"`` and
@@ -391,94 +371,81 @@ class _Resolver:
         elif group == "none" and given:
             self.problems.append(ConfigProblem(f"{path}.group_by", f"'{entry.name}' does not use a group key; remove group_by"))
 
-    def schedule(self, value: Any, path: str) -> Component | None:
-        if not isinstance(value, dict):
-            self.problems.append(ConfigProblem(path, f'expected a table like {{ type = "constant" }}, got {show(value)}'))
-            return None
-        self.component(value, path, "lr_scheduler")
-        return self.found.get(path)
-
-    def optimizer_fields(self, core: dict[str, Any], path: str, fields_cls: type) -> Any:
-        """The core keys of an optimizer table (or a part): schedule, parts, EMA, CPU policy."""
-        values: dict[str, Any] = {}
-        if "lr_schedule" in core:
-            values["lr_schedule"] = self.schedule(core["lr_schedule"], f"{path}.lr_schedule")
-        elif fields_cls is not PartFields:
-            values["lr_schedule"] = self.schedule(schema_default(fields_cls, "lr_schedule"), f"{path}.lr_schedule")
-        if fields_cls is SparseOptimizerFields and "cpu_policy" in core:
-            values["cpu_policy"] = core["cpu_policy"]
-            if core["cpu_policy"] not in ("error", "data_parallel"):
-                self.problems.append(ConfigProblem(
-                    f"{path}.cpu_policy", f'expected "error" or "data_parallel", got {show(core["cpu_policy"])}'
-                ))
-                values.pop("cpu_policy")
-        if fields_cls is DenseOptimizerFields:
-            if "ema" in core:
-                try:
-                    values["ema"] = structure(self.conv, core["ema"], EMAConfig, f"{path}.ema")
-                except StructureFailed as failed:
-                    self.problems.extend(failed.problems)
-            parts = core.get("parts", [])
-            if not isinstance(parts, list):
-                self.problems.append(ConfigProblem(f"{path}.parts", f"expected an array of tables ([[{path}.parts]]), got {show(parts)}"))
-                parts = []
-            found = []
-            for i, part in enumerate(parts):
-                part_path = f"{path}.parts[{i}]"
-                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    self.problems.append(ConfigProblem(part_path, f'expected a table with "type" and "pattern", got {show(part)}'))
-                    continue
-                self.slot(part, part_path, "train.dense_optimizer.parts")
-                if part_path in self.found and self.found[part_path].fields is not None:
-                    found.append(self.found[part_path])
-            values["parts"] = tuple(found)
-        if fields_cls is PartFields:
-            pattern = core.get("pattern")
-            if not isinstance(pattern, str):
-                self.problems.append(ConfigProblem(
-                    f"{path}.pattern", 'each part needs pattern = "<regex over parameter names>", e.g. "deep\\..*"'
-                ))
-                return None
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                self.problems.append(ConfigProblem(f"{path}.pattern", f"not a valid regular expression: {exc}"))
-                return None
-            values["pattern"] = pattern
-        return fields_cls(**values)
-
     def apply(self, config: RunConfig) -> RunConfig:
-        f = self.found
-        train = config.train
-        stages = tuple(f[f"train.stages[{i}]"] for i in range(len(train.stages)))
-        return attrs.evolve(
-            config,
-            data=attrs.evolve(config.data, reader=f["data.reader"], sampler=f.get("data.sampler")),
-            model=f["model"],
-            train=attrs.evolve(
-                train,
-                sparse_optimizer=f["train.sparse_optimizer"],
-                dense_optimizer=f["train.dense_optimizer"],
-                pipeline=f["train.pipeline"],
-                stages=stages,
-                loss_weighting=f["train.loss_weighting"],
-            ),
-            features=attrs.evolve(
-                config.features,
-                sparse=tuple(
-                    attrs.evolve(feature, sparse_optimizer=f[f"features.sparse[{i}].sparse_optimizer"])
-                    if feature.sparse_optimizer is not None else feature
-                    for i, feature in enumerate(config.features.sparse)
-                ),
-            ),
-            losses=tuple(f[f"losses[{i}]"] for i in range(len(config.losses))),
-            metrics=tuple(f[f"metrics[{i}]"] for i in range(len(config.metrics))),
-            train_metrics=tuple(f[f"train_metrics[{i}]"] for i in range(len(config.train_metrics))),
-        )
+        """``config`` with every component the schema holds directly replaced by its resolved one."""
+        for slot in COMPONENT_SLOTS:
+            if _slot_parent(slot) is None:
+                config = _evolve_at(config, slot.split("."), "", self.found)
+        return config
 
 
-def _table(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _put(current: Any, path: str, found: Mapping[str, Component]) -> Any:
+    """The resolved component(s) of ``found`` for ``current``, the structured value at ``path``
+    (a component, an array of them, or None); a place pass 2 did not resolve keeps its value
+    (the config has problems then and is never used)."""
+    if isinstance(current, tuple):
+        return tuple(found.get(f"{path}[{i}]", c) for i, c in enumerate(current))
+    return current if current is None else found.get(path, current)
+
+
+def _evolve_at(value: Any, segments: list[str], path: str, found: Mapping[str, Component]) -> Any:
+    """``value`` (a schema instance at ``path``) with the component(s) at schema path
+    ``segments`` below it replaced by their resolved ones."""
+    name, rest = segments[0], segments[1:]
+    current, key = getattr(value, name), join_path(path, name)
+    if not rest:
+        new = _put(current, key, found)
+    elif isinstance(current, tuple):
+        new = tuple(_evolve_at(item, rest, f"{key}[{i}]", found) for i, item in enumerate(current))
+    else:
+        new = current if current is None else _evolve_at(current, rest, key, found)
+    return attrs.evolve(value, **{name: new})
+
+
+def _slot_parent(path: str) -> str | None:
+    """The slot of :data:`COMPONENT_SLOTS` whose component table holds slot ``path`` (None: the
+    schema holds it directly)."""
+    parent = path.rpartition(".")[0]
+    return parent if parent in COMPONENT_SLOTS else None
+
+
+def _child_slots(path: str) -> dict[str, str]:
+    """``{key: slot}`` of the slots held in the core keys of slot ``path``'s component table."""
+    return {s.rpartition(".")[2]: s for s in COMPONENT_SLOTS if _slot_parent(s) == path}
+
+
+def _field_type(cls: type, name: str) -> tuple[Any, bool]:
+    """``(type, is_array)`` of field ``name`` of schema class ``cls`` (``Optional`` unwrapped)."""
+    hint = typing.get_type_hints(cls)[name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0], True
+    return hint, False
+
+
+def _places(node: Any, cls: type, segments: list[str], path: str) -> Iterator[tuple[str, Any]]:
+    """``(TOML path, value)`` of every place at schema path ``segments`` under the raw table
+    ``node`` (of schema class ``cls``, at ``path``): an absent key gives the schema's default, a
+    key absent without a default (or with None) gives nothing."""
+    name, rest = segments[0], segments[1:]
+    table = node if isinstance(node, dict) else {}
+    target, is_array = _field_type(cls, name)
+    key = join_path(path, name)
+    if name in table:
+        value = table[name]
+    elif rest:
+        value = [] if is_array else {}
+    else:
+        value = schema_default(cls, name)
+    if value is None or value is attrs.NOTHING:
+        return
+    items = [(f"{key}[{i}]", item) for i, item in enumerate(_list(value))] if is_array else [(key, value)]
+    for item_path, item in items:
+        if rest:
+            yield from _places(item, target, rest, item_path)
+        else:
+            yield item_path, item
 
 
 def _list(value: Any) -> list[Any]:

@@ -7,6 +7,7 @@ registered (see :mod:`tzrun.config.load`). Relative paths are relative to the wo
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Optional
 
 import attrs
@@ -76,6 +77,13 @@ class EMAConfig:
     use_for_eval: bool = True
 
 
+def _regex(instance: Any, attribute: Any, value: str) -> None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}", attribute) from None
+
+
 @attrs.frozen
 class PartFields:
     """Keys of a ``[[train.dense_optimizer.parts]]`` table that tzrec-run reads itself.
@@ -87,7 +95,8 @@ class PartFields:
             same options, applied to this part's lr).
     """
 
-    pattern: str
+    pattern: str = attrs.field(validator=_regex, metadata={
+        "missing": 'each part needs pattern = "<regex over parameter names>", e.g. "deep\\..*"'})
     lr_schedule: Optional[Component] = None
 
 

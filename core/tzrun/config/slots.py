@@ -37,8 +37,10 @@ class Slot:
 
 
 #: Every place in :class:`~tzrun.config.schema.RunConfig` that holds a component, by schema path
-#: (array levels without brackets), as the loader resolves them. A ``Component``
-#: field missing here makes :func:`tzrun.tools.reference.config_reference` raise.
+#: (array levels without brackets). The loader resolves exactly these places, in this order: a
+#: path below another slot's path is a core key of that slot's ``fields`` class. Adding a slot
+#: is one entry here plus its schema field; a ``Component`` field missing here makes
+#: :func:`tzrun.tools.reference.config_reference` raise.
 COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
     "model": Slot("model"),
     "data.reader": Slot("reader"),

@@ -8,43 +8,81 @@ the stages concluded from it (early stopping's patience, say), are not part of i
 from it evaluates that boundary again before training on (evaluation is deterministic), so that
 ``eval_results.jsonl``, ``best.json`` and the stages' decisions are those of an uninterrupted run;
 it costs one evaluation per resume.
+
+The core, not each stage, makes sure that every plugin hears each step's evaluation once. When the
+interrupted run recorded that evaluation (so it had told the plugins), the evaluation run again
+goes to the plugins whose state the checkpoint restored (their state is from before it: for them
+it is the first time) and not to the others, which heard it already (:func:`told_already`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
+import attrs
 import torch
 
 from tzrun.files import EVAL_RESULTS, read_jsonl
 from tzrun.runner.evaluate import trim_eval_results
 from tzrun.storage import as_path
 
-__all__ = ["PENDING_KEY", "resume_evaluation", "evaluation_pending", "trim_for_resume"]
+__all__ = ["PENDING_KEY", "ResumedBoundary", "resume_evaluation", "evaluation_pending", "trim_for_resume", "told_already"]
 
 #: The loop-state key of a checkpoint written at a boundary, before that boundary's evaluation.
 PENDING_KEY = "evaluate_on_resume"
 
 
+@attrs.frozen
+class ResumedBoundary:
+    """What a run resumed from the checkpoint of a boundary does about its evaluation.
+
+    Attributes:
+        pending: evaluate the boundary's step again before training on.
+        told: the interrupted run had recorded that evaluation, and so told the plugins of it.
+    """
+
+    pending: bool = False
+    told: bool = False
+
+
 def resume_evaluation(loop: Mapping[str, Any], model_dir: Path, step: int, *, has_eval: bool, nothing_left: bool,
-                      rank: int, world_size: int) -> bool:
+                      rank: int, world_size: int) -> ResumedBoundary:
     """On resume from the checkpoint of ``step``: decide whether its boundary is evaluated
-    again (:func:`evaluation_pending`), then drop from ``eval_results.jsonl`` what the resumed
-    run records again (:func:`trim_for_resume`, rank 0). Collective with several ranks.
+    again (:func:`evaluation_pending`) and whether the interrupted run had told the plugins of
+    that evaluation, then drop from ``eval_results.jsonl`` what the resumed run records again
+    (:func:`trim_for_resume`, rank 0). Collective with several ranks.
 
     Args:
         loop, model_dir, step, has_eval, nothing_left, world_size: as :func:`evaluation_pending`.
         rank: this rank.
-
-    Returns:
-        Whether to evaluate ``step`` again before training on.
     """
     pending = evaluation_pending(loop, model_dir, step, has_eval=has_eval, nothing_left=nothing_left,
                                  world_size=world_size)
+    told = pending and _recorded(model_dir, step)
+    if pending and world_size > 1:
+        decision: list[Any] = [told]
+        torch.distributed.broadcast_object_list(decision, src=0)
+        told = bool(decision[0])
     if rank == 0:
         trim_for_resume(model_dir, step, pending=pending)
-    return pending
+    return ResumedBoundary(pending, told)
+
+
+def told_already(pm: Any, restored: Collection[str], state_key: Any) -> list[object]:
+    """The plugins not to tell again of the resumed boundary's evaluation, when the interrupted
+    run had told them (:attr:`ResumedBoundary.told`): those evaluation hooks that keep no state
+    in the checkpoint. A plugin whose state the checkpoint restored is back at before that
+    evaluation, and is told it (the first time, as far as its state goes).
+
+    Args:
+        pm: the run's plugin manager.
+        restored: the keys of the plugin and stage states the checkpoint restored.
+        state_key: the key a plugin's state is saved under, from its plugin name.
+    """
+    plugins = {impl.plugin for hook in (pm.hook.tzrun_before_eval, pm.hook.tzrun_after_eval)
+               for impl in hook.get_hookimpls()}
+    return [plugin for plugin in plugins if state_key(pm.get_name(plugin) or "") not in restored]
 
 
 def evaluation_pending(loop: Mapping[str, Any], model_dir: Path, step: int, *, has_eval: bool,

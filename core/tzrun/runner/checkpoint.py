@@ -47,7 +47,6 @@ import json
 import pickle
 import re
 import shutil
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -90,8 +89,6 @@ __all__ = [
     "mark_complete",
     "verify_checkpoint",
     "load_checkpoint",
-    "load_model_state",
-    "read_saved",
     "init_lazy_states",
     "remove_incomplete_checkpoints",
 ]
@@ -406,29 +403,6 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
     return status
 
 
-def load_model_state(path: Path, model: torch.nn.Module, *, verify: bool = True) -> None:
-    """Load the model weights of a complete checkpoint into ``model`` (collective).
-
-    Args:
-        path: the checkpoint directory.
-        model: the built model (any world size: DCP reshards).
-        verify: check the files against the manifest first (:func:`verify_checkpoint`).
-
-    Raises:
-        IncompleteCheckpointError: when ``path`` is not a complete checkpoint (also a
-            ``FileNotFoundError``).
-        CheckpointError: when a file is missing, truncated or corrupted, or would run code
-            (:func:`tzrun.runner.dcp_storage.load_state`).
-    """
-    if verify:
-        verify_checkpoint(path)
-    elif not is_complete(path):
-        raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
-    state = {"model": model.state_dict()}
-    load_state(as_path(path) / "state", state)
-    model.load_state_dict(state["model"])
-
-
 def init_lazy_states(optimizer: Any) -> None:
     """Create the state of optimizers that make it lazily at their first step (Adam's moments,
     SGD's momentum), so that the checkpoint's values have tensors to load into: DCP loads only
@@ -476,15 +450,3 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
         raise CheckpointError(f"{path}: does not hold everything this run loads (written by another kind of run "
                               f"or an older tzrec-run): {str(error).strip().splitlines()[-1]}") from error
     return read_meta(path)
-
-
-def read_saved(path: Path, key: str) -> Any:
-    """What a checkpoint saved under ``key`` through a :class:`Blob` (``loop``, ``schedules``,
-    ``update``, ``train_metrics``, ``stages``, ``rank.<R>``), read in this process alone
-    (no process group, no model): for tools and tests."""
-    found: list[Any] = []
-    state = as_path(path) / "state"
-    with warnings.catch_warnings():  # "torch.distributed is disabled ...": loading in one process is the intent
-        warnings.simplefilter("ignore", UserWarning)
-        load_state(state, {key: Blob(lambda: None, found.append, f"{state} entry '{key}'")}, no_dist=True)
-    return found[0]

@@ -17,7 +17,7 @@ from tzrun.registry import Registries
 from tzrun.runner.checkpoint import unsaveable
 
 __all__ = [
-    "RunStages", "stage_names", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates",
+    "RunStages", "stage_names", "state_key", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates",
     "seconds_since_process_start",
 ]
 
@@ -27,6 +27,10 @@ def stage_names(cfg: RunConfig) -> list[str]:
     ``type.i`` (its index in the list) when the list names that type more than once."""
     counts = Counter(c.name for c in cfg.train.stages)
     return [c.name if counts[c.name] == 1 else f"{c.name}.{i}" for i, c in enumerate(cfg.train.stages)]
+
+
+#: The plugin name of a stage object is this prefix and its stage name.
+_STAGE_PREFIX = "stage:"
 
 
 class RunStages:
@@ -44,7 +48,7 @@ class RunStages:
             stage = registries["stage"].get(component.type, f"train.stages[{i}].type").build(component.config)
             self.named.append((name, stage))
         for name, stage in reversed(self.named):
-            pm.register(stage, name=f"stage:{name}")
+            pm.register(stage, name=_STAGE_PREFIX + name)
 
     def state_dict(self) -> dict[str, Any]:
         """Each stage's ``state_dict()`` under its name (stages without one are left out)."""
@@ -61,6 +65,12 @@ class RunStages:
         for _, stage in self.named:
             if self.pm.is_registered(stage):
                 self.pm.unregister(stage)
+
+
+def state_key(plugin_name: str) -> str:
+    """The key under which a checkpoint saves the state of plugin ``plugin_name``: a stage's
+    under its stage name, another plugin's under its own name."""
+    return plugin_name.removeprefix(_STAGE_PREFIX)
 
 
 def check_stage_states(state: Mapping[str, Any]) -> None:

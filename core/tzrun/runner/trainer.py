@@ -37,7 +37,7 @@ from tzrun.runner.checkpoint import (
     Blob, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
 )
-from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation
+from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation, told_already
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
@@ -48,7 +48,7 @@ from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
-from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates
+from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates, state_key
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
 from tzrun.write_errors import named_save_error
 
@@ -108,6 +108,7 @@ class Trainer:
         self._epoch_end_steps: set[int] = set()
         self._evaluation_pending = False  # the checkpoint being written precedes its boundary's evaluation
         self._resumed_boundary_pending = False
+        self._told_already: list[object] = []  # plugins not to tell of the next evaluation (they heard it)
 
     # -- the run, top-down -----------------------------------------------------------------------
 
@@ -210,9 +211,12 @@ class Trainer:
         self.stream = TimedIterator(tally_skipped(self.data.batches(start.step), self.skipped))
         self.window = LogWindow(self.stream, self.info.world_size, skipped=self.skipped)
         if resume_from is not None:
-            self._resumed_boundary_pending = resume_evaluation(  # and trims eval_results.jsonl
+            resumed = resume_evaluation(  # and trims eval_results.jsonl
                 self._loaded_loop, self.session.model_dir, start.step, has_eval=self.session.eval_input is not None,
                 nothing_left=start.step >= self.total, rank=self.info.rank, world_size=self.info.world_size)
+            self._resumed_boundary_pending = resumed.pending
+            if resumed.told:
+                self._told_already = told_already(self.pm, self._stage_state, state_key)
             call_lifecycle(self.pm, "tzrun_after_checkpoint_load", run=self.run, step=start.step,
                            state=self._stage_state)
         record_start(self.session, self.run, self.plugins)
@@ -354,10 +358,11 @@ class Trainer:
         EMA averages when configured); rank 0 records the result. None without an eval input."""
         if self.session.eval_input is None:
             return None
-        call_lifecycle(self.pm, "tzrun_before_eval", run=self.run, step=self.step)
+        told, self._told_already = self._told_already, []
+        call_lifecycle(self.pm, "tzrun_before_eval", skip=told, run=self.run, step=self.step)
         model_dir = self.session.model_dir
         result = self.session.evaluate(self.run, self.step, lambda r: append_eval_result(model_dir, r))
-        call_lifecycle(self.pm, "tzrun_after_eval", run=self.run, step=self.step, result=result)
+        call_lifecycle(self.pm, "tzrun_after_eval", skip=told, run=self.run, step=self.step, result=result)
         self.last_eval = result
         return result
 

@@ -248,7 +248,6 @@ class UpdateOptimizer:
         self.scaler = loss_scale.scaler
         self.device = device
         self.micro_step = 0  # batches in the current accumulation window
-        self.skipped_steps = 0  # dense steps the scaler skipped (inf/NaN gradients)
         self.dense_params = [p for opt in self.dense.values() for g in opt.param_groups for p in g["params"]]
         #: the dense optimizers' parameters by name
         self.named_dense_params: dict[str, nn.Parameter] = {}
@@ -412,7 +411,6 @@ class UpdateOptimizer:
                 self.scaler.step(opt)
             self.scaler.update()
             stepped = self.scaler.get_scale() >= before
-            self.skipped_steps += not stepped
         if stepped and self.ema is not None:
             self.ema.update()
 
@@ -424,7 +422,6 @@ class UpdateOptimizer:
         return {
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "ema": self.ema.state_dict() if self.ema is not None else None,
-            "skipped_steps": self.skipped_steps,
             "nonfinite_steps": self.nonfinite_steps,
         }
 
@@ -434,7 +431,6 @@ class UpdateOptimizer:
             self.scaler.load_state_dict(state["scaler"])
         if self.ema is not None and state.get("ema"):
             self.ema.load_state_dict(state["ema"])
-        self.skipped_steps = int(state.get("skipped_steps", 0))
         self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
 
     @contextlib.contextmanager

@@ -81,8 +81,6 @@ class MetricsLogStage:
     @tzrun.hookimpl
     def tzrun_after_eval(self, run: tzrun.RunContext, step: int, result: tzrun.EvalResult) -> None:
         if self.path is not None:
-            if step and step == run.start_step:  # the resumed boundary evaluated again: replace its record
-                tzrun.keep_jsonl(self.path, lambda r: not (r.get("kind") == "eval" and r.get("step") == step))
             self._write({"kind": "eval", "step": step, "rows": result.rows, "metrics": dict(result.metrics),
                          "seconds": result.seconds, "time": time.time()})
 

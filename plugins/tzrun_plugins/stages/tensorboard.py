@@ -129,11 +129,6 @@ class TensorBoardStage(ClosedAtTheEnd):
     def tzrun_after_eval(self, run: tzrun.RunContext, step: int, result: tzrun.EvalResult) -> None:
         if self.eval is None:
             return
-        if step and step == run.start_step:  # the resumed boundary evaluated again: drop its earlier events
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.eval.close()
-            self.eval = SummaryWriter(str(self.eval.log_dir), flush_secs=self.cfg.flush_secs, purge_step=step)
         for name, value in result.metrics.items():
             self.eval.add_scalar(name if name.startswith("loss/") else f"metric/{name}", value, step)
         self.eval.flush()
