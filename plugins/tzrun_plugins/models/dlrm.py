@@ -69,6 +69,9 @@ def build_dlrm(cfg: DLRMConfig, ctx: ModelContext) -> Any:
     class DLRM(nn.Module):
         """Bottom MLP, embeddings, pairwise dot interaction, top MLP."""
 
+        pair_rows: torch.Tensor
+        pair_cols: torch.Tensor
+
         def __init__(self) -> None:
             super().__init__()
             self.feature_names = [f.name for f in ctx.sparse_features]

@@ -72,9 +72,9 @@ def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
     for i, f in enumerate(ctx.dense_features):
         if f.name not in assigned:
             problems.append(ConfigProblem(f"features.dense[{i}]", f"'{f.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
-    for i, f in enumerate(ctx.sparse_features):
-        if f.name not in assigned:
-            problems.append(ConfigProblem(f"features.sparse[{i}]", f"'{f.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
+    for i, s in enumerate(ctx.sparse_features):
+        if s.name not in assigned:
+            problems.append(ConfigProblem(f"features.sparse[{i}]", f"'{s.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
     sparse = {f.name for f in ctx.sparse_features}
     for tower in ("user", "item"):
         if not any(name in sparse for name in getattr(cfg, f"{tower}_features")):
@@ -104,6 +104,8 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
 
     class Tower(nn.Module):
         """The dense columns and id features of one side, an MLP, a linear layer to ``output_dim``."""
+
+        dense_columns: torch.Tensor
 
         def __init__(self, features: tuple[str, ...], units: tuple[int, ...]) -> None:
             super().__init__()

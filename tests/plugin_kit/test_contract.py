@@ -1,0 +1,37 @@
+"""The typed ``register`` protocols (``tzrun.Register*``, what ``mypy --strict`` checks a
+plugin against) and the runtime's table (``tzrun.registry.KINDS``, what ``register`` accepts
+when a run collects the plugins) are one contract: for every kind, the protocol that its
+registration hook is annotated with takes exactly the keywords the runtime accepts, with the
+same defaults."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import tzrun
+from tzrun import hookspecs, interfaces
+from tzrun.registry import KINDS
+
+#: what ``register`` takes for every kind (``name`` is positional)
+COMMON = {"config": inspect.Parameter.empty, "build": inspect.Parameter.empty, "description": ""}
+
+
+def protocol_of(hook: str) -> type:
+    """The protocol the hookspec ``hook`` annotates its ``register`` argument with."""
+    annotation = getattr(hookspecs, hook).__annotations__["register"]
+    return getattr(interfaces, annotation) if isinstance(annotation, str) else annotation
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_the_typed_protocol_takes_what_the_runtime_accepts(kind):
+    spec = KINDS[kind]
+    protocol = protocol_of(spec.hook)
+    params = dict(inspect.signature(protocol.__call__).parameters)
+    assert list(params)[:2] == ["self", "name"], protocol.__name__
+    keywords = {p.name: p.default for p in params.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == {**COMMON, **spec.extras}, (
+        f"{protocol.__name__} (the annotation of {spec.hook}) and KINDS[{kind!r}].extras disagree"
+    )
+    assert protocol.__name__ in tzrun.__all__, f"{protocol.__name__} is what authors annotate with: make it public"
