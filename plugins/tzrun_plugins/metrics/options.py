@@ -20,6 +20,10 @@ __all__ = [
 ]
 
 TIE_RULES = ("drop", "wrong")
+#: how XAUC scores a pair with equal targets or predictions (:attr:`XAUCConfig.ties`)
+TieRule = Literal["drop", "wrong"]
+XAUCMode = Literal["exact", "sampled", "in_batch"]
+XAUCAveraging = Literal["pooled", "per_batch"]
 """The values of the XAUC metrics' ``ties`` option."""
 
 
