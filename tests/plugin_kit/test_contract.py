@@ -35,3 +35,18 @@ def test_the_typed_protocol_takes_what_the_runtime_accepts(kind):
         f"{protocol.__name__} (the annotation of {spec.hook}) and KINDS[{kind!r}].extras disagree"
     )
     assert protocol.__name__ in tzrun.__all__, f"{protocol.__name__} is what authors annotate with: make it public"
+
+
+def test_batch_is_public_with_each_field_documented():
+    from tzrun.data.batch import Batch
+
+    assert tzrun.Batch is Batch and "Batch" in tzrun.__all__
+    attributes = Batch.__doc__.split("Attributes:")[1]
+    fields = [p for p in inspect.signature(Batch.__init__).parameters if p != "self"]
+    assert [f for f in fields if f"\n        {f}:" not in attributes] == []
+
+
+def test_the_row_metric_base_is_public():
+    from torchmetrics import Metric
+
+    assert "RowMetric" in tzrun.__all__ and issubclass(tzrun.RowMetric, Metric)

@@ -22,13 +22,16 @@ and a sequence of clicked item ids).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units, unknown_feature_problems
+
+if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
+    from tzrun import Batch
 
 __all__ = ["DSSMConfig", "build_dssm"]
 
@@ -135,7 +138,7 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             self.user_tower = Tower(cfg.user_features, cfg.user_hidden_units)
             self.item_tower = Tower(cfg.item_features, cfg.item_hidden_units)
 
-        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+        def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             embedded = self.ebc(batch.sparse)
             rows = batch.weights.shape[0]  # the batch's own rows; sampled items follow them
             user = self.user_tower(batch.dense, embedded, rows)
