@@ -11,11 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from tzrun.files import EVAL_RESULTS, METRICS_FILE, append_jsonl, keep_jsonl, read_jsonl, write_atomic
+from tzrun.files import METRICS_FILE, append_jsonl, keep_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
-from tzrun.storage import (
-    arrow_filesystem, as_path, exists, filesystem, is_remote, list_files, open_file, remove_tree, under,
-)
+from tzrun.storage import as_path, filesystem, is_remote, list_files, under
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
     BAD_ROW_SEPARATOR,
@@ -48,15 +46,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 __all__ = [
     "__version__",
     "hookimpl",
-    "arrow_filesystem",
     "as_path",
     "filesystem",
     "is_remote",
     "list_files",
-    "open_file",
-    "remove_tree",
     "under",
-    "exists",
     "BAD_ROW_COLUMN",
     "BAD_ROW_SEPARATOR",
     "DenseFeature",
@@ -79,10 +73,8 @@ __all__ = [
     "StepInfo",
     "TrainLog",
     "METRICS_FILE",
-    "EVAL_RESULTS",
     "write_atomic",
     "append_jsonl",
-    "read_jsonl",
     "keep_jsonl",
     "is_hashable",
     "ClosedFormLR",

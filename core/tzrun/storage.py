@@ -29,12 +29,10 @@ __all__ = [
     "is_remote",
     "as_path",
     "filesystem",
-    "arrow_filesystem",
     "open_file",
     "list_files",
     "remove_tree",
     "under",
-    "exists",
     "storage_options",
     "redact_url",
 ]
@@ -155,22 +153,6 @@ def filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:
     return fsspec.core.url_to_fs(text, **storage_options(text))
 
 
-def arrow_filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:
-    """What pyarrow needs to open ``path``: ``(None, path)`` for a local path; for a URL, a
-    ``pyarrow.fs`` filesystem over the same fsspec filesystem every other access uses (one
-    set of credentials and endpoint) and the path inside it.
-
-    Raises:
-        StorageError: as :func:`as_path`.
-    """
-    if not is_remote(path):
-        return None, os.fspath(as_path(path))
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-    fs, inner = filesystem(path)
-    return PyFileSystem(FSSpecHandler(fs)), inner
-
-
 def open_file(path: str | os.PathLike[str], mode: str = "rb") -> IO[Any]:
     """Open ``path`` (local or a URL) like :func:`open`."""
     if not is_remote(path):
@@ -185,20 +167,6 @@ def under(base: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     if is_remote(path) or Path(path).is_absolute():
         return as_path(path)
     return as_path(base) / os.fspath(path)
-
-
-def exists(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` (local or a URL) names a file or a directory (on an object store: an
-    object or a prefix of objects).
-
-    Raises:
-        StorageError: as :func:`as_path`; and what the store's client raises when it cannot
-            answer (credentials, network).
-    """
-    if not is_remote(path):
-        return os.path.exists(as_path(path))
-    fs, inner = filesystem(path)
-    return bool(fs.exists(inner))
 
 
 def remove_tree(path: str | os.PathLike[str]) -> None:
