@@ -7,6 +7,8 @@ same defaults."""
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,13 @@ def test_the_row_metric_base_is_public():
     from torchmetrics import Metric
 
     assert "RowMetric" in tzrun.__all__ and issubclass(tzrun.RowMetric, Metric)
+
+
+def test_plugin_authors_md_lists_the_public_api_once_and_whole():
+    """The table of docs/plugin_authors.md's "What a plugin may import" is ``tzrun.__all__``."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "plugin_authors.md").read_text()
+    section = page.split("## What a plugin may import")[1].split("\n## ")[0]
+    rows = [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| `tzrun.")]
+    listed = [name for row in rows for name in re.findall(r"`tzrun\.(\w+)", row)]
+    assert len(listed) == len(set(listed)), "a name is listed twice"
+    assert sorted(listed) == sorted(tzrun.__all__)
