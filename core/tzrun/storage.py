@@ -33,6 +33,7 @@ __all__ = [
     "list_files",
     "remove_tree",
     "under",
+    "exists",
     "storage_options",
     "redact_url",
 ]
@@ -167,6 +168,20 @@ def under(base: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     if is_remote(path) or Path(path).is_absolute():
         return as_path(path)
     return as_path(base) / os.fspath(path)
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` (local or a URL) names a file or a directory (on an object store: an
+    object or a prefix of objects).
+
+    Raises:
+        StorageError: as :func:`as_path`; and what the store's client raises when it cannot
+            answer (credentials, network).
+    """
+    if not is_remote(path):
+        return os.path.exists(as_path(path))
+    fs, inner = filesystem(path)
+    return bool(fs.exists(inner))
 
 
 def remove_tree(path: str | os.PathLike[str]) -> None:
