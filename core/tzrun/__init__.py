@@ -83,15 +83,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from tzrun.data.batch import Batch
     from tzrun.data.hashing import is_hashable
     from tzrun.lr_schedule import ClosedFormLR
-    from tzrun.data.batch import Batch
     from tzrun.row_metric import RowMetric
 
 #: Public names whose modules import numpy, pyarrow or torch: loaded on first use, so that
 #: ``import tzrun`` (every plugin's ``hooks.py``) stays light.
-_LAZY = {"is_hashable": "tzrun.data.hashing", "ClosedFormLR": "tzrun.lr_schedule", "RowMetric": "tzrun.row_metric",
-         "Batch": "tzrun.data.batch"}
+_LAZY = {
+    "is_hashable": "tzrun.data.hashing",
+    "ClosedFormLR": "tzrun.lr_schedule",
+    "RowMetric": "tzrun.row_metric",
+    "Batch": "tzrun.data.batch",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from tzrun import RowMetric
 
+from tzrun import RowMetric
 from tzrun_plugins.metrics._inputs import LabelKind, weighted_rows
 
 __all__ = ["NO_ROWS", "GroupedRowMetric", "PredictionRows", "half_if_undefined"]
