@@ -11,11 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from tzrun.files import EVAL_RESULTS, METRICS_FILE, append_jsonl, keep_jsonl, read_jsonl, write_atomic
+from tzrun.files import METRICS_FILE, append_jsonl, keep_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
-from tzrun.storage import (
-    arrow_filesystem, as_path, exists, filesystem, is_remote, list_files, open_file, remove_tree, under,
-)
+from tzrun.storage import as_path, filesystem, is_remote, list_files, under
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
     BAD_ROW_SEPARATOR,
@@ -27,6 +25,7 @@ from tzrun.interfaces import (
     Reader,
     Register,
     RegisterLosses,
+    RegisterLossWeightings,
     RegisterMetrics,
     RegisterModels,
     RegisterReaders,
@@ -47,15 +46,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 __all__ = [
     "__version__",
     "hookimpl",
-    "arrow_filesystem",
     "as_path",
     "filesystem",
     "is_remote",
     "list_files",
-    "open_file",
-    "remove_tree",
     "under",
-    "exists",
     "BAD_ROW_COLUMN",
     "BAD_ROW_SEPARATOR",
     "DenseFeature",
@@ -66,6 +61,7 @@ __all__ = [
     "Reader",
     "Register",
     "RegisterLosses",
+    "RegisterLossWeightings",
     "RegisterMetrics",
     "RegisterModels",
     "RegisterReaders",
@@ -77,22 +73,29 @@ __all__ = [
     "StepInfo",
     "TrainLog",
     "METRICS_FILE",
-    "EVAL_RESULTS",
     "write_atomic",
     "append_jsonl",
-    "read_jsonl",
     "keep_jsonl",
     "is_hashable",
     "ClosedFormLR",
+    "RowMetric",
+    "Batch",
 ]
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from tzrun.data.batch import Batch
     from tzrun.data.hashing import is_hashable
     from tzrun.lr_schedule import ClosedFormLR
+    from tzrun.row_metric import RowMetric
 
 #: Public names whose modules import numpy, pyarrow or torch: loaded on first use, so that
 #: ``import tzrun`` (every plugin's ``hooks.py``) stays light.
-_LAZY = {"is_hashable": "tzrun.data.hashing", "ClosedFormLR": "tzrun.lr_schedule"}
+_LAZY = {
+    "is_hashable": "tzrun.data.hashing",
+    "ClosedFormLR": "tzrun.lr_schedule",
+    "RowMetric": "tzrun.row_metric",
+    "Batch": "tzrun.data.batch",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -79,8 +79,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from tzrun.interfaces import (
-        EvalResult, Register, RegisterLosses, RegisterMetrics, RegisterModels, RegisterReaders, RegisterStages,
-        RunContext, StepInfo, TrainLog,
+        EvalResult, Register, RegisterLosses, RegisterLossWeightings, RegisterMetrics, RegisterModels,
+        RegisterReaders, RegisterStages, RunContext, StepInfo, TrainLog,
     )
 
 __all__ = ["hookspec", "PROJECT_NAME"]
@@ -155,7 +155,7 @@ def tzrun_register_losses(register: RegisterLosses) -> None:
 
 
 @hookspec
-def tzrun_register_loss_weightings(register: Register) -> None:
+def tzrun_register_loss_weightings(register: RegisterLossWeightings) -> None:
     """Register loss weightings by name (``[train.loss_weighting] type = ...``): how the
     ``[[losses]]`` make the training loss.
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Register",
     "RegisterLosses",
+    "RegisterLossWeightings",
     "RegisterMetrics",
     "RegisterStages",
     "RegisterModels",
@@ -42,10 +43,12 @@ __all__ = [
 
 class Register(Protocol):
     """The ``register`` callback of the registration hooks whose kinds take no kind-specific
-    option: sparse and dense optimizers, lr schedules, train pipelines (see
+    option: sparse and dense optimizers, lr schedules, train pipelines, samplers (see
     :mod:`tzrun.hookspecs`). The other kinds have their own: :class:`RegisterLosses`,
-    :class:`RegisterMetrics`, :class:`RegisterStages`, :class:`RegisterModels`,
-    :class:`RegisterReaders`, so that a type checker refuses a misspelled keyword."""
+    :class:`RegisterLossWeightings`, :class:`RegisterMetrics`, :class:`RegisterStages`,
+    :class:`RegisterModels`, :class:`RegisterReaders`, so that a type checker refuses a
+    misspelled keyword. Each one's keywords are the runtime's (``tzrun.registry.KINDS``):
+    ``tests/plugin_kit/test_contract.py`` holds them equal."""
 
     def __call__(self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "") -> None: ...
 
@@ -57,6 +60,15 @@ class RegisterLosses(Protocol):
         self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
         prediction: str = "logits", group: Literal["none", "optional", "required"] = "none",
         labels: Optional[Literal["binary", "class_index", "non_negative", "finite"]] = None,
+    ) -> None: ...
+
+
+class RegisterLossWeightings(Protocol):
+    """``register`` of ``tzrun_register_loss_weightings``."""
+
+    def __call__(
+        self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
+        check: Optional[Callable[..., Iterable[tuple[str, str]]]] = None,
     ) -> None: ...
 
 
@@ -76,6 +88,7 @@ class RegisterStages(Protocol):
     def __call__(
         self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
         check: Optional[Callable[..., Iterable[tuple[str, str]]]] = None,
+        outputs: Optional[Callable[[Any], Sequence[str]]] = None,
     ) -> None: ...
 
 

@@ -28,7 +28,6 @@ __all__ = [
     "is_remote",
     "as_path",
     "filesystem",
-    "arrow_filesystem",
     "open_file",
     "list_files",
     "remove_tree",
@@ -148,22 +147,6 @@ def filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:
     if found is not None and found not in ("file", "local"):
         _check_protocol(found, text)
     return fsspec.core.url_to_fs(text, **storage_options(text))
-
-
-def arrow_filesystem(path: str | os.PathLike[str]) -> tuple[Any, str]:
-    """What pyarrow needs to open ``path``: ``(None, path)`` for a local path; for a URL, a
-    ``pyarrow.fs`` filesystem over the same fsspec filesystem every other access uses (one
-    set of credentials and endpoint) and the path inside it.
-
-    Raises:
-        StorageError: as :func:`as_path`.
-    """
-    if not is_remote(path):
-        return None, os.fspath(as_path(path))
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-    fs, inner = filesystem(path)
-    return PyFileSystem(FSSpecHandler(fs)), inner
 
 
 def open_file(path: str | os.PathLike[str], mode: str = "rb") -> IO[Any]:

@@ -12,6 +12,7 @@ import pytest
 
 import tzrun
 from tzrun.errors import StorageError
+from tzrun.files import read_jsonl
 from tzrun.runner.checkpoint import list_checkpoints, remove_incomplete_checkpoints
 from tzrun.runner.manifest import MANIFEST, MARKER, check_checkpoint, describe_files, manifest_bytes, marker_bytes
 from tzrun.runner.retention import prune_checkpoints, read_best, record_best
@@ -24,10 +25,10 @@ def test_atomic_writes_and_json_lines_on_s3(s3_bucket: str) -> None:
     assert tzrun.keep_jsonl(path, lambda r: True) == 0  # no file yet
     for step in (1, 2, 3):
         tzrun.append_jsonl(path, {"step": step, "auc": step / 10})
-    assert tzrun.read_jsonl(path) == [{"step": s, "auc": s / 10} for s in (1, 2, 3)]
+    assert read_jsonl(path) == [{"step": s, "auc": s / 10} for s in (1, 2, 3)]
     assert tzrun.keep_jsonl(path, lambda r: r["step"] <= 2) == 1
     tzrun.append_jsonl(path, {"step": 3, "auc": 0.5})  # read back after the rewrite, not a cached copy
-    assert [r["step"] for r in tzrun.read_jsonl(path)] == [1, 2, 3]
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3]
     tzrun.write_atomic(f"{s3_bucket}/run/best.json", b'{"a": 1}')
     tzrun.write_atomic(f"{s3_bucket}/run/best.json", b'{"a": 2}')
     assert json.loads(tzrun.as_path(f"{s3_bucket}/run/best.json").read_text()) == {"a": 2}

@@ -23,6 +23,7 @@ import tzrun
 from tests.conftest import EXAMPLE, REPO, example_overrides, run_cli
 from tests.integration import fault_plugin
 from tzrun.config.load import load_config, parse_config
+from tzrun.files import EVAL_RESULTS, read_jsonl
 from tzrun.plugins import make_plugin_manager
 from tzrun.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
@@ -66,7 +67,7 @@ def _train(criteo_dir: Path, model_dir: str, recorder: Losses, *extra: str, resu
 
 
 def _results(model_dir: str | Path) -> list[dict]:
-    return tzrun.read_jsonl(tzrun.as_path(model_dir) / tzrun.EVAL_RESULTS)
+    return read_jsonl(tzrun.as_path(model_dir) / EVAL_RESULTS)
 
 
 def _keys(url: str) -> list[str]:
@@ -90,7 +91,7 @@ def test_one_rank_stopped_by_sigterm_on_s3_resumes_exactly_and_evaluate_ckpt_and
     assert resumed.steps == 6 and resumed.stopped_by is None
     assert {**first.steps, **second.steps} == whole.steps  # the same loss at every step, exactly
     assert _results(model_dir) == _results(tmp_path / "local")  # evaluations at 3 and 6, to the last bit
-    metrics = tzrun.read_jsonl(f"{model_dir}/metrics.jsonl")
+    metrics = read_jsonl(f"{model_dir}/metrics.jsonl")
     assert [r["step"] for r in metrics if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # each step once
     keys = _keys(model_dir)
     assert {"checkpoints/step-6/COMPLETE", "checkpoints/step-6/manifest.json", "checkpoints/step-6/state/.metadata",

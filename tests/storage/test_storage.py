@@ -8,7 +8,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tzrun import as_path, is_remote, list_files, open_file, remove_tree
+from tzrun.storage import as_path, is_remote, list_files, open_file, remove_tree
 from tzrun.errors import DataError, StorageError
 
 

@@ -1,4 +1,5 @@
-"""What the metrics share: input checks, and row states that every rank can gather."""
+"""What the metrics share: input checks and the value of an undefined metric (their row
+states are :class:`tzrun.RowMetric`'s)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ from typing import Any, Optional, cast
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
-from torchmetrics.utilities import dim_zero_cat
 
-__all__ = ["RowStates", "checked_rows", "undefined"]
+__all__ = ["checked_rows", "undefined"]
 
 
 def _flat(x: Any, metric: str, what: str) -> Tensor:
@@ -94,39 +93,3 @@ def undefined(metric: str, reason: str, value: float, device: torch.device) -> T
     """Warn that ``metric`` is undefined because of ``reason`` and return ``value``."""
     warnings.warn(f"{metric} is undefined because {reason}; returning {value}", RuntimeWarning, stacklevel=3)
     return torch.tensor(value, dtype=torch.float64, device=device)
-
-
-class RowStates(Metric):
-    """A metric that keeps per-row (or per-group) tensors in ``cat`` list states.
-
-    Each state holds, from creation and after every ``reset()``, an empty tensor of its own
-    dtype, so that a rank that saw no rows still contributes tensors of the right dtypes when
-    torchmetrics gathers the states of all ranks (otherwise it would send ``self.dtype``
-    float32 ones, and integer group keys could not be concatenated with them).
-    """
-
-    is_differentiable = False
-    full_state_update = False
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._row_dtypes: dict[str, torch.dtype] = {}
-
-    def add_rows_state(self, name: str, dtype: torch.dtype) -> None:
-        """Add a ``cat`` list state ``name`` whose tensors have ``dtype``."""
-        self.add_state(name, default=[], dist_reduce_fx="cat")
-        self._row_dtypes[name] = dtype
-        self._seed(name)
-
-    def _seed(self, name: str) -> None:
-        getattr(self, name).append(torch.empty(0, dtype=self._row_dtypes[name], device=self.device))
-
-    def reset(self) -> None:
-        """Forget every row (see the class docstring)."""
-        super().reset()
-        for name in self._row_dtypes:
-            self._seed(name)
-
-    def rows(self, name: str) -> Tensor:
-        """Every tensor appended to ``name`` (on every rank, once synced), concatenated."""
-        return dim_zero_cat(getattr(self, name))

@@ -25,7 +25,9 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from tzrun_contrib_metrics._rows import RowStates, checked_rows, undefined
+from tzrun import RowMetric
+
+from tzrun_contrib_metrics._rows import checked_rows, undefined
 from tzrun_contrib_metrics.options import AveragePrecisionConfig
 
 __all__ = ["AveragePrecision", "average_precision", "build_average_precision"]
@@ -49,7 +51,7 @@ def average_precision(preds: Tensor, positive: Tensor, negative: Tensor) -> Tens
     return ((recall - previous) * (tp / (tp + fp))).sum()
 
 
-class AveragePrecision(RowStates):
+class AveragePrecision(RowMetric):
     """Average precision over every rank's rows (module docstring).
 
     Example:
@@ -78,9 +80,9 @@ class AveragePrecision(RowStates):
         sample weights (rows of weight 0 are dropped)."""
         p, y, w, _ = checked_rows("average_precision", prediction, label, weight, binary_label=True)
         positive = w * y
-        self.preds.append(p.to(self.device))
-        self.positive.append(positive.to(self.device))
-        self.negative.append((w - positive).to(self.device))
+        self.append_rows("preds", p)
+        self.append_rows("positive", positive)
+        self.append_rows("negative", w - positive)
 
     def compute(self) -> Tensor:
         """AP over all rows; 0.0 with a warning when there is no positive row."""

@@ -31,7 +31,9 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from tzrun_contrib_metrics._rows import RowStates, checked_rows, undefined
+from tzrun import RowMetric
+
+from tzrun_contrib_metrics._rows import checked_rows, undefined
 from tzrun_contrib_metrics.options import COPCConfig
 
 __all__ = ["COPC", "build_copc", "copc"]
@@ -53,7 +55,7 @@ def copc(groups: Tensor, clicks: Tensor, predicted: Tensor) -> Tensor | str:
     return (clicks[counted] / predicted[counted]).mean()
 
 
-class COPC(RowStates):
+class COPC(RowMetric):
     """Clicks over predicted clicks, pooled or averaged over groups (module docstring).
 
     Example:
@@ -82,9 +84,9 @@ class COPC(RowStates):
         if g is None:
             g = torch.zeros(p.shape, dtype=torch.int64, device=p.device)
         keys, clicks, predicted = _sum_by_group(g, w * y, w * p)
-        self.groups.append(keys.to(self.device))
-        self.clicks.append(clicks.to(self.device))
-        self.predicted.append(predicted.to(self.device))
+        self.append_rows("groups", keys)
+        self.append_rows("clicks", clicks)
+        self.append_rows("predicted", predicted)
 
     def compute(self) -> Tensor:
         """COPC over all rows of all ranks; NaN with a warning when undefined."""

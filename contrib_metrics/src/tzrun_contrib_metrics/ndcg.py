@@ -30,7 +30,9 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from tzrun_contrib_metrics._rows import RowStates, checked_rows, undefined
+from tzrun import RowMetric
+
+from tzrun_contrib_metrics._rows import checked_rows, undefined
 from tzrun_contrib_metrics.options import NDCGConfig
 
 __all__ = ["NDCGAtK", "build_ndcg", "grouped_ndcg"]
@@ -92,7 +94,7 @@ def grouped_ndcg(preds: Tensor, gains: Tensor, groups: Tensor, k: int, empty_gro
     return values.mean()
 
 
-class NDCGAtK(RowStates):
+class NDCGAtK(RowMetric):
     """NDCG@k per group, averaged over groups, over every rank's rows (module docstring).
 
     Example:
@@ -138,10 +140,10 @@ class NDCGAtK(RowStates):
             raise ValueError("ndcg_at_k needs the group key of every row: set group_by = \"<column>\" in its [[metrics]] table")
         p, y, w, g = checked_rows("ndcg_at_k", prediction, label, weight, group)
         relevance = y if self.gain == "linear" else torch.exp2(y) - 1.0
-        self.preds.append(p.to(self.device))
-        self.gains.append((w * relevance).to(self.device))
+        self.append_rows("preds", p)
+        self.append_rows("gains", w * relevance)
         assert g is not None  # checked_rows returns the keys it was given
-        self.groups.append(g.to(self.device))
+        self.append_rows("groups", g)
 
     def compute(self) -> Tensor:
         """The mean NDCG@k over groups; 0.0 with a warning when no group counts."""

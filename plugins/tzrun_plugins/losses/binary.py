@@ -6,9 +6,12 @@ Every loss here is a sample-weighted mean: ``sum_i w_i * l_i / sum_i w_i``, so r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["BCEConfig", "FocalConfig", "build_bce", "build_focal", "weighted_mean"]
 
@@ -47,7 +50,7 @@ class FocalConfig:
     alpha: float = attrs.field(default=0.5, validator=_open_unit)
 
 
-def weighted_mean(values: Any, weight: Any) -> Any:
+def weighted_mean(values: Tensor, weight: Tensor) -> Tensor:
     """``sum(w * v) / sum(w)``; 0 for a batch whose weights are all 0 (padding)."""
     return (values * weight).sum() / weight.sum().clamp_min(1e-12)
 

@@ -107,6 +107,7 @@ def dominance(ranks: Tensor, weight: Tensor | None, per_row: bool = False) -> Te
         _bucket_cumsum(one, upto, rows, size)  # ones up to and including each position
         index = torch.bitwise_and(pos, size - 1)  # position inside the bucket
         if weight is None and not per_row:
+            assert visits is not None
             # a one at bucket index i with k ones before it follows i - k zeros: sum over the
             # ones of their positions, less their buckets' starts and the ones before them
             visits += one

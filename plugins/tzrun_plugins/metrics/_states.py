@@ -1,11 +1,9 @@
 """Row-keeping metrics: every rank stores its rows and ``compute`` gathers them.
 
-The exact ranking metrics keep each row (``cat`` states, like
-:class:`~tzrun_plugins.metrics.auc.AUC`): predictions, targets and weights in the metric's
-dtype (``self.dtype``, float32 unless ``set_dtype`` changes it) and, for grouped metrics,
-group keys in int64 whatever the metric's dtype, so that ``set_dtype`` never rounds an id.
-A rank that saw no rows still contributes an (empty) int64 tensor of group keys, so every
-rank gathers tensors of one dtype.
+The exact ranking metrics keep each row (:class:`tzrun.RowMetric` states): predictions,
+targets and weights in the metric's dtype (``self.dtype``, float32 unless ``set_dtype``
+changes it) and, for grouped metrics, group keys in int64 whatever the metric's dtype, so that
+``set_dtype`` never rounds an id.
 
 Their value is undefined on degenerate input (e.g. a single class); it is then ``0.5``, as
 for ``auc``, with a :class:`RuntimeWarning` that says why (:func:`half_if_undefined`).
@@ -14,18 +12,15 @@ for ``auc``, with a :class:`RuntimeWarning` that says why (:func:`half_if_undefi
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from torch.nn import Module
-from torchmetrics import Metric
-from torchmetrics.utilities import dim_zero_cat
-from torchmetrics.utilities.distributed import gather_all_tensors
 
+from tzrun import RowMetric
 from tzrun_plugins.metrics._inputs import LabelKind, weighted_rows
 
-__all__ = ["NO_ROWS", "GroupedRowMetric", "RowStates", "half_if_undefined"]
+__all__ = ["NO_ROWS", "GroupedRowMetric", "PredictionRows", "half_if_undefined"]
 
 _GROUP = "group"
 NO_ROWS = "no rows (with positive weight) were given"
@@ -40,40 +35,33 @@ def half_if_undefined(result: Tensor | str, device: torch.device, what: str) -> 
     return result.to(torch.float64)
 
 
-class RowStates:
-    """Mixin for a :class:`torchmetrics.Metric` with list states ``preds``, ``target``,
-    ``weight`` and optionally ``group`` (registered by the metric's ``__init__``)."""
+class PredictionRows(RowMetric):
+    """A :class:`tzrun.RowMetric` of scored rows: ``preds``, ``target`` and ``weight`` in the
+    metric's dtype, and, when ``grouped``, ``group`` keys in int64."""
 
-    def append_rows(
-        self: Any, preds: Tensor, target: Tensor, weight: Tensor | None, group: Tensor | None = None
-    ) -> None:
+    preds: list[Tensor] | Tensor
+    target: list[Tensor] | Tensor
+    weight: list[Tensor] | Tensor
+    group: list[Tensor] | Tensor
+
+    def __init__(self, grouped: bool = False, keep_rows: bool = True, **kwargs: Any) -> None:
+        """Declare the row states (none unless ``keep_rows``, for a metric that sums instead)."""
+        super().__init__(**kwargs)
+        for state in ("preds", "target", "weight") if keep_rows else ():
+            self.add_rows_state(state)
+        if grouped and keep_rows:
+            self.add_rows_state(_GROUP, torch.int64)
+
+    def append_scored(self, preds: Tensor, target: Tensor, weight: Tensor | None, group: Tensor | None = None) -> None:
         """Store checked rows (weight ``None`` stores ones)."""
-        dtype, device = self.dtype, self.device
-        self.preds.append(preds.detach().to(device=device, dtype=dtype))
-        self.target.append(target.detach().to(device=device, dtype=dtype))
-        if weight is None:
-            self.weight.append(torch.ones(preds.shape, dtype=dtype, device=device))
-        else:
-            self.weight.append(weight.detach().to(device=device, dtype=dtype))
+        self.append_rows("preds", preds)
+        self.append_rows("target", target)
+        self.append_rows("weight", torch.ones(preds.shape, device=preds.device) if weight is None else weight)
         if group is not None:
-            self.group.append(group.detach().to(device=device, dtype=torch.int64))
-
-    def _apply(self: Any, fn: Callable, exclude_state: Sequence[str] = ()) -> Module:
-        if _GROUP not in self._defaults:
-            return super()._apply(fn, exclude_state=exclude_state)  # type: ignore[misc]
-        this = super()._apply(fn, exclude_state=(*exclude_state, _GROUP))  # type: ignore[misc]
-        keys = this.group
-        device = this.device
-        this.group = [k.to(device) for k in keys] if isinstance(keys, list) else keys.to(device)
-        return this
-
-    def _sync_dist(self: Any, dist_sync_fn: Callable = gather_all_tensors, process_group: Any | None = None) -> None:
-        if _GROUP in self._defaults and isinstance(self.group, list) and not self.group:
-            self.group = [torch.empty(0, dtype=torch.int64, device=self.device)]
-        super()._sync_dist(dist_sync_fn, process_group)  # type: ignore[misc]
+            self.append_rows(_GROUP, group)
 
 
-class GroupedRowMetric(RowStates, Metric):
+class GroupedRowMetric(PredictionRows):
     """Base of ``grouped_auc`` and ``grouped_xauc``: ``update(preds, target, weight, group)``
     keeps the rows with one integer group key each; ``compute`` gathers all ranks' rows and
     passes them to :meth:`grouped_value`."""
@@ -88,10 +76,8 @@ class GroupedRowMetric(RowStates, Metric):
     labels: ClassVar[LabelKind]
 
     def __init__(self, weight_by_size: bool, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(grouped=True, **kwargs)
         self.weight_by_size = weight_by_size
-        for state in ("preds", "target", "weight", _GROUP):
-            self.add_state(state, default=[], dist_reduce_fx="cat")
 
     @classmethod
     def grouped_value(
@@ -124,7 +110,7 @@ class GroupedRowMetric(RowStates, Metric):
             ValueError: On a bad shape, label, NaN prediction or weight, or non-integer keys.
         """
         preds, target, weight, keys = weighted_rows(self.name, preds, target, weight, labels=self.labels, group=group)
-        self.append_rows(preds, target, weight, keys)
+        self.append_scored(preds, target, weight, keys)
 
     def compute(self) -> Tensor:
         """The value over every row given to :meth:`update` on every rank (float64 scalar;
@@ -132,10 +118,6 @@ class GroupedRowMetric(RowStates, Metric):
         if isinstance(self.preds, list) and not self.preds:
             return half_if_undefined(NO_ROWS, self.device, self.title)
         result = self.grouped_value(
-            dim_zero_cat(self.preds),
-            dim_zero_cat(self.target),
-            dim_zero_cat(self.weight),
-            dim_zero_cat(self.group).to(torch.int64),
-            self.weight_by_size,
+            self.rows("preds"), self.rows("target"), self.rows("weight"), self.rows(_GROUP), self.weight_by_size
         )
         return half_if_undefined(result, self.device, self.title)

@@ -37,9 +37,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
-from torchmetrics.utilities import dim_zero_cat
 
+from tzrun_plugins.metrics._states import PredictionRows
 from tzrun_plugins.metrics.options import AUCConfig, _check_thresholds
 
 __all__ = ["AUC", "AUCConfig", "binary_auc", "build_auc"]
@@ -189,7 +188,7 @@ def binary_auc(preds: Tensor, target: Tensor, weight: Tensor | None = None) -> f
     return float(result)
 
 
-class AUC(Metric):
+class AUC(PredictionRows):
     """Exact binary ROC AUC, correct across ranks.
 
     **Exact mode** (``thresholds=None``, the default) keeps every row (list states reduced
@@ -225,6 +224,10 @@ class AUC(Metric):
     """
 
     is_differentiable = False
+    tp: Tensor
+    fp: Tensor
+    num_pos: Tensor
+    num_neg: Tensor
     higher_is_better = True
     full_state_update = False
     plot_lower_bound = 0.0
@@ -243,13 +246,9 @@ class AUC(Metric):
             ValueError: If ``thresholds`` is neither ``None`` nor an int >= 2.
         """
         _check_thresholds(thresholds)
-        super().__init__(**kwargs)
+        super().__init__(keep_rows=thresholds is None, **kwargs)
         self.thresholds = thresholds
-        if thresholds is None:
-            self.add_state("preds", default=[], dist_reduce_fx="cat")
-            self.add_state("target", default=[], dist_reduce_fx="cat")
-            self.add_state("weight", default=[], dist_reduce_fx="cat")
-        else:
+        if thresholds is not None:
             # tp[j] / fp[j]: weight of positive / negative rows with pred >= threshold j.
             self.add_state("tp", default=torch.zeros(thresholds, dtype=torch.float64), dist_reduce_fx="sum")
             self.add_state("fp", default=torch.zeros(thresholds, dtype=torch.float64), dist_reduce_fx="sum")
@@ -272,14 +271,7 @@ class AUC(Metric):
         if self.thresholds is not None:
             self._update_binned(*_validate(preds, target, weight))
             return
-        preds, target, weight = _validate(preds, target, weight)
-        dtype = self.dtype
-        self.preds.append(preds.detach().to(device=self.device, dtype=dtype))
-        self.target.append(target.detach().to(device=self.device, dtype=dtype))
-        if weight is None:
-            self.weight.append(torch.ones(preds.shape, dtype=dtype, device=self.device))
-        else:
-            self.weight.append(weight.detach().to(device=self.device, dtype=dtype))
+        self.append_scored(*_validate(preds, target, weight))
 
     def _update_binned(self, preds: Tensor, target: Tensor, weight: Tensor | None) -> None:
         """Count one validated batch at the thresholds (binned mode)."""
@@ -318,7 +310,7 @@ class AUC(Metric):
             if isinstance(self.preds, list) and len(self.preds) == 0:
                 result = "no rows (with positive weight) were given"
             else:
-                result = _exact_auc(dim_zero_cat(self.preds), dim_zero_cat(self.target), dim_zero_cat(self.weight))
+                result = _exact_auc(self.rows("preds"), self.rows("target"), self.rows("weight"))
         if isinstance(result, str):
             return torch.tensor(_degenerate(result), dtype=torch.float64, device=self.device)
         return result.to(torch.float64)

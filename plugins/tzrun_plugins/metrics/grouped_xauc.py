@@ -37,7 +37,7 @@ from tzrun_plugins.metrics._inputs import weighted_rows
 from tzrun_plugins.metrics._pairs import pair_counts
 from tzrun_plugins.metrics._segments import dense_ids
 from tzrun_plugins.metrics._states import NO_ROWS, GroupedRowMetric, half_if_undefined
-from tzrun_plugins.metrics.options import GroupedXAUCConfig
+from tzrun_plugins.metrics.options import GroupedXAUCConfig, TieRule
 from tzrun_plugins.metrics.xauc import agreement
 
 __all__ = ["GroupedXAUC", "GroupedXAUCConfig", "build_grouped_xauc", "grouped_exact_xauc"]
@@ -49,7 +49,7 @@ def build_grouped_xauc(cfg: GroupedXAUCConfig) -> GroupedXAUC:
 
 
 def _grouped_xauc(
-    preds: Tensor, target: Tensor, weight: Tensor | None, group: Tensor, weight_by_size: bool, ties: str = "drop"
+    preds: Tensor, target: Tensor, weight: Tensor | None, group: Tensor, weight_by_size: bool, ties: TieRule = "drop"
 ) -> Tensor | str:
     """GXAUC of checked rows, or why it is undefined."""
     if preds.numel() == 0:
@@ -74,7 +74,7 @@ def grouped_exact_xauc(
     group: Tensor,
     weight: Tensor | None = None,
     weight_by_size: bool = True,
-    ties: str = "drop",
+    ties: TieRule = "drop",
 ) -> float:
     """Grouped XAUC of one set of rows (see the module docstring for the definition).
 
@@ -115,7 +115,7 @@ class GroupedXAUC(GroupedRowMetric):
 
     name, title, labels = "grouped_xauc", "grouped XAUC", "real"
 
-    def __init__(self, weight_by_size: bool = True, ties: str = "drop", **kwargs: Any) -> None:
+    def __init__(self, weight_by_size: bool = True, ties: TieRule = "drop", **kwargs: Any) -> None:
         """Create the metric.
 
         Args:
@@ -129,6 +129,6 @@ class GroupedXAUC(GroupedRowMetric):
         GroupedXAUCConfig(weight_by_size=weight_by_size, ties=ties)  # validates
         super().__init__(weight_by_size, **kwargs)
         self.ties = ties
-        self.grouped_value = functools.partial(_grouped_xauc, ties=ties)  # type: ignore[method-assign]
+        self.grouped_value = functools.partial(_grouped_xauc, ties=ties)
 
     grouped_value = staticmethod(_grouped_xauc)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -20,6 +20,10 @@ __all__ = [
 ]
 
 TIE_RULES = ("drop", "wrong")
+#: how XAUC scores a pair with equal targets or predictions (:attr:`XAUCConfig.ties`)
+TieRule = Literal["drop", "wrong"]
+XAUCMode = Literal["exact", "sampled", "in_batch"]
+XAUCAveraging = Literal["pooled", "per_batch"]
 """The values of the XAUC metrics' ``ties`` option."""
 
 
@@ -31,7 +35,7 @@ def _check_thresholds(thresholds: object) -> None:
         raise ValueError(f"auc: thresholds must be None (exact AUC) or an integer >= 2, got {thresholds!r}")
 
 
-def _validate_thresholds_field(_instance: object, _attribute: attrs.Attribute, value: object) -> None:
+def _validate_thresholds_field(_instance: object, _attribute: attrs.Attribute[Any], value: object) -> None:
     """attrs validator for :attr:`AUCConfig.thresholds`."""
     _check_thresholds(value)
 
@@ -52,17 +56,17 @@ class AUCConfig:
         return None if self.thresholds is None else f"auc_binned{self.thresholds}"
 
 
-def _positive_int(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
 
 
-def _non_negative_int(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _non_negative_int(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
 
 
-def _open_half(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _open_half(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not 0.0 < value < 0.5:
         raise ValueError(f"{attribute.name} must be in (0, 0.5), got {value!r}")
 
@@ -137,7 +141,7 @@ class LogLossConfig:
     """Probabilities are clamped to ``[eps, 1 - eps]`` (in float64) before the logarithm."""
 
 
-def _non_negative_finite(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _non_negative_finite(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (0.0 <= value < float("inf")):
         raise ValueError(f"{attribute.name} must be finite and >= 0, got {value!r}")
 

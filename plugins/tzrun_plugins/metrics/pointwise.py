@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -67,6 +67,7 @@ class _WeightedSums(Metric):
     labels: ClassVar[LabelKind]
     probabilities: ClassVar[bool] = False
     terms: ClassVar[tuple[str, ...]]
+    weight: Tensor
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -115,8 +116,10 @@ _NO_ROWS = "no rows (with positive weight) were given"
 class LogLoss(_WeightedSums):
     """Weighted binary cross entropy of probabilities (see the module docstring)."""
 
-    name, labels, probabilities, terms = "log_loss", "unit", True, ("loss",)
+    name, labels, probabilities = "log_loss", "unit", True
+    terms: ClassVar[tuple[str, ...]] = ("loss",)
     higher_is_better = False
+    loss: Tensor
 
     def __init__(self, eps: float = 1e-12, **kwargs: Any) -> None:
         """Create the metric; probabilities are clamped to ``[eps, 1 - eps]``."""
@@ -135,7 +138,9 @@ class LogLoss(_WeightedSums):
 class NormalizedEntropy(LogLoss):
     """Log loss divided by the entropy of the weighted base rate (see the module docstring)."""
 
-    name, terms = "normalized_entropy", ("loss", "positive")
+    name = "normalized_entropy"
+    terms: ClassVar[tuple[str, ...]] = ("loss", "positive")
+    positive: Tensor
 
     def _row_terms(self, preds: Tensor, target: Tensor) -> dict[str, Tensor]:
         return {**super()._row_terms(preds, target), "positive": target}
@@ -155,6 +160,8 @@ class Calibration(_WeightedSums):
 
     name, labels, probabilities, terms = "calibration", "unit", True, ("predicted", "positive")
     higher_is_better = None
+    predicted: Tensor
+    positive: Tensor
 
     def _row_terms(self, preds: Tensor, target: Tensor) -> dict[str, Tensor]:
         return {"predicted": preds, "positive": target}
@@ -169,8 +176,9 @@ class Accuracy(_WeightedSums):
 
     name, labels, probabilities, terms = "accuracy", "binary", True, ("correct",)
     higher_is_better = True
+    correct: Tensor
 
-    def __init__(self, threshold: float = 0.5, compare: str = ">", **kwargs: Any) -> None:
+    def __init__(self, threshold: float = 0.5, compare: Literal[">", ">="] = ">", **kwargs: Any) -> None:
         """Create the metric.
 
         Args:
@@ -208,6 +216,7 @@ class MAE(_WeightedSums):
 
     name, labels, terms = "mae", "real", ("error",)
     higher_is_better = False
+    error: Tensor
 
     def _row_terms(self, preds: Tensor, target: Tensor) -> dict[str, Tensor]:
         return {"error": (preds - target).abs()}
@@ -222,6 +231,7 @@ class MSE(_WeightedSums):
 
     name, labels, terms = "mse", "real", ("error",)
     higher_is_better = False
+    error: Tensor
 
     def _row_terms(self, preds: Tensor, target: Tensor) -> dict[str, Tensor]:
         return {"error": (preds - target).square()}

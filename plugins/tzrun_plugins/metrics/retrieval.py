@@ -140,6 +140,8 @@ class _TopK(Metric):
     """Sums of retrieved positives per row (float64, summed across ranks)."""
 
     is_differentiable = False
+    hits: Tensor
+    total: Tensor
     higher_is_better = True
     full_state_update = False
     plot_lower_bound = 0.0

@@ -79,6 +79,8 @@ class RelativeL1(Metric):
     """
 
     is_differentiable = False
+    error: Tensor
+    elements: Tensor
     higher_is_better = False
     full_state_update = False
 
@@ -142,6 +144,8 @@ class UniqueRatio(Metric):
     """
 
     is_differentiable = False
+    ratio_sum: Tensor
+    batches: Tensor
     higher_is_better = True
     full_state_update = False
 

@@ -59,14 +59,12 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
-from torchmetrics.utilities import dim_zero_cat
 
 from tzrun_plugins.metrics._inputs import weighted_rows
 from tzrun_plugins.metrics._pairs import PairCounts, pair_counts
 from tzrun_plugins.metrics._segments import float_key, lexsort
-from tzrun_plugins.metrics._states import RowStates, half_if_undefined
-from tzrun_plugins.metrics.options import XAUCConfig
+from tzrun_plugins.metrics._states import PredictionRows, half_if_undefined
+from tzrun_plugins.metrics.options import TieRule, XAUCAveraging, XAUCConfig, XAUCMode
 
 __all__ = ["XAUC", "XAUCConfig", "agreement", "build_xauc", "exact_xauc"]
 
@@ -81,7 +79,7 @@ def build_xauc(cfg: XAUCConfig) -> XAUC:
     return XAUC(mode=cfg.mode, num_samples=cfg.num_samples, seed=cfg.seed, ties=cfg.ties, averaging=cfg.averaging)
 
 
-def agreement(counts: PairCounts, ties: str) -> tuple[Tensor, Tensor]:
+def agreement(counts: PairCounts, ties: TieRule) -> tuple[Tensor, Tensor]:
     """Numerator and denominator of the XAUC of ``counts`` (per group) under a tie rule.
 
     Args:
@@ -97,14 +95,14 @@ def agreement(counts: PairCounts, ties: str) -> tuple[Tensor, Tensor]:
     return counts.concordant, counts.pairs
 
 
-def _ratio(counts: PairCounts, ties: str) -> Tensor | str:
+def _ratio(counts: PairCounts, ties: TieRule) -> Tensor | str:
     agree, total = (x.sum() for x in agreement(counts, ties))
     if not bool(total > 0):
         return _NO_PAIR[ties]
     return agree / total
 
 
-def exact_xauc(preds: Tensor, target: Tensor, weight: Tensor | None = None, ties: str = "drop") -> float:
+def exact_xauc(preds: Tensor, target: Tensor, weight: Tensor | None = None, ties: TieRule = "drop") -> float:
     """Exact XAUC of one set of rows (see the module docstring for definition and ties).
 
     Args:
@@ -127,7 +125,7 @@ def exact_xauc(preds: Tensor, target: Tensor, weight: Tensor | None = None, ties
 
 
 def _sampled_xauc(
-    preds: Tensor, target: Tensor, weight: Tensor, num_samples: int, seed: int, ties: str
+    preds: Tensor, target: Tensor, weight: Tensor, num_samples: int, seed: int, ties: TieRule
 ) -> Tensor | str:
     """XAUC over ``num_samples`` pairs drawn from the rows in their canonical order."""
     n = preds.numel()
@@ -153,7 +151,7 @@ def _sampled_xauc(
     return (pair_weight * score).sum() / total
 
 
-class XAUC(RowStates, Metric):
+class XAUC(PredictionRows):
     """XAUC over the rows of all ranks (see the module docstring).
 
     ``exact`` and ``sampled`` modes keep every row (``cat`` states in ``self.dtype``,
@@ -168,6 +166,8 @@ class XAUC(RowStates, Metric):
     """
 
     is_differentiable = False
+    agree: Tensor
+    pairs: Tensor
     higher_is_better = True
     full_state_update = False
     plot_lower_bound = 0.0
@@ -175,11 +175,11 @@ class XAUC(RowStates, Metric):
 
     def __init__(
         self,
-        mode: str = "exact",
+        mode: XAUCMode = "exact",
         num_samples: int = 1_000_000,
         seed: int = 0,
-        ties: str = "drop",
-        averaging: str = "pooled",
+        ties: TieRule = "drop",
+        averaging: XAUCAveraging = "pooled",
         **kwargs: Any,
     ) -> None:
         """Create the metric.
@@ -197,16 +197,12 @@ class XAUC(RowStates, Metric):
                 ``in_batch`` mode, or a non-positive ``num_samples``.
         """
         XAUCConfig(mode=mode, num_samples=num_samples, seed=seed, ties=ties, averaging=averaging)  # validates
-        super().__init__(**kwargs)
+        super().__init__(keep_rows=mode != "in_batch", **kwargs)
         self.mode, self.num_samples, self.seed, self.ties, self.averaging = mode, num_samples, seed, ties, averaging
         if mode == "in_batch":
             # pooled: numerator and denominator; per_batch: sum of batch values and batches
             self.add_state("agree", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
             self.add_state("pairs", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
-        else:
-            self.add_state("preds", default=[], dist_reduce_fx="cat")
-            self.add_state("target", default=[], dist_reduce_fx="cat")
-            self.add_state("weight", default=[], dist_reduce_fx="cat")
 
     def update(self, preds: Tensor, target: Tensor, weight: Tensor | None = None) -> None:
         """Add a batch of rows.
@@ -221,7 +217,7 @@ class XAUC(RowStates, Metric):
         """
         preds, target, weight, _ = weighted_rows("xauc", preds, target, weight, labels="real")
         if self.mode != "in_batch":
-            self.append_rows(preds, target, weight)
+            self.append_scored(preds, target, weight)
             return
         counts = pair_counts(preds.detach(), target.detach(), None if weight is None else weight.detach())
         if not counts.rows.numel():
@@ -240,7 +236,7 @@ class XAUC(RowStates, Metric):
         elif isinstance(self.preds, list) and not self.preds:
             result = _NO_PAIR[self.ties]
         else:
-            preds, target, weight = dim_zero_cat(self.preds), dim_zero_cat(self.target), dim_zero_cat(self.weight)
+            preds, target, weight = self.rows("preds"), self.rows("target"), self.rows("weight")
             if self.mode == "exact":
                 result = _ratio(pair_counts(preds, target, weight), self.ties)
             else:

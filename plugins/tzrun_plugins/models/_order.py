@@ -12,7 +12,7 @@ Call it as ``_order.in_feature_order(...)`` (through the module) so that tracing
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 import torch.fx
@@ -25,6 +25,6 @@ def in_feature_order(keyed: Any, names: Sequence[str]) -> torch.Tensor:
     """``keyed.values()`` with the features in the order of ``names``."""
     keys = keyed.keys()
     if list(keys) == list(names):
-        return keyed.values()
+        return cast(torch.Tensor, keyed.values())  # a torchrec KeyedTensor
     parts = keyed.to_dict()
     return torch.cat([parts[name] for name in names], dim=1)

@@ -9,13 +9,16 @@ Both embedding collections are built on the meta device; TorchRec shards and mat
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, positive_units, wide_tables
+
+if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
+    from tzrun import Batch
 
 __all__ = ["DeepFMConfig", "build_deepfm"]
 
@@ -77,7 +80,7 @@ def build_deepfm(cfg: DeepFMConfig, ctx: ModelContext) -> Any:
             self.final = mlp(parts, cfg.final_hidden_units)
             self.output = nn.Linear(cfg.final_hidden_units[-1] if cfg.final_hidden_units else parts, 1)
 
-        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+        def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             # in config order, whatever the sharding plan's order (it changes with the world size)
             embedded = _order.in_feature_order(self.deep_ebc(batch.sparse), self.feature_names)
             wide = self.wide_ebc(batch.sparse).values()  # summed over features: order-free

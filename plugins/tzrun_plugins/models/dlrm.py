@@ -8,13 +8,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, one_embedding_dim, out_width, positive_units
+
+if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
+    from tzrun import Batch
 
 __all__ = ["DLRMConfig", "build_dlrm"]
 
@@ -69,6 +72,9 @@ def build_dlrm(cfg: DLRMConfig, ctx: ModelContext) -> Any:
     class DLRM(nn.Module):
         """Bottom MLP, embeddings, pairwise dot interaction, top MLP."""
 
+        pair_rows: torch.Tensor
+        pair_cols: torch.Tensor
+
         def __init__(self) -> None:
             super().__init__()
             self.feature_names = [f.name for f in ctx.sparse_features]
@@ -83,7 +89,7 @@ def build_dlrm(cfg: DLRMConfig, ctx: ModelContext) -> Any:
             self.over_arch = mlp(top_in, cfg.top_hidden_units)
             self.output = nn.Linear(out_width(top_in, cfg.top_hidden_units), 1)
 
-        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+        def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             dense = self.dense_arch(batch.dense)
             embedded = _order.in_feature_order(self.ebc(batch.sparse), self.feature_names)
             vectors = embedded.view(dense.shape[0], len(self.feature_names), self.embedding_dim)

@@ -22,13 +22,16 @@ and a sequence of clicked item ids).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units, unknown_feature_problems
+
+if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
+    from tzrun import Batch
 
 __all__ = ["DSSMConfig", "build_dssm"]
 
@@ -72,9 +75,9 @@ def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
     for i, f in enumerate(ctx.dense_features):
         if f.name not in assigned:
             problems.append(ConfigProblem(f"features.dense[{i}]", f"'{f.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
-    for i, f in enumerate(ctx.sparse_features):
-        if f.name not in assigned:
-            problems.append(ConfigProblem(f"features.sparse[{i}]", f"'{f.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
+    for i, s in enumerate(ctx.sparse_features):
+        if s.name not in assigned:
+            problems.append(ConfigProblem(f"features.sparse[{i}]", f"'{s.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
     sparse = {f.name for f in ctx.sparse_features}
     for tower in ("user", "item"):
         if not any(name in sparse for name in getattr(cfg, f"{tower}_features")):
@@ -105,6 +108,8 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
     class Tower(nn.Module):
         """The dense columns and id features of one side, an MLP, a linear layer to ``output_dim``."""
 
+        dense_columns: torch.Tensor
+
         def __init__(self, features: tuple[str, ...], units: tuple[int, ...]) -> None:
             super().__init__()
             self.sparse_names = [n for n in features if n in dims]
@@ -133,7 +138,7 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             self.user_tower = Tower(cfg.user_features, cfg.user_hidden_units)
             self.item_tower = Tower(cfg.item_features, cfg.item_hidden_units)
 
-        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+        def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             embedded = self.ebc(batch.sparse)
             rows = batch.weights.shape[0]  # the batch's own rows; sampled items follow them
             user = self.user_tower(batch.dense, embedded, rows)

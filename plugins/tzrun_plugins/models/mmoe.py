@@ -10,13 +10,16 @@ its label with ``label``.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
+
+if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
+    from tzrun import Batch
 
 __all__ = ["MMoETaskConfig", "MMoEConfig", "build_mmoe"]
 
@@ -109,7 +112,7 @@ def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
                 for t in cfg.tasks
             )
 
-        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+        def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             embedded = _order.in_feature_order(self.ebc(batch.sparse), self.feature_names)
             x = torch.cat([batch.dense, embedded], dim=1)
             experts = torch.stack([expert(x) for expert in self.experts], dim=1)  # [B, E, W]

@@ -8,13 +8,16 @@ too): a linear model over the one-hot ids. Both embedding collections are built 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, out_width, positive_units, wide_tables
+
+if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
+    from tzrun import Batch
 
 __all__ = ["WideAndDeepConfig", "build_wide_and_deep"]
 
@@ -69,7 +72,7 @@ def build_wide_and_deep(cfg: WideAndDeepConfig, ctx: ModelContext) -> Any:
             self.deep = mlp(deep_in, cfg.deep_hidden_units)
             self.output = nn.Linear(out_width(deep_in, cfg.deep_hidden_units), 1)
 
-        def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+        def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             embedded = _order.in_feature_order(self.deep_ebc(batch.sparse), self.feature_names)
             wide = self.wide_ebc(batch.sparse).values().sum(dim=1)  # a sum over features: order-free
             deep = self.output(self.deep(torch.cat([batch.dense, embedded], dim=1))).squeeze(-1)

@@ -21,7 +21,7 @@ data-parallel with the torch equivalent in ``spec.torch_fallback``
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal
+from typing import Any, Callable, Iterable, Literal
 
 import attrs
 
@@ -342,7 +342,8 @@ def build_adam(cfg: SparseAdamConfig) -> SparseOptimizerSpec:
 
     from tzrun_plugins.optim.torch_equivalents import ClippedAdamW
 
-    adamw = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps, "weight_decay": cfg.weight_decay}
+    adamw: dict[str, Any] = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps, "weight_decay": cfg.weight_decay}
+    fallback: Callable[[Iterable[Any]], Any]
     if cfg.gradient_clipping:
         fallback = functools.partial(ClippedAdamW, max_gradient=cfg.max_gradient, **adamw)
     else:

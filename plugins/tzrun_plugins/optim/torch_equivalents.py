@@ -27,7 +27,7 @@ What differs from the fused update, by construction:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, cast
 
 import torch
 
@@ -43,7 +43,7 @@ Params = Iterable[Any]
 
 
 def _row_norm(x: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return cast(torch.Tensor, torch.linalg.vector_norm(x, dim=-1, keepdim=True))
 
 
 def _row_mean_square(x: torch.Tensor) -> torch.Tensor:

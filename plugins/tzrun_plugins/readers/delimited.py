@@ -216,7 +216,7 @@ class CsvReader:
         Raises:
             DataError: when nothing matches, a file cannot be read or is compressed.
         """
-        groups = []
+        groups: list[RowGroup] = []
         for path in list_files(input_path, self.cfg.suffixes, _compressed_hint):
             index = self._scan(path)
             groups.extend(RowGroup(path, i, int(n)) for i, n in enumerate(index.rows))

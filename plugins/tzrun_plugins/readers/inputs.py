@@ -13,7 +13,7 @@ instead of using the trainer's, which ``s3fs`` and ``aiohttp`` do not allow afte
 from __future__ import annotations
 
 import os
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from tzrun import filesystem, is_remote
 
@@ -36,7 +36,7 @@ def open_input(path: str) -> IO[bytes]:
     if not is_remote(path):
         return open(path, "rb")
     fs, inner = filesystem(path)
-    return fs.open(inner, "rb", cache_type="none", block_size=REMOTE_BLOCK_BYTES)
+    return cast(IO[bytes], fs.open(inner, "rb", cache_type="none", block_size=REMOTE_BLOCK_BYTES))
 
 
 def read_range(path: str, start: int, end: int) -> bytes:

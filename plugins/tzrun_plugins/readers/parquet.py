@@ -62,7 +62,7 @@ class ParquetReader:
         Raises:
             DataError: when nothing matches or a file is not readable Parquet.
         """
-        groups = []
+        groups: list[RowGroup] = []
         for path in list_files(input_path, self.cfg.suffixes):
             with _parquet_file(path) as parquet_file:
                 metadata = parquet_file.metadata

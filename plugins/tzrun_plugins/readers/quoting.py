@@ -65,7 +65,7 @@ def unclosed_rows(data: bytes, buf: np.ndarray, starts: np.ndarray, delimiter: s
     last = np.ones(row.size, bool)
     last[:-1] = row[:-1] != row[1:]
     unclosed = flips_in[segment[last]] % 2 == 1
-    return row[last][unclosed].astype(np.int64)
+    return np.asarray(row[last][unclosed], dtype=np.int64)
 
 
 def ends_inside_quotes(line: bytes, delimiter: str, quote: str) -> bool:

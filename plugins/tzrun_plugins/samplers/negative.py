@@ -103,11 +103,11 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from tzrun import arrow_filesystem, as_path, exists, is_remote, open_file
+    from tzrun import as_path, is_remote
     from tzrun_plugins.readers.delimited import COLUMN_TYPES
 
     path = cfg.item_table
-    if not exists(path):
+    if not _exists(path):
         raise DataError(f"{path}: the item table (data.sampler.item_table) does not exist; "
                         "write it or fix the path (relative paths start at the working directory)")
     kind = cfg.format
@@ -120,13 +120,27 @@ def read_item_table(cfg: NegativeSamplerConfig) -> Any:
                        "convert_options": pacsv.ConvertOptions(column_types=types)}
             if not is_remote(path):
                 return pacsv.read_csv(os.fspath(as_path(path)), **options)
-            with open_file(path, "rb") as f:
+            with as_path(path).open("rb") as f:
                 return pacsv.read_csv(f, **options)
-        fs, inner = arrow_filesystem(path)
+        fs, inner = _arrow_filesystem(path)
         return pq.read_table(inner, filesystem=fs)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: cannot read the item table as {kind.upper()}: {exc}; "
                         "check the file (or data.sampler.format)") from None
+
+
+def _arrow_filesystem(path: str) -> tuple[Any, str]:
+    """What pyarrow needs to open ``path``: ``(None, path)`` for a local path; for a URL, a
+    ``pyarrow.fs`` filesystem over the fsspec filesystem of :func:`tzrun.filesystem` (the one
+    every other access uses: one set of credentials and endpoint) and the path inside it."""
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    from tzrun import as_path, filesystem, is_remote
+
+    if not is_remote(path):
+        return None, os.fspath(as_path(path))
+    fs, inner = filesystem(path)
+    return PyFileSystem(FSSpecHandler(fs)), inner
 
 
 def _exists(path: str) -> bool:

@@ -50,7 +50,7 @@ class _WarmupLR(_ConfiguredLR):
     def lr_at(self, base: float, k: int) -> float:
         c = self.cfg
         if k < c.warmup_size:
-            return c.warmup_learning_rate + (base - c.warmup_learning_rate) * k / c.warmup_size
+            return float(c.warmup_learning_rate + (base - c.warmup_learning_rate) * k / c.warmup_size)
         return self.after_warmup(base, k - c.warmup_size)
 
     def after_warmup(self, base: float, t: int) -> float:

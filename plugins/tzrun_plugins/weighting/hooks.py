@@ -6,7 +6,7 @@ import tzrun
 
 
 @tzrun.hookimpl
-def tzrun_register_loss_weightings(register: tzrun.Register) -> None:
+def tzrun_register_loss_weightings(register: tzrun.RegisterLossWeightings) -> None:
     from tzrun_plugins.weighting import options
 
     register("sum", config=options.SumConfig, build=options.build_sum,

@@ -27,6 +27,7 @@ dependent) go to the weights of smallest norm, the most even ones.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -39,7 +40,7 @@ RIDGE = 1e-9
 _TOLERANCE = 1e-9
 
 
-def gram_matrix(grads: list[tuple[Tensor | None, ...]], params: list[Tensor]) -> Tensor:
+def gram_matrix(grads: Sequence[Sequence[Tensor | None]], params: Sequence[Tensor]) -> Tensor:
     """``Q_ij = <g_i, g_j>`` summed parameter by parameter, without concatenating them.
 
     Args:
@@ -102,6 +103,8 @@ def exact_weights(gram: Tensor, min_weights: Tensor) -> Tensor:
     rhs = torch.zeros(n, k + 1, dtype=torch.float64, device=h.device)
     rhs[:, :k] = -(h @ c) * mask
     rhs[:, k] = free
+    solution: Tensor
+    info: Tensor
     solution, info = torch.linalg.solve_ex(system, rhs)
     v = solution[:, :k] * mask
     feasible = (info == 0) & torch.isfinite(v).all(dim=1) & (v >= -_TOLERANCE).all(dim=1)
