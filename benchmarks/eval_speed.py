@@ -32,7 +32,7 @@ from compare_deepfm import (  # noqa: E402
     tzrec_run,
 )
 
-from tzrun.files import read_jsonl  # noqa: E402
+from tzrun.io.files import read_jsonl  # noqa: E402
 
 TARGET = 2.0
 

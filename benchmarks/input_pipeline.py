@@ -54,7 +54,7 @@ def batches(self, from_step=0):
     return (made[i % len(made)] for i in range(total))
 
 position.TrainData.batches = batches
-from tzrun.cli import console_main
+from tzrun.cli.main import console_main
 sys.argv = ["tzrec-run", *sys.argv[1:]]
 console_main()
 '''

@@ -8,7 +8,7 @@ from typing import Any
 
 from tzrun.runner.checkpoint import Blob
 from tzrun.runner.dcp_storage import load_state
-from tzrun.storage import as_path
+from tzrun.io.storage import as_path
 
 
 def read_saved(path: Path, key: str) -> Any:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from tzrun.files import METRICS_FILE, append_jsonl, keep_jsonl, write_atomic
+from tzrun.io.files import METRICS_FILE, append_jsonl, keep_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
-from tzrun.storage import as_path, filesystem, is_remote, list_files, under
+from tzrun.io.storage import as_path, filesystem, is_remote, list_files, under
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
     BAD_ROW_SEPARATOR,

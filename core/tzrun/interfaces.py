@@ -47,7 +47,7 @@ class Register(Protocol):
     :mod:`tzrun.hookspecs`). The other kinds have their own: :class:`RegisterLosses`,
     :class:`RegisterLossWeightings`, :class:`RegisterMetrics`, :class:`RegisterStages`,
     :class:`RegisterModels`, :class:`RegisterReaders`, so that a type checker refuses a
-    misspelled keyword. Each one's keywords are the runtime's (``tzrun.registry.KINDS``):
+    misspelled keyword. Each one's keywords are the runtime's (``tzrun.kernel.registry.KINDS``):
     ``tests/plugin_kit/test_contract.py`` holds them equal."""
 
     def __call__(self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "") -> None: ...

@@ -34,8 +34,8 @@ import pytest
 
 from tzrun.config.load import load_config, parse_config
 from tzrun.config.schema import RunConfig
-from tzrun.plugins import ENTRY_POINT_GROUP, PluginManager, canonical_name, make_plugin_manager
-from tzrun.registry import Registries, collect_registries
+from tzrun.kernel.plugins import ENTRY_POINT_GROUP, PluginManager, canonical_name, make_plugin_manager
+from tzrun.kernel.registry import Registries, collect_registries
 from tzrun.testing_checks import assert_metric_rank_invariant, check_component, metric_on_ranks
 
 __all__ = [
@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def tzrun_pm_factory() -> Callable[..., PluginManager]:
     """Make fresh plugin managers: ``tzrun_pm_factory(disable=..., plugins=..., strict=...,
-    distributions=...)`` (the keyword arguments of :func:`tzrun.plugins.make_plugin_manager`)."""
+    distributions=...)`` (the keyword arguments of :func:`tzrun.kernel.plugins.make_plugin_manager`)."""
     return make_plugin_manager
 
 

@@ -1,6 +1,6 @@
 """The conformance checks and the multi-rank metric check of :mod:`tzrun.testing`, for plugin
 authors' tests: :func:`check_component` runs the checks ``tzrec-run check`` runs on a component
-(:mod:`tzrun.conformance`), and :func:`assert_metric_rank_invariant` runs a metric on several
+(:mod:`tzrun.kernel.conformance`), and :func:`assert_metric_rank_invariant` runs a metric on several
 gloo ranks on CPU with the rows split between them and compares with one process."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tzrun.plugins import PluginManager, make_plugin_manager
-from tzrun.registry import Entry, collect_registries
+from tzrun.kernel.plugins import PluginManager, make_plugin_manager
+from tzrun.kernel.registry import Entry, collect_registries
 
 __all__ = ["check_component", "metric_on_ranks", "assert_metric_rank_invariant"]
 
@@ -41,7 +41,7 @@ def check_component(
     group: bool | None = None,
 ) -> Entry:
     """Build component ``name`` of ``kind`` from ``options`` and run the conformance checks of
-    ``tzrec-run check`` on it (:mod:`tzrun.conformance`).
+    ``tzrec-run check`` on it (:mod:`tzrun.kernel.conformance`).
 
     Args:
         kind: a kind key (``"dense_optimizer"``, ``"metric"``, ``"loss"``, ``"lr_scheduler"``,
@@ -58,7 +58,7 @@ def check_component(
     Raises:
         AssertionError: listing every rule broken, each naming the plugin and the component.
     """
-    from tzrun.conformance import component_problems
+    from tzrun.kernel.conformance import component_problems
 
     entry, config = _entry_and_options(kind, name, options, pm)
     problems = component_problems(entry, config, group=group)

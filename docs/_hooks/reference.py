@@ -13,9 +13,9 @@ import logging
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 
-from tzrun.plugins import make_plugin_manager
+from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.tools.reference import config_reference, hooks_reference
-from tzrun.registry import collect_registries
+from tzrun.kernel.registry import collect_registries
 
 log = logging.getLogger(f"mkdocs.hooks.{__name__}")
 

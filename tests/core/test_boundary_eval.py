@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tzrun.files import EVAL_RESULTS
+from tzrun.io.files import EVAL_RESULTS
 from tzrun.runner.boundary_eval import PENDING_KEY, evaluation_pending, resume_evaluation
 
 

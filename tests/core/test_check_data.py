@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tzrun.cli import main
+from tzrun.cli.main import main
 from tzrun.errors import EXIT_DATA
 
 CONFIG = """\

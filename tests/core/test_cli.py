@@ -39,7 +39,7 @@ def test_plugins_json_lists_first_party_plugins_and_their_components():
 def test_plugins_does_not_import_torch():
     # check does since the component checks run each named component on a tiny input
     code = (
-        "import sys; from tzrun.cli import main; "
+        "import sys; from tzrun.cli.main import main; "
         "main(['plugins']); "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
@@ -72,7 +72,7 @@ def test_check_params_reports_a_parameter_in_two_parts():
 @pytest.mark.parametrize("rank, info_shown", [("0", True), ("1", False)])
 def test_info_comes_from_rank_0_and_warnings_from_every_rank_with_the_rank(rank, info_shown):
     code = (
-        "import logging; from tzrun.cli import _setup_logging; _setup_logging(); "
+        "import logging; from tzrun.cli.main import _setup_logging; _setup_logging(); "
         "log = logging.getLogger('tzrun.progress'); log.info('step line'); log.warning('careful')"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "RANK": rank})
@@ -85,7 +85,7 @@ def test_info_comes_from_rank_0_and_warnings_from_every_rank_with_the_rank(rank,
 def test_nproc_per_node_splits_the_cpus_between_the_ranks_unless_omp_num_threads_is_set(monkeypatch):
     """torchrun sets OMP_NUM_THREADS=1 for several ranks when it is unset; the launcher sets the
     per-rank split first, so a large host is not left with one thread per rank."""
-    from tzrun.cli import launch_environment
+    from tzrun.cli.main import launch_environment
     from tzrun.runner import distributed
 
     monkeypatch.setattr(distributed, "available_cpus", lambda: 16)
@@ -98,7 +98,7 @@ def test_check_params_decides_fused_sparse_optimizers_for_the_device_it_is_told(
     """On CPU FBGEMM fuses only sgd and the two adagrads: check --params refuses adam there,
     naming the config file (not a section) and the TOML path; --device cuda accepts it."""
     from tests.conftest import EXAMPLE
-    from tzrun.cli import main
+    from tzrun.cli.main import main
 
     adam = 'train.sparse_optimizer={type="adam", lr=0.01}'
     assert main(["check", str(EXAMPLE), "--params", "--device", "cpu", "--set", adam]) == EXIT_CONFIG
@@ -112,7 +112,7 @@ def test_check_params_decides_fused_sparse_optimizers_for_the_device_it_is_told(
 def test_a_models_own_config_error_names_the_config_file(capsys):
     """Errors a model plugin raises while it is built carry its section; the user sees the file."""
     from tests.conftest import EXAMPLE
-    from tzrun.cli import main
+    from tzrun.cli.main import main
 
     assert main(["check", str(EXAMPLE), "--params", "--set", "model.wide_embedding_dim=6"]) == EXIT_CONFIG
     err = capsys.readouterr().err

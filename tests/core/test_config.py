@@ -8,10 +8,10 @@ import attrs
 import pytest
 
 import tzrun
-from tzrun.cli import main
+from tzrun.cli.main import main
 from tzrun.config.load import read_config
 from tzrun.errors import EXIT_CONFIG, ConfigError
-from tzrun.plugins import make_plugin_manager
+from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.testing import load_config_text, registered
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from tzrun.config import load as load_module
 from tzrun.config.load import load_config, parse_config
 from tzrun.config.schema import Component, RunConfig
 from tzrun.config.slots import COMPONENT_SLOTS, Slot
-from tzrun.conformance import config_components
+from tzrun.kernel.conformance import config_components
 from tzrun.errors import ConfigError
-from tzrun.registry import collect_registries
+from tzrun.kernel.registry import collect_registries
 
 from tests.core.test_config import MINIMAL
 

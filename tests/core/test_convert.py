@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.core.torcheasyrec_examples import DEEPFM_CRITEO, EXAMPLES
-from tzrun.cli import main
+from tzrun.cli.main import main
 from tzrun.errors import EXIT_CONFIG
 from tzrun.tools.convert import Identifier, ProtoTextError, convert_pipeline_config, parse_text_proto
 from tzrun.runner.records import emit_toml
@@ -547,7 +547,7 @@ def test_deepfm_criteo_example_converts_exactly():
 
 
 def _convert_with_cli(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    code = ("import sys; from tzrun.cli import main; code = main(sys.argv[1:]); "
+    code = ("import sys; from tzrun.cli.main import main; code = main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(code)")
     return subprocess.run([sys.executable, "-c", code, "convert", str(config), "--out", str(out)],
                           capture_output=True, text=True, cwd=REPO)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tzrun.errors import NonFinitePredictionError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.evaluate import update_metric
 from tzrun.runner.model import StepOutput
 from tzrun.runner.slots import MetricSlot

@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tzrun import cli, commands, errors
+from tzrun import errors
+from tzrun.cli import commands
+from tzrun.cli import main as cli
 from tzrun.errors import (EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DATA, EXIT_INTERNAL, EXIT_USAGE,
                           exit_code_of)
 
@@ -141,7 +143,7 @@ def test_an_unknown_log_level_in_the_environment_is_a_usage_error(monkeypatch, c
 
 
 def test_nproc_per_node_passes_the_log_level_to_every_rank(monkeypatch):
-    from tzrun import launch
+    from tzrun.cli import launch
 
     started = {}
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -89,7 +89,7 @@ def test_dry_run_trains_every_example_on_all_gpus_through_torchrun(dry_run):
 def test_each_example_command_is_a_valid_config(dry_run, tzrun_pm):
     """Both config passes over each example with the script's ``--set`` arguments."""
     from tzrun.config.load import load_config, parse_config
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.registry import collect_registries
 
     registries = collect_registries(tzrun_pm)
     for example, cmd in _example_commands(dry_run).items():

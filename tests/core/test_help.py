@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tzrun.cli import main
+from tzrun.cli.main import main
 from tzrun.errors import EXIT_USAGE
-from tzrun.help_topics import topics
+from tzrun.cli.help_topics import topics
 from tzrun.tools.help_pages import HELP_DIR, render_all
 
 if sys.version_info >= (3, 11):

@@ -14,9 +14,9 @@ import zipfile
 import pytest
 
 from tests.conftest import REPO
-from tzrun.cli import main
+from tzrun.cli.main import main
 from tzrun.errors import EXIT_CONFIG, MissingDependencyError
-from tzrun.install_commands import EXAMPLES, example_text, synth_command
+from tzrun.cli.install_commands import EXAMPLES, example_text, synth_command
 from tzrun.tools.torchrec_wheel import correct_wheel, corrected_requirements
 
 _PUBLISHED_METADATA = """Metadata-Version: 2.4
@@ -130,7 +130,7 @@ def test_a_missing_extra_names_it(monkeypatch):
 
 
 def test_env_names_no_repository_file(capsys):
-    from tzrun.install_commands import env_advice, print_env_advice
+    from tzrun.cli.install_commands import env_advice, print_env_advice
 
     versions = {"torch": "2.13.0+cpu", "fbgemm_gpu": None, "torchrec": None}
     advice = env_advice(versions, ["fbgemm_gpu is not installed", "torchrec is not installed"])

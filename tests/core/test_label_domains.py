@@ -13,7 +13,7 @@ from tzrun.data.features import BatchBuilder, feature_specs
 from tzrun.data.labels import DerivedLabel, LabelDomain, strictest
 from tzrun.data.loader import RankInput
 from tzrun.errors import DataError, PluginError
-from tzrun.registry import collect_registries
+from tzrun.kernel.registry import collect_registries
 from tzrun_plugins.readers.delimited import CsvConfig, CsvReader
 
 DENSE = FeaturesConfig(dense=(DenseFeatureConfig("price"),))
@@ -107,7 +107,7 @@ def test_check_reports_a_derived_label_missing_its_value_and_an_unknown_op():
     from tests.integration.test_labels_e2e import CONFIG
     from tzrun.config.load import load_config, parse_config
     from tzrun.errors import ConfigError
-    from tzrun.plugins import make_plugin_manager
+    from tzrun.kernel.plugins import make_plugin_manager
 
     registries = collect_registries(make_plugin_manager())
     overrides = ['data.derived_labels=[{name = "clicked", source = "rating", op = ">="}, '

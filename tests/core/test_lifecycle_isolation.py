@@ -1,4 +1,4 @@
-"""Per-plugin isolation of lifecycle hooks (``tzrun.plugins.call_lifecycle``) holds when a
+"""Per-plugin isolation of lifecycle hooks (``tzrun.kernel.plugins.call_lifecycle``) holds when a
 plugin wraps the hook (``@hookimpl(wrapper=True)`` or ``hookwrapper=True``)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tzrun
-from tzrun.plugins import call_lifecycle
+from tzrun.kernel.plugins import call_lifecycle
 
 
 class Wrapper:

@@ -9,7 +9,7 @@ import pytest
 
 import tzrun
 from tests.conftest import run_cli
-from tzrun import cli
+from tzrun.cli import main as cli
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, WriteError, exit_code_of
 from tzrun.testing import tiny_config_text
 
@@ -119,7 +119,7 @@ def test_check_on_cpu_refuses_tables_the_hosts_available_memory_cannot_hold(tiny
 def _tiny_tables(config):
     import torch
 
-    from tzrun.commands import prepare
+    from tzrun.cli.commands import prepare
     from tzrun.runner.sharding import prepare_sharding
 
     setup = prepare_sharding(prepare(str(config), []).facts, world_size=1, local_world_size=1,
@@ -143,7 +143,7 @@ def test_a_store_error_inside_dcps_failure_is_a_write_error():
     from botocore.exceptions import EndpointConnectionError
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from tzrun.write_errors import named_save_error
+    from tzrun.io.write_errors import named_save_error
 
     gone = EndpointConnectionError(endpoint_url="http://127.0.0.1:9/bucket/run/checkpoints/step-4/state/__0_0.distcp")
     error = CheckpointException("save failed", {0: (gone, None), 1: (gone, None)})
@@ -167,7 +167,7 @@ def test_log_level_is_accepted_after_every_command(tmp_path, capsys):
 
 
 def test_a_failure_in_after_train_does_not_say_training_goes_on():
-    from tzrun.plugins import call_lifecycle, make_plugin_manager
+    from tzrun.kernel.plugins import call_lifecycle, make_plugin_manager
 
     class Uploader:
         @tzrun.hookimpl
@@ -194,7 +194,7 @@ def test_a_failure_in_after_train_does_not_say_training_goes_on():
     ("tzrun_after_train_stpe", "tzrun_after_train_step"),  # a typo: the closest spelling
 ])
 def test_an_unknown_hook_suggests_the_hook_it_means(name, meant):
-    from tzrun.hookcheck import hook_problems
+    from tzrun.kernel.hookcheck import hook_problems
 
     def hook(run):
         pass

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.conftest import REPO
-from tzrun.cli import EXIT_CONFIG, main
+from tzrun.cli.main import EXIT_CONFIG, main
 from tzrun.errors import EXIT_USAGE
 from tzrun.testing import tiny_config_text
 

@@ -10,7 +10,7 @@ import pytest
 
 import tzrun
 from tzrun.errors import ConfigError
-from tzrun.plugins import make_plugin_manager
+from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.runner.preflight import preflight
 from tzrun.runner.facts import RunFacts
 from tzrun.testing import assert_metric_rank_invariant, check_component, load_config_text, tiny_config_text

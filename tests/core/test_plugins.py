@@ -11,8 +11,8 @@ import pytest
 
 import tzrun
 from tzrun.errors import AmbiguousComponentError, PluginError, PluginLoadError, UnknownComponentError
-from tzrun.plugins import make_plugin_manager, plugin_infos
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager, plugin_infos
+from tzrun.kernel.registry import collect_registries
 from tzrun.testing import registered
 
 FIRST_PARTY = {

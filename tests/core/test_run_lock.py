@@ -98,7 +98,7 @@ def _memory_dir(name: str) -> str:
 
 
 def _objects(model_dir: str) -> list[str]:
-    from tzrun.storage import filesystem
+    from tzrun.io.storage import filesystem
 
     fs, inner = filesystem(model_dir)
     return fs.find(inner)

@@ -36,10 +36,10 @@ import attrs
 import pytest
 
 from tzrun.config.schema import Component, RunConfig
-from tzrun.plugins import make_plugin_manager
+from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.tools.reference import COMPONENT_SLOTS
 from tzrun.tools.reference.fields import field_hints, item_type, unwrap_optional
-from tzrun.registry import KINDS, Registries, collect_registries
+from tzrun.kernel.registry import KINDS, Registries, collect_registries
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -25,9 +25,9 @@ from tzrun.config.schema import (
     SparseOptimizerFields,
     TrainMetricFields,
 )
-from tzrun.plugins import make_plugin_manager
+from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.tools.reference import docstring_markdown, docstring_problems, parse_attributes
-from tzrun.registry import Registries, collect_registries
+from tzrun.kernel.registry import Registries, collect_registries
 
 REPO = Path(__file__).resolve().parents[2]
 

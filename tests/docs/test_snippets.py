@@ -14,7 +14,7 @@ The convention (docs/contributing.md states it for authors):
   ``<!-- check: error "text" -->`` means the check must fail with a message containing text;
   ``<!-- check: skip "reason" -->`` marks a block that is not a tzrec-run config.
 
-Each block runs through ``tzrun.cli.main(["check", FILE])``, the command itself, in process.
+Each block runs through ``tzrun.cli.main.main(["check", FILE])``, the command itself, in process.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tzrun.cli import main as cli_main
+from tzrun.cli.main import main as cli_main
 from tzrun.config.load import drop_replaced_alternatives
 from tzrun.runner.records import emit_toml
 

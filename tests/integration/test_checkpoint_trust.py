@@ -20,9 +20,9 @@ from tests.conftest import run_cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import EXIT_CHECKPOINT, CheckpointError, PluginError, exit_code_of
-from tzrun.files import write_atomic
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.io.files import write_atomic
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.manifest import describe_files, listed_files, manifest_bytes, marker_bytes, marker_state
 from tzrun.runner.session import Session
 

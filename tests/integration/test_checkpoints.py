@@ -16,8 +16,8 @@ from tests.conftest import run_cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import EXIT_CHECKPOINT, CheckpointError, ConfigError, IncompleteCheckpointError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import MARKER, list_checkpoints, load_checkpoint
 from tzrun.runner.checkpoint_eval import evaluate_checkpoint
 from tzrun.runner.manifest import check_checkpoint

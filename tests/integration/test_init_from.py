@@ -11,8 +11,8 @@ import torch
 from tests.integration.test_update_path import CONFIG, Recorder, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import TzrunError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.init_from import InitFrom
 from tzrun.runner.trainer import train
 from tzrun.runner.session import Session

@@ -13,8 +13,8 @@ import pytest
 from tests.integration.test_update_path import _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import DataError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import MARKER, list_checkpoints
 from tzrun.runner.session import Session
 

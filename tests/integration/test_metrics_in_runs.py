@@ -12,8 +12,8 @@ import pytest
 
 from tests.integration.test_update_path import Recorder, CONFIG, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.trainer import train
 from tzrun.runner.session import Session
 

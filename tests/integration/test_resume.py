@@ -16,8 +16,8 @@ import tzrun
 from tests.integration.test_update_path import CONFIG, _local, _process_group, weights  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import TzrunError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.runner.trainer import train
 from tzrun.runner.session import Session

@@ -13,8 +13,8 @@ import pytest
 
 import tzrun
 from tzrun.config.load import load_config, parse_config
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.testing import tiny_config_text
 
 pytestmark = pytest.mark.slow

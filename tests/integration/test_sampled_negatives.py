@@ -13,8 +13,8 @@ from tests.conftest import REPO, run_cli
 from tests.integration.test_resume import Losses
 from tests.integration.test_update_path import _process_group, weights  # noqa: F401
 from tzrun.config.load import load_config, parse_config
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.runner.trainer import train
 from tzrun.runner.session import Session

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import run_cli
-from tzrun.cli import main
+from tzrun.cli.main import main
 from tzrun.testing import tiny_config_text
 from tzrun.errors import EXIT_CONFIG
 

@@ -91,8 +91,8 @@ def test_two_ranks_train_and_their_auc_is_the_one_process_auc_of_the_same_predic
     # cat_5 groups (and their duplicates) are split across the ranks
     groups = np.concatenate([t.column("group/cat_5").to_numpy() for t in tables])
     assert len(set(tables[0].column("group/cat_5").to_numpy()) & set(tables[1].column("group/cat_5").to_numpy())) > 5
-    from tzrun.plugins import make_plugin_manager
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.kernel.registry import collect_registries
     from tzrun.testing import load_config_text
 
     registries = collect_registries(make_plugin_manager())

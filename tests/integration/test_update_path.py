@@ -16,8 +16,8 @@ import torch
 import tzrun
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import ConfigError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.build import assign_parts
 from tests.checkpoint_entries import read_saved
 from tzrun.runner.checkpoint import checkpoint_dir

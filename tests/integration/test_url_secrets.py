@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import EXAMPLE, run_cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
-from tzrun.storage import redact_url
+from tzrun.io.storage import redact_url
 from tzrun.runner.session import Session
 
 SECRET = "hunter2pw"
@@ -30,7 +30,7 @@ def test_check_names_a_data_url_without_its_password() -> None:
 
 def test_a_log_line_and_its_exception_show_no_password() -> None:
     code = (
-        "import logging; from tzrun.logs import setup_logging; setup_logging(); log = logging.getLogger('tzrun.x'); "
+        "import logging; from tzrun.cli.logs import setup_logging; setup_logging(); log = logging.getLogger('tzrun.x'); "
         f"log.warning('model_dir %s', '{ROOT}/run')\n"
         f"try:\n    raise OSError('cannot reach {ROOT}/run')\nexcept OSError:\n    log.exception('failed')"
     )
@@ -46,8 +46,8 @@ def test_a_run_with_a_password_in_its_urls_records_none(criteo_dir: Path, monkey
     import fsspec
 
     from tzrun.config.load import load_config, parse_config
-    from tzrun.plugins import make_plugin_manager
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.kernel.registry import collect_registries
     from tzrun.runner.trainer import train
 
     fs = fsspec.filesystem("memory")

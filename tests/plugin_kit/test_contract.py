@@ -1,5 +1,5 @@
 """The typed ``register`` protocols (``tzrun.Register*``, what ``mypy --strict`` checks a
-plugin against) and the runtime's table (``tzrun.registry.KINDS``, what ``register`` accepts
+plugin against) and the runtime's table (``tzrun.kernel.registry.KINDS``, what ``register`` accepts
 when a run collects the plugins) are one contract: for every kind, the protocol that its
 registration hook is annotated with takes exactly the keywords the runtime accepts, with the
 same defaults."""
@@ -14,7 +14,7 @@ import pytest
 
 import tzrun
 from tzrun import hookspecs, interfaces
-from tzrun.registry import KINDS
+from tzrun.kernel.registry import KINDS
 
 #: what ``register`` takes for every kind (``name`` is positional)
 COMMON = {"config": inspect.Parameter.empty, "build": inspect.Parameter.empty, "description": ""}

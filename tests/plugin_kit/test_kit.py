@@ -11,7 +11,7 @@ import pytest
 
 import tzrun
 from tests.plugin_kit.dists import REPO, write_distribution
-from tzrun.plugins import make_plugin_manager, pinned_requirements, plugin_infos
+from tzrun.kernel.plugins import make_plugin_manager, pinned_requirements, plugin_infos
 from tzrun.testing import run_tiny_training
 
 pytestmark = pytest.mark.slow

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKED = ["plugins/tzrun_plugins", "contrib_optimizers/src", "contrib_metrics/src"]

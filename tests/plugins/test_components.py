@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.testing import load_config_text
 from tests.core.test_config import MINIMAL
 

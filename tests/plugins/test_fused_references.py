@@ -30,8 +30,8 @@ CPU_CASES = {
 
 
 def test_every_registered_sparse_optimizer_has_a_case_and_a_reference():
-    from tzrun.plugins import make_plugin_manager
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.kernel.registry import collect_registries
 
     registered = set(collect_registries(make_plugin_manager())["sparse_optimizer"].names())
     assert registered == set(fused.CASES) == set(fused.REFERENCES)

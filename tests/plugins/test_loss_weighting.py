@@ -180,7 +180,7 @@ embedding_dim = 8
 
 
 def _check(weighting: str) -> None:
-    from tzrun.registry import collect_registries  # noqa: F401  (load_config_text collects them)
+    from tzrun.kernel.registry import collect_registries  # noqa: F401  (load_config_text collects them)
     from tzrun.runner.preflight import preflight
     from tzrun.runner.facts import RunFacts
 

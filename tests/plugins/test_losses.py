@@ -10,8 +10,8 @@ import torch
 
 from tests.core.test_config import MINIMAL
 from tzrun.errors import ConfigError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.testing import load_config_text
 
 
@@ -226,8 +226,8 @@ class _Outputs(torch.nn.Module):
 ])
 def test_every_loss_traces_as_a_leaf_and_computes_the_same(loss_type, prediction, group_by):
     # TrainPipelineSparseDist fx-traces the model with its losses: a loss must not break tracing
-    from tzrun.plugins import make_plugin_manager
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.kernel.registry import collect_registries
     from tzrun.runner.model import TrainModel
     from tzrun.runner.slots import LossSlot
 

@@ -121,8 +121,8 @@ def _feed_batch(name: str, metric: Any, batch: dict[str, torch.Tensor]) -> None:
 def _train_auc():
     """The core's ``[[train_metrics]]`` tracker with one decayed ``auc`` (rate 0.7, window 2)."""
     from tzrun.config.schema import Component, TrainMetricFields
-    from tzrun.plugins import make_plugin_manager
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.kernel.registry import collect_registries
     from tzrun.runner.slots import MetricSlot
     from tzrun.runner.train_metrics import TrainMetrics
     from tzrun_plugins.metrics.options import AUCConfig

@@ -55,8 +55,8 @@ def _build(registries, name: str, ctx: ModelContext, **options):
 
 @pytest.fixture(scope="module")
 def registries():
-    from tzrun.plugins import make_plugin_manager
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.kernel.registry import collect_registries
 
     return collect_registries(make_plugin_manager())
 

@@ -325,7 +325,7 @@ def test_check_refuses_a_column_a_headerless_file_does_not_have(capsys):
     """A headerless CSV has only column_names: check names every other column the run reads
     (features, labels, group keys) at data.reader.column_names, before any file is opened."""
     from tests.conftest import REPO
-    from tzrun.cli import main
+    from tzrun.cli.main import main
 
     config = REPO / "examples" / "deepfm_criteo_text.toml"
     assert main(["check", str(config)]) == 0

@@ -11,8 +11,8 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from tzrun.errors import ConfigError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.testing import load_config_text
 from tests.core.test_config import MINIMAL
 

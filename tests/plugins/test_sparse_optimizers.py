@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 
 from tzrun.errors import ConfigError
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.sparse_state import set_initial_accumulators
 from tzrun.testing import load_config_text
 from tzrun_plugins.optim import sparse

@@ -12,8 +12,8 @@ import pytest
 import tzrun
 from tzrun.config.load import load_config, parse_config
 from tzrun.interfaces import EvalResult, RunContext, StepInfo, TrainLog
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.records import check_stack, config_sources, resolved_toml, resolved_tree
 from tzrun.runner.stages import stage_names
 from tzrun.testing import TINY_CONFIG, run_tiny_training

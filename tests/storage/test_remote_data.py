@@ -94,7 +94,7 @@ def test_csv_glob_with_empty_and_quoted_fields_on_s3_trains_like_the_local_files
 
 
 def test_check_reads_every_s3_file_and_names_the_one_missing_a_column(tiny_data, s3_bucket, tmp_path, capsys):
-    from tzrun.cli import main
+    from tzrun.cli.main import main
 
     fs = fsspec.filesystem("s3")
     bucket = s3_bucket.removeprefix("s3://")

@@ -12,7 +12,7 @@ import pytest
 
 import tzrun
 from tzrun.errors import StorageError
-from tzrun.files import read_jsonl
+from tzrun.io.files import read_jsonl
 from tzrun.runner.checkpoint import list_checkpoints, remove_incomplete_checkpoints
 from tzrun.runner.manifest import MANIFEST, MARKER, check_checkpoint, describe_files, manifest_bytes, marker_bytes
 from tzrun.runner.retention import prune_checkpoints, read_best, record_best

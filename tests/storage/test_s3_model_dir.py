@@ -23,9 +23,9 @@ import tzrun
 from tests.conftest import EXAMPLE, REPO, example_overrides, run_cli
 from tests.integration import fault_plugin
 from tzrun.config.load import load_config, parse_config
-from tzrun.files import EVAL_RESULTS, read_jsonl
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.io.files import EVAL_RESULTS, read_jsonl
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.testing import tiny_config_text
 from tzrun.runner.session import Session

@@ -1,4 +1,4 @@
-"""tzrun.storage: local paths stay pathlib paths; URLs are listed, read and removed through
+"""tzrun.io.storage: local paths stay pathlib paths; URLs are listed, read and removed through
 fsspec, against a real S3-compatible server on loopback (moto's)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tzrun.storage import as_path, is_remote, list_files, open_file, remove_tree
+from tzrun.io.storage import as_path, is_remote, list_files, open_file, remove_tree
 from tzrun.errors import DataError, StorageError
 
 
@@ -86,6 +86,6 @@ def test_a_store_that_cannot_be_reached_is_one_line_naming_the_url_and_where_to_
     ("http://host:8080/a@b", "http://host:8080/a@b"),
 ])
 def test_redact_url_hides_every_password_and_nothing_else(text, shown):
-    from tzrun.storage import redact_url
+    from tzrun.io.storage import redact_url
 
     assert redact_url(text) == shown

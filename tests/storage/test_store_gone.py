@@ -12,8 +12,8 @@ import tzrun
 from tests.s3_server import S3Server
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import EXIT_CANT_WRITE, WriteError, exit_code_of
-from tzrun.plugins import make_plugin_manager
-from tzrun.registry import collect_registries
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
 from tzrun.testing import tiny_config_text
 from tzrun.runner.session import Session
 

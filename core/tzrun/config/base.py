@@ -16,7 +16,7 @@ class Component:
 
     Attributes:
         type: the registered name of the component, or ``"plugin:name"`` to pick one plugin's
-            (see :meth:`tzrun.registry.Registry.get`).
+            (see :meth:`tzrun.kernel.registry.Registry.get`).
         raw: every other key of the table, as TOML gave it.
         config: the plugin's options instance (set by the second pass).
         fields: the core-read keys of the table, structured (set by the second pass):

@@ -22,7 +22,7 @@ from tzrun.config.converter import StructureFailed, ValueProblem, join_path, mak
 from tzrun.config.schema import Component, RunConfig
 from tzrun.config.slots import COMPONENT_SLOTS
 from tzrun.errors import ComponentLookupError, ConfigError, ConfigProblem
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 
 if sys.version_info >= (3, 11):
     import tomllib

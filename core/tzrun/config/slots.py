@@ -26,7 +26,7 @@ class Slot:
     """A place in the core schema that holds component tables (``{ type = "...", ... }``).
 
     Attributes:
-        kind: the component kind (a :data:`tzrun.registry.KINDS` key) its ``type`` names.
+        kind: the component kind (a :data:`tzrun.kernel.registry.KINDS` key) its ``type`` names.
         fields: the class of the table's keys that tzrec-run reads itself (None: only ``type``).
         omit: keys of ``fields`` that this place refuses, with the reason.
     """

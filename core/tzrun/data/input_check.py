@@ -196,7 +196,7 @@ def _check_files(reader: Any, files: Sequence[str], columns: Sequence[str], uses
 def _exists(path: str) -> bool:
     """Whether ``path`` names something (a URL: an object or a prefix of objects); a store
     that cannot answer counts as existing, so that the reader's own error is the one shown."""
-    from tzrun.storage import exists
+    from tzrun.io.storage import exists
 
     try:
         return exists(path)

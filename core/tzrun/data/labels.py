@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tzrun.errors import DataError
-from tzrun.registry import LABEL_DOMAINS
+from tzrun.kernel.registry import LABEL_DOMAINS
 
 __all__ = ["LABEL_DOMAINS", "LabelDomain", "strictest", "violations", "DerivedLabel", "derive", "label_sources"]
 

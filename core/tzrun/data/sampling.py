@@ -36,7 +36,7 @@ from tzrun.interfaces import ItemSampler
 if TYPE_CHECKING:
     from tzrun.config.schema import RunConfig
     from tzrun.data.batch import Batch
-    from tzrun.registry import Registries
+    from tzrun.kernel.registry import Registries
 
 __all__ = ["SAMPLED_OUTPUT", "EncodedItems", "NegativesBuilder", "with_negatives"]
 

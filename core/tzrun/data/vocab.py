@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tzrun.storage import open_file
+from tzrun.io.storage import open_file
 
 __all__ = ["OOV_ID", "read_vocab_file", "check_vocab"]
 

@@ -23,9 +23,9 @@ from typing import Any, Collection, Mapping
 import attrs
 import torch
 
-from tzrun.files import EVAL_RESULTS, read_jsonl
+from tzrun.io.files import EVAL_RESULTS, read_jsonl
 from tzrun.runner.evaluate import trim_eval_results
-from tzrun.storage import as_path
+from tzrun.io.storage import as_path
 
 __all__ = ["PENDING_KEY", "ResumedBoundary", "resume_evaluation", "evaluation_pending", "trim_for_resume", "told_already"]
 

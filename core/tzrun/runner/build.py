@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from tzrun.config.schema import Component, RunConfig
 from tzrun.errors import ConfigError, ConfigProblem, PlanError
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 from tzrun.runner.distributed import DistInfo
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import host_memory

@@ -25,7 +25,7 @@ written again. Loading checks every file against the manifest first (sizes alway
 ``TZRUN_CHECKPOINT_VERIFY=size``) and names the damaged file and an earlier checkpoint.
 
 A model dir may be on an object store or a distributed file system (``s3://``, ``gs://``,
-``abfs://``, ``hdfs://``; see :mod:`tzrun.storage`): DCP then writes and reads through its
+``abfs://``, ``hdfs://``; see :mod:`tzrun.io.storage`): DCP then writes and reads through its
 fsspec storage (``FsspecWriter``/``FsspecReader``), and nothing here relies on renaming a
 directory: a checkpoint is complete when its marker exists, and the marker is one object
 written last, by one PUT, which is atomic on every such store.
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
-from tzrun.files import write_atomic
+from tzrun.io.files import write_atomic
 from tzrun.runner.dcp_storage import load_state, refused_value, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
@@ -67,7 +67,7 @@ from tzrun.runner.manifest import (
     verify_hashes_by_default,
 )
 from tzrun.runner.run_marker import is_run_dir
-from tzrun.storage import as_path, is_remote, redact_url, remove_tree
+from tzrun.io.storage import as_path, is_remote, redact_url, remove_tree
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, IncompleteCheckpointError, RecordNotWrittenError
-from tzrun.files import EVAL_RESULTS
+from tzrun.io.files import EVAL_RESULTS
 from tzrun.interfaces import EvalResult
 from tzrun.runner.checkpoint import (
     Blob,
@@ -33,10 +33,10 @@ from tzrun.runner.checkpoint import (
 from tzrun.runner.manifest import marker_state
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.session import Session
-from tzrun.write_errors import write_failure_message
+from tzrun.io.write_errors import write_failure_message
 from tzrun.runner.records import config_differences
 from tzrun.runner.retention import BEST_FILE, read_best
-from tzrun.storage import as_path
+from tzrun.io.storage import as_path
 
 __all__ = ["CheckpointEvaluation", "resolve_checkpoint", "evaluate_checkpoint"]
 

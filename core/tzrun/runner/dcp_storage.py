@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from tzrun.errors import CheckpointError
-from tzrun.storage import is_remote, redact_url, storage_options
+from tzrun.io.storage import is_remote, redact_url, storage_options
 
 __all__ = [
     "storage_writer", "storage_reader", "read_metadata", "load_planner", "load_state", "refused_value", "METADATA_CLASSES",

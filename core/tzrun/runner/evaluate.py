@@ -8,11 +8,11 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from tzrun.files import EVAL_RESULTS, append_jsonl, keep_jsonl
+from tzrun.io.files import EVAL_RESULTS, append_jsonl, keep_jsonl
 from tzrun.interfaces import EvalResult, RunContext
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 from tzrun.runner.slots import MetricSlot
-from tzrun.storage import as_path, is_remote
+from tzrun.io.storage import as_path, is_remote
 
 __all__ = ["evaluate", "update_metric", "append_eval_result", "trim_eval_results"]
 

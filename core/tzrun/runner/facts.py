@@ -15,7 +15,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from tzrun.config.schema import RunConfig
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 from tzrun.runner.label_domains import derived_labels, label_domains
 from tzrun.runner.slots import LossSlot, MetricSlot, group_columns, loss_slots, metric_slots
 

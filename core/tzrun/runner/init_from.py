@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import attrs
 
 from tzrun.errors import CheckpointError, TzrunError
-from tzrun.storage import as_path
+from tzrun.io.storage import as_path
 
 __all__ = ["InitFrom", "InitReport", "read_name_map", "init_from_checkpoint"]
 

@@ -15,7 +15,7 @@ from tzrun.errors import CheckpointError
 from tzrun.runner.checkpoint import checkpoint_step, is_complete, read_meta
 from tzrun.runner.manifest import MARKER, check_checkpoint
 from tzrun.runner.retention import read_best
-from tzrun.storage import as_path, filesystem
+from tzrun.io.storage import as_path, filesystem
 
 __all__ = ["CheckpointListing", "list_checkpoint_dirs", "format_listing", "describe_checkpoint", "format_description"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tzrun.config.schema import RunConfig
 from tzrun.data.labels import DerivedLabel, LabelDomain, strictest
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 
 __all__ = ["label_domains", "derived_labels"]
 

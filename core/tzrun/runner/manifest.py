@@ -6,7 +6,7 @@ Loading checks the manifest first: a file missing, shorter or longer than listed
 copy, a full disk) or with another hash (bit rot, a partial overwrite) is named before
 torch reads a byte of it.
 
-Every path may be local or on an object store (:func:`tzrun.storage.as_path`): files are
+Every path may be local or on an object store (:func:`tzrun.io.storage.as_path`): files are
 listed, sized and read through the path's own methods.
 
 This module does not import torch (``tzrec-run ckpt`` uses it).
@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import attrs
 
-from tzrun.storage import as_path
+from tzrun.io.storage import as_path
 
 __all__ = [
     "MARKER",

@@ -14,13 +14,13 @@ from typing import Any
 
 from tzrun.config.schema import RunConfig
 from tzrun.errors import TzrunError
-from tzrun.files import EVAL_RESULTS
-from tzrun.registry import Registries
+from tzrun.io.files import EVAL_RESULTS
+from tzrun.kernel.registry import Registries
 from tzrun.runner.checkpoint import latest_checkpoint, remove_incomplete_checkpoints
 from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences
 from tzrun.runner.retention import BEST_FILE
 from tzrun.runner.run_marker import RUN_MARKER, NotARunDirError, check_run_dir, write_run_marker
-from tzrun.storage import is_remote, remove_tree
+from tzrun.io.storage import is_remote, remove_tree
 
 __all__ = ["CORE_OUTPUTS", "run_outputs", "refuse_foreign_model_dir", "claim_model_dir"]
 

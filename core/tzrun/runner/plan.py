@@ -33,7 +33,7 @@ import torch
 
 from tzrun.config.schema import RunConfig
 from tzrun.errors import PlanError
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 from tzrun.runner.build import assign_parts
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tzrun.conformance import config_conformance_problems
+from tzrun.kernel.conformance import config_conformance_problems
 from tzrun.data.sampling import SAMPLED_OUTPUT
 from tzrun.errors import ConfigError, ConfigProblem, did_you_mean
 from tzrun.runner.facts import RunFacts
@@ -28,7 +28,7 @@ def preflight(facts: RunFacts, source: str) -> None:
     * the loss weighting's own ``check`` of the loss names (see
       :func:`tzrun.hookspecs.tzrun_register_loss_weightings`);
     * every named component's conformance on a tiny synthetic input
-      (:mod:`tzrun.conformance`).
+      (:mod:`tzrun.kernel.conformance`).
 
     Args:
         facts: the run's derived facts (:attr:`tzrun.runner.session.Session.facts`).

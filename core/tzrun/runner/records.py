@@ -31,9 +31,9 @@ import attrs
 
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import Component, RunConfig
-from tzrun.files import write_atomic
+from tzrun.io.files import write_atomic
 from tzrun.stack import check_stack, stack_versions
-from tzrun.storage import as_path, redact_url
+from tzrun.io.storage import as_path, redact_url
 
 __all__ = [
     "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml", "emit_toml",

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Mapping
 import attrs
 
 from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, did_you_mean
-from tzrun.files import write_atomic
+from tzrun.io.files import write_atomic
 from tzrun.runner.checkpoint import checkpoint_step, list_checkpoints
 from tzrun.runner.manifest import MARKER
-from tzrun.storage import as_path, remove_tree
+from tzrun.io.storage import as_path, remove_tree
 
 if TYPE_CHECKING:
     from tzrun.runner.facts import RunFacts

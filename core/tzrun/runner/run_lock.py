@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterator
 import attrs
 
 from tzrun.errors import EXIT_CANT_WRITE, StorageError, TzrunError
-from tzrun.storage import as_path, is_remote, redact_url
+from tzrun.io.storage import as_path, is_remote, redact_url
 
 __all__ = ["LOCK_FILE", "NONEXCLUSIVE_LOCK_ENV", "ModelDirLockedError", "RunLock", "acquire_run_lock", "claim_run_lock"]
 
@@ -382,7 +382,7 @@ def claim_run_lock(model_dir: Path, rank: int, world_size: int) -> RunLock | Non
         except (ModelDirLockedError, StorageError) as error:
             refusal = str(error)
         except OSError as error:  # a read-only or full model dir: refused on every rank, not a hang
-            from tzrun.write_errors import write_failure_message
+            from tzrun.io.write_errors import write_failure_message
 
             refusal = write_failure_message(error, as_path(model_dir), f"the run lock {LOCK_FILE}")
     if world_size > 1:

@@ -26,10 +26,10 @@ from typing import Any
 
 from tzrun import __version__
 from tzrun.errors import EXIT_CONFIG, TzrunError
-from tzrun.files import write_atomic
+from tzrun.io.files import write_atomic
 from tzrun.runner.records import RESOLVED_JSON
 from tzrun.runner.run_lock import LOCK_FILE
-from tzrun.storage import as_path, filesystem, is_remote
+from tzrun.io.storage import as_path, filesystem, is_remote
 
 __all__ = ["RUN_MARKER", "MARKER_FORMAT", "NotARunDirError", "read_run_marker", "is_run_dir", "check_run_dir",
            "write_run_marker"]

@@ -36,8 +36,8 @@ from tzrun.data.loader import RankInput
 from tzrun.data.reader_bad_rows import read_columns
 from tzrun.data.sampling import with_negatives
 from tzrun.interfaces import EvalResult, RunContext
-from tzrun.plugins import PluginManager, make_plugin_manager
-from tzrun.registry import Registries, collect_registries
+from tzrun.kernel.plugins import PluginManager, make_plugin_manager
+from tzrun.kernel.registry import Registries, collect_registries
 from tzrun.runner.allocator import tune_malloc
 from tzrun.runner.build import Built, build_run
 from tzrun.runner.distributed import DistInfo, init_distributed
@@ -49,7 +49,7 @@ from tzrun.runner.slots import MetricSlot
 from tzrun.runner.stages import RunStages
 from tzrun.runner.train_metrics import TrainMetrics
 from tzrun.runner.watchdog import start_watchdog
-from tzrun.storage import as_path
+from tzrun.io.storage import as_path
 
 __all__ = ["Session", "seed_everything", "rng_state", "set_rng_state"]
 

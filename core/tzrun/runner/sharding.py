@@ -13,7 +13,7 @@ from torch import nn
 from tzrun.config.schema import RunConfig
 from tzrun.errors import ConfigError, ConfigProblem, PlanError
 from tzrun.interfaces import SparseOptimizerSpec
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory, host_memory_problem
 from tzrun.runner.model import TrainModel, build_model, embedding_modules, embedding_tables

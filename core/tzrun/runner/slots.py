@@ -10,7 +10,7 @@ import attrs
 
 from tzrun.config.schema import Component, RunConfig
 from tzrun.errors import ConfigError, ConfigProblem
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 
 __all__ = ["LossSlot", "MetricSlot", "loss_slots", "metric_slots", "group_columns"]
 

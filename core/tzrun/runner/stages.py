@@ -13,7 +13,7 @@ import attrs
 from tzrun.config.schema import RunConfig
 from tzrun.errors import PluginError
 from tzrun.interfaces import TrainLog
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 from tzrun.runner.checkpoint import unsaveable
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 from tzrun.runner.slots import MetricSlot
 from tzrun.runner.evaluate import update_metric
 

@@ -32,7 +32,7 @@ import torch
 from tzrun.data.batch import SkippedRows, tally_skipped
 from tzrun.errors import NonFiniteLossError
 from tzrun.interfaces import EvalResult, StepInfo
-from tzrun.plugins import call_lifecycle, plugin_infos
+from tzrun.kernel.plugins import call_lifecycle, plugin_infos
 from tzrun.runner.checkpoint import (
     Blob, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
@@ -50,7 +50,7 @@ from tzrun.runner.session import Session, rng_state, set_rng_state
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
 from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates, state_key
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
-from tzrun.write_errors import named_save_error
+from tzrun.io.write_errors import named_save_error
 
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tzrun.config.schema import RunConfig
-from tzrun.registry import Registries
+from tzrun.kernel.registry import Registries
 
 __all__ = ["LossWeighting", "weigh_losses", "build_loss_weighting", "gradient_parameters"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tzrun.errors import TzrunError
-from tzrun.files import METRICS_FILE, read_jsonl
+from tzrun.io.files import METRICS_FILE, read_jsonl
 
 __all__ = ["plot_run"]
 

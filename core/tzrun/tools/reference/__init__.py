@@ -3,7 +3,7 @@
 The MkDocs hook ``docs/_hooks/reference.py`` adds these pages to the site at build time, so none
 of them is committed and none can drift from the code. Nothing here imports torch.
 
-Order is deterministic: kinds in :data:`tzrun.registry.KINDS` order, components sorted by name
+Order is deterministic: kinds in :data:`tzrun.kernel.registry.KINDS` order, components sorted by name
 (the registries' order), keys in attrs field order (as the classes declare them), hooks in the
 order :mod:`tzrun.hookspecs` defines them. Key documentation comes from the Google-style
 ``Attributes:`` section of each class docstring (or, failing that, an attribute docstring below

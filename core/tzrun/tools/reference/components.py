@@ -1,7 +1,7 @@
 """The configuration reference: ``reference/config.md``, a ``reference/<kind>.md`` page per kind
 listing its components and their options, and the ``reference/index.md`` of kinds.
 
-Kinds come in :data:`tzrun.registry.KINDS` order, components sorted by name (the registries' order).
+Kinds come in :data:`tzrun.kernel.registry.KINDS` order, components sorted by name (the registries' order).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Mapping
 import attrs
 
 from tzrun.config.schema import Component, RunConfig
-from tzrun.plugins import CORE_DISTRIBUTION, canonical_name
+from tzrun.kernel.plugins import CORE_DISTRIBUTION, canonical_name
 from tzrun.tools.reference.config_page import (
     COMPONENT_SLOTS,
     GENERATED,
@@ -30,7 +30,7 @@ from tzrun.tools.reference.fields import (
     table_row,
     unwrap_optional,
 )
-from tzrun.registry import KINDS, Entry, Registries, Registry
+from tzrun.kernel.registry import KINDS, Entry, Registries, Registry
 
 __all__ = ["config_reference"]
 

@@ -24,7 +24,7 @@ from tzrun.tools.reference.fields import (
     unwrap_optional,
 )
 from tzrun.config.slots import COMPONENT_SLOTS, Slot
-from tzrun.registry import KINDS
+from tzrun.kernel.registry import KINDS
 
 __all__ = ["GENERATED", "Slot", "COMPONENT_SLOTS", "SchemaWalker", "kind_page", "class_intro", "config_markdown"]
 

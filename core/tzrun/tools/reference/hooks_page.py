@@ -9,7 +9,7 @@ from tzrun import hookspecs, interfaces
 from tzrun.tools.reference.config_page import GENERATED, kind_page
 from tzrun.tools.reference.docstrings import code_span, docstring_markdown
 from tzrun.tools.reference.fields import Written, toml_value
-from tzrun.registry import KINDS
+from tzrun.kernel.registry import KINDS
 
 __all__ = ["hooks_reference"]
 

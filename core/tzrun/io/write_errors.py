@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tzrun.errors import WriteError
-from tzrun.storage import as_path, is_remote
+from tzrun.io.storage import as_path, is_remote
 
 __all__ = ["named_write_error", "named_save_error", "write_failure_message"]
 

@@ -16,12 +16,12 @@ import sys
 from typing import Any, Mapping, NoReturn, Sequence
 
 from tzrun import __version__
-from tzrun.commands import COMMANDS, prepare
+from tzrun.cli.commands import COMMANDS, prepare
 from tzrun.errors import EXIT_BROKEN_PIPE, EXIT_CONFIG, EXIT_USAGE, TzrunError, exit_code_of
-from tzrun.logs import LOG_LEVEL_ENV, LOG_LEVELS
-from tzrun.logs import setup_logging as _setup_logging
-from tzrun.storage import redact_url
-from tzrun.install_commands import add_parsers as add_install_parsers
+from tzrun.cli.logs import LOG_LEVEL_ENV, LOG_LEVELS
+from tzrun.cli.logs import setup_logging as _setup_logging
+from tzrun.io.storage import redact_url
+from tzrun.cli.install_commands import add_parsers as add_install_parsers
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -253,9 +253,9 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
         rest.append(token)
     max_restarts = getattr(args, "max_restarts", None)
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
-    command = [sys.executable, "-m", "tzrun.agent", "--standalone", *restarts,
+    command = [sys.executable, "-m", "tzrun.cli.agent", "--standalone", *restarts,
                "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
-    from tzrun.launch import run_torchrun
+    from tzrun.cli.launch import run_torchrun
 
     return run_torchrun(command, launch_environment(os.environ, args.nproc_per_node), args.nproc_per_node)
 
@@ -357,8 +357,8 @@ def _print_evaluation(done: Any) -> None:
 def _fail_named(error: BaseException, model_dir: str) -> None:
     """Tell the other ranks (:func:`_fail_collectively`); a failure to write into the model dir
     (full disk, read-only dir) is raised instead as a one-line
-    :class:`~tzrun.errors.WriteError` (:mod:`tzrun.write_errors`)."""
-    from tzrun.write_errors import named_write_error
+    :class:`~tzrun.errors.WriteError` (:mod:`tzrun.io.write_errors`)."""
+    from tzrun.io.write_errors import named_write_error
 
     named = named_write_error(error, model_dir)
     _fail_collectively(named or error)
@@ -397,7 +397,7 @@ def console_main() -> None:
 
         print(redact_url(traceback.format_exc()), end="", file=sys.stderr)
         code = exit_code_of(error)
-    from tzrun.launch import record_exit_code
+    from tzrun.cli.launch import record_exit_code
 
     record_exit_code(code)
     if _command_of(argv) in ("train", "evaluate"):

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import attrs
 
 from tzrun.errors import AmbiguousComponentError, PluginError, UnknownComponentError
-from tzrun.plugins import PluginLoadFailure, PluginManager, canonical_name, report_failure
+from tzrun.kernel.plugins import PluginLoadFailure, PluginManager, canonical_name, report_failure
 
 __all__ = ["LABEL_DOMAINS", "KINDS", "Kind", "Entry", "Registry", "Registries", "collect_registries"]
 

@@ -3,7 +3,7 @@ as JSON lines. Torch-free; part of the public API (:mod:`tzrun` re-exports it) s
 write the way the core does.
 
 Every function takes a local path or a URL (``s3://bucket/run/metrics.jsonl``, see
-:mod:`tzrun.storage`). On the local disk an atomic write is a temporary file, fsync and
+:mod:`tzrun.io.storage`). On the local disk an atomic write is a temporary file, fsync and
 rename, and an append is one ``write`` of a whole line. An object store has no rename and no
 append, but a single PUT of an object is atomic (a reader sees the old object or the whole new
 one), so there :func:`write_atomic` is one PUT and :func:`append_jsonl` reads the object and
@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from tzrun.storage import as_path, is_remote
+from tzrun.io.storage import as_path, is_remote
 
 __all__ = ["METRICS_FILE", "EVAL_RESULTS", "write_atomic", "append_jsonl", "read_jsonl", "keep_jsonl"]
 

@@ -1,5 +1,5 @@
 """The ``tzrec-run`` commands that inspect, check, plan and convert (everything but training and
-evaluation, which :mod:`tzrun.cli` starts): each takes the parsed arguments and returns the exit
+evaluation, which :mod:`tzrun.cli.main` starts): each takes the parsed arguments and returns the exit
 code. Heavy modules are imported by the command that needs them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from typing import Any, Sequence
 
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_USAGE
-from tzrun.install_commands import COMMANDS as INSTALL_COMMANDS
+from tzrun.cli.install_commands import COMMANDS as INSTALL_COMMANDS
 
 __all__ = ["prepare", "COMMANDS"]
 
@@ -140,9 +140,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     from tzrun.config.load import disabled_plugins, read_config, strict_plugins
-    from tzrun.plugin_report import format_plugins_report, plugins_report
-    from tzrun.plugins import make_plugin_manager, pinned_requirements
-    from tzrun.registry import collect_registries
+    from tzrun.kernel.plugin_report import format_plugins_report, plugins_report
+    from tzrun.kernel.plugins import make_plugin_manager, pinned_requirements
+    from tzrun.kernel.registry import collect_registries
 
     raw = read_config(args.config, []) if args.config else None
     disable = [*args.disable, *(disabled_plugins(raw) if raw else ())]
@@ -254,7 +254,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from tzrun.install_commands import env_advice, print_env_advice
+    from tzrun.cli.install_commands import env_advice, print_env_advice
     from tzrun.stack import check_stack, stack_versions
 
     versions = stack_versions()
@@ -271,7 +271,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_help(args: argparse.Namespace) -> int:
-    from tzrun.help_topics import format_topics, read_topic
+    from tzrun.cli.help_topics import format_topics, read_topic
 
     if args.topic is None:
         print(format_topics())
@@ -285,7 +285,7 @@ def cmd_help(args: argparse.Namespace) -> int:
 
 
 #: The commands by name (``tzrec-run data`` is the synthetic-data command; install-stack and init
-#: are in :mod:`tzrun.install_commands`).
+#: are in :mod:`tzrun.cli.install_commands`).
 COMMANDS = {**INSTALL_COMMANDS, "ckpt": cmd_ckpt, "check": cmd_check, "plan": cmd_plan, "plugins": cmd_plugins,
             "new-plugin": cmd_new_plugin, "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert,
             "help": cmd_help}

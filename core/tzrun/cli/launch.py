@@ -15,7 +15,7 @@ the job's own code.
   launcher's children, which it ends (SIGTERM, then SIGKILL after the shutdown timeout) and
   waits for before it exits with :data:`~tzrun.errors.EXIT_RANK_LOST` (69) and one line.
 * torchrun's own output (its log lines and the ``ChildFailedError`` traceback it prints for any
-  failure) goes to a log file (:mod:`tzrun.agent`) unless ``--log-level debug``: a failure shows
+  failure) goes to a log file (:mod:`tzrun.cli.agent`) unless ``--log-level debug``: a failure shows
   the root cause rank 0 prints, once. The file is named in the launcher's one line when it is
   the only report (the ranks did not all record an exit code), and removed otherwise.
 * torchrun reports any worker's non-zero exit as a failure (exit 1). Every worker records its
@@ -47,11 +47,11 @@ __all__ = ["AGENT_LOG_ENV", "AGENT_PID_ENV", "EXIT_CODE_DIR_ENV", "FORWARDED_SIG
 
 #: Where each worker writes ``rank-<R>`` holding its exit code (set by the launcher).
 EXIT_CODE_DIR_ENV = "TZRUN_EXIT_CODE_DIR"
-#: The file torchrun's own output goes to (set by the launcher, read by :mod:`tzrun.agent`).
+#: The file torchrun's own output goes to (set by the launcher, read by :mod:`tzrun.cli.agent`).
 AGENT_LOG_ENV = "TZRUN_AGENT_LOG"
 #: The launcher's pid, for torchrun (set by the launcher).
 LAUNCHER_PID_ENV = "TZRUN_LAUNCHER_PID"
-#: torchrun's pid, for its ranks (set by :mod:`tzrun.agent`).
+#: torchrun's pid, for its ranks (set by :mod:`tzrun.cli.agent`).
 AGENT_PID_ENV = "TZRUN_AGENT_PID"
 #: The signals the launcher passes on to the job.
 FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1")

@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 
-from tzrun.plugins import PluginManager, plugin_infos
-from tzrun.registry import Entry, Registries
+from tzrun.kernel.plugins import PluginManager, plugin_infos
+from tzrun.kernel.registry import Entry, Registries
 
 __all__ = ["component_options", "plugins_report", "format_plugins_report"]
 

@@ -16,7 +16,7 @@ component, the plugin (and distribution) that registered it, and the rule it bre
   weight)`` accepts tzrec-run's arguments; every state is a tensor or a list of tensors;
   ``compute()`` works; two instances updated with the two halves of the rows and merged
   (``merge_state``, what a distributed compute does) give the one-instance value;
-* stage: ``build(cfg)`` works and the object's hooks pass :func:`tzrun.hookcheck.hook_problems`.
+* stage: ``build(cfg)`` works and the object's hooks pass :func:`tzrun.kernel.hookcheck.hook_problems`.
 
 The synthetic input has 8 rows, the last of weight 0 (padding); the prediction is ``[8]``
 (binary outputs) or, when that is refused, ``[8, 2]`` (two classes); ``[8, 8]`` for components
@@ -32,8 +32,8 @@ import attrs
 
 from tzrun.config.schema import Component, RunConfig
 from tzrun.config.slots import COMPONENT_SLOTS
-from tzrun.hookcheck import hook_problems
-from tzrun.registry import Entry, Registries
+from tzrun.kernel.hookcheck import hook_problems
+from tzrun.kernel.registry import Entry, Registries
 
 __all__ = ["PROBED_KINDS", "component_problems", "config_components", "config_conformance_problems"]
 

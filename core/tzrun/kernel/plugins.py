@@ -9,10 +9,10 @@ An entry point is rejected, with a warning that names it and its distribution (a
 
 * its distribution requires a ``tzrec-run`` version this one is not (it is not even imported);
 * it fails to import;
-* its hooks do not match the hookspecs (:func:`tzrun.hookcheck.hook_problems`): an unknown
+* its hooks do not match the hookspecs (:func:`tzrun.kernel.hookcheck.hook_problems`): an unknown
   hook, a wrong argument name, a method named ``tzrun_*`` without the ``@tzrun.hookimpl`` marker.
 
-:func:`tzrun.registry.collect_registries` applies the same rule to a plugin whose registration
+:func:`tzrun.kernel.registry.collect_registries` applies the same rule to a plugin whose registration
 hook raises or registers something malformed: the plugin is disabled (every component it
 registered and its lifecycle hooks) with a warning naming it and the fix, and the others load.
 In strict mode (``--strict``, ``[plugins] strict = true``, ``TZRUN_STRICT_PLUGINS=1``) each such
@@ -35,7 +35,7 @@ import pluggy
 
 from tzrun import __version__, hookspecs
 from tzrun.errors import PluginLoadError
-from tzrun.hookcheck import hook_problems
+from tzrun.kernel.hookcheck import hook_problems
 
 __all__ = [
     "CORE_DISTRIBUTION",
@@ -252,7 +252,7 @@ def _raise_write_failure(exc: Exception, kwargs: dict[str, Any]) -> None:
     model_dir = getattr(kwargs.get("run"), "model_dir", None)
     if model_dir is None:
         return
-    from tzrun.write_errors import named_write_error
+    from tzrun.io.write_errors import named_write_error
 
     named = named_write_error(exc, model_dir)
     if named is not None:
@@ -441,7 +441,7 @@ def plugin_infos(pm: PluginManager, registries: Any | None = None) -> list[Plugi
 
     Args:
         pm: the manager.
-        registries: the :class:`tzrun.registry.Registries` collected from ``pm``, to list
+        registries: the :class:`tzrun.kernel.registry.Registries` collected from ``pm``, to list
             components per kind; without it, ``components`` is empty.
     """
     infos = []

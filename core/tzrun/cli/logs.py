@@ -17,7 +17,7 @@ LOG_LEVEL_ENV = "TZRUN_LOG_LEVEL"
 
 def _redact_record(record: logging.LogRecord) -> bool:
     """Show a log line, and its exception, with every URL's password redacted."""
-    from tzrun.storage import redact_url
+    from tzrun.io.storage import redact_url
 
     record.msg, record.args = redact_url(record.getMessage()), None
     if record.exc_info and not record.exc_text:
