@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads", "available_cpus"]
+__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads", "available_cpus", "refusal_of_rank0"]
 
 
 @attrs.frozen
@@ -123,3 +123,16 @@ def shutdown_distributed(timeout_s: float = 30.0) -> None:
         except Exception:  # a peer is gone: leave anyway
             pass
     dist.destroy_process_group()
+
+
+def refusal_of_rank0(refusal: str | None, world_size: int) -> str | None:
+    """Rank 0's ``refusal`` (a message, or None to go on) on every rank: what rank 0 alone
+    decided (the model dir is not a run's, the lock is held) stops every rank together instead
+    of leaving the others waiting in the next collective. Collective when ``world_size > 1``."""
+    if world_size <= 1:
+        return refusal
+    import torch.distributed as dist
+
+    outcome: list[str | None] = [refusal]
+    dist.broadcast_object_list(outcome, src=0)
+    return outcome[0]

@@ -21,6 +21,7 @@ from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_d
 from tzrun.runner.retention import BEST_FILE
 from tzrun.runner.run_marker import RUN_MARKER, NotARunDirError, check_run_dir, write_run_marker
 from tzrun.io.storage import is_remote, remove_tree
+from tzrun.runner.distributed import refusal_of_rank0
 
 __all__ = ["CORE_OUTPUTS", "run_outputs", "refuse_foreign_model_dir", "claim_model_dir"]
 
@@ -104,12 +105,7 @@ def refuse_foreign_model_dir(model_dir: Path, *, overwrite: bool, rank: int, wor
             refusal = str(error)
         except (TzrunError, OSError) as error:  # refused on every rank, not a hang
             refusal = f"{model_dir}: cannot tell whether it is a tzrec-run model dir ({type(error).__name__}: {error})"
-    if world_size > 1:
-        import torch.distributed as dist
-
-        outcome: list[Any] = [refusal]
-        dist.broadcast_object_list(outcome, src=0)
-        refusal = outcome[0]
+    refusal = refusal_of_rank0(refusal, world_size)
     if refusal is not None:
         raise NotARunDirError(refusal)
 

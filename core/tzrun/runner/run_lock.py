@@ -53,6 +53,7 @@ import attrs
 
 from tzrun.errors import EXIT_CANT_WRITE, StorageError, TzrunError
 from tzrun.io.storage import as_path, is_remote, redact_url
+from tzrun.runner.distributed import refusal_of_rank0
 
 __all__ = ["LOCK_FILE", "NONEXCLUSIVE_LOCK_ENV", "ModelDirLockedError", "RunLock", "acquire_run_lock", "claim_run_lock"]
 
@@ -385,12 +386,7 @@ def claim_run_lock(model_dir: Path, rank: int, world_size: int) -> RunLock | Non
             from tzrun.io.write_errors import write_failure_message
 
             refusal = write_failure_message(error, as_path(model_dir), f"the run lock {LOCK_FILE}")
-    if world_size > 1:
-        import torch.distributed as dist
-
-        outcome: list[Any] = [refusal]
-        dist.broadcast_object_list(outcome, src=0)
-        refusal = outcome[0]
+    refusal = refusal_of_rank0(refusal, world_size)
     if refusal is not None:
         raise ModelDirLockedError(refusal)
     return lock
