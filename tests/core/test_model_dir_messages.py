@@ -10,15 +10,16 @@ import pytest
 from tests.conftest import run_cli
 from tzrun.errors import EXIT_CHECKPOINT, CheckpointError
 from tzrun.runner.inspect import describe_checkpoint
-from tzrun.runner.manifest import MARKER
+from tzrun.runner.manifest import MANIFEST, MARKER, marker_bytes
 
 
 def _model_dir(tmp_path: Path, complete: list[int], incomplete: list[int] = ()) -> Path:
     model_dir = tmp_path / "run"
     for step in [*complete, *incomplete]:
         (model_dir / "checkpoints" / f"step-{step}").mkdir(parents=True)
-    for step in complete:
-        (model_dir / "checkpoints" / f"step-{step}" / MARKER).write_text(f"step {step}\n")  # an empty marker is damage
+    for step in complete:  # a complete marker records its manifest's digest
+        (model_dir / "checkpoints" / f"step-{step}" / MANIFEST).write_bytes(b"{}")
+        (model_dir / "checkpoints" / f"step-{step}" / MARKER).write_bytes(marker_bytes(step, b"{}"))
     return model_dir
 
 
