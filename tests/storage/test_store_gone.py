@@ -1,6 +1,6 @@
 """A store that goes away while a checkpoint is saved ends the run with one line and exit 73
 (the run's output cannot be written), naming ``--resume``; not with an internal error's traceback.
-The store stops while DCP's fsspec writer writes the checkpoint's ``state/``."""
+The store stops as DCP's fsspec writer starts writing the checkpoint's ``state/``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 
-import tzrun
 from tests.s3_server import S3Server
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import EXIT_CANT_WRITE, WriteError, exit_code_of
@@ -20,28 +19,23 @@ from tzrun.runner.session import Session
 pytestmark = pytest.mark.slow
 
 
-class _StopWhenSaved:
-    """A stage state that stops the S3 server when torch.distributed.checkpoint serializes it:
-    in the middle of the save, while DCP's fsspec writer writes ``state/``."""
+def _stopping_writer(server: S3Server, writer_of):
+    """``storage_writer`` whose writer stops the S3 server as DCP starts writing ``state/``'s
+    data: in the middle of the save (after the plan, before any data file is written)."""
 
-    def __init__(self, server: S3Server) -> None:
-        self.server = server
+    def storage_writer(path):
+        writer = writer_of(path)
+        write_data = writer.write_data
 
-    def __getstate__(self) -> dict:
-        if self.server.process.poll() is None:
-            self.server.stop()
-        return {}
+        def stop_then_write(*args, **kwargs):
+            if server.process.poll() is None:
+                server.stop()
+            return write_data(*args, **kwargs)
 
+        writer.write_data = stop_then_write
+        return writer
 
-class StopsTheStore:
-    """Stops the S3 server during the first checkpoint's DCP save."""
-
-    def __init__(self, server: S3Server) -> None:
-        self.server = server
-
-    @tzrun.hookimpl
-    def tzrun_before_checkpoint_save(self, run, step, state):
-        state["stops_the_store"] = _StopWhenSaved(self.server)
+    return storage_writer
 
 
 def test_a_store_gone_during_a_save_is_one_line_with_exit_73(tmp_path, monkeypatch):
@@ -61,7 +55,13 @@ def test_a_store_gone_during_a_save_is_one_line_with_exit_73(tmp_path, monkeypat
         bucket = f"tzrun-{uuid.uuid4().hex[:12]}"
         fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
         synth_criteo(tmp_path / "data", rows=1024, eval_rows=512, seed=0, rows_per_file=1024, row_group_size=512)
-        pm = make_plugin_manager(plugins=[("stops_the_store", StopsTheStore(server))])
+        import s3fs
+
+        from tzrun.runner import checkpoint
+
+        s3fs.S3FileSystem.clear_instance_cache()  # an instance of another test holds the session server's endpoint
+        monkeypatch.setattr(checkpoint, "storage_writer", _stopping_writer(server, checkpoint.storage_writer))
+        pm = make_plugin_manager()
         registries = collect_registries(pm)
         raw = parse_config(tiny_config_text(tmp_path / "data", "unused"), "<test>",
                            [f'model_dir="s3://{bucket}/run"', "train.num_steps=2"])
@@ -73,6 +73,9 @@ def test_a_store_gone_during_a_save_is_one_line_with_exit_73(tmp_path, monkeypat
     finally:
         if server.process.poll() is None:
             server.stop()
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()  # nor may this server's endpoint outlive the test
     message = str(raised.value)
     assert exit_code_of(raised.value) == EXIT_CANT_WRITE
     assert "\n" not in message and "Traceback" not in message
