@@ -143,7 +143,7 @@ def test_an_unknown_log_level_in_the_environment_is_a_usage_error(monkeypatch, c
 
 
 def test_nproc_per_node_passes_the_log_level_to_every_rank(monkeypatch):
-    from tzrun.cli import launch
+    from tzrun.runner import launch
 
     started = {}
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tzrun.errors import EXIT_RANK_LOST
-from tzrun.cli.launch import EXIT_CODE_DIR_ENV, job_exit_code, record_exit_code
+from tzrun.runner.launch import EXIT_CODE_DIR_ENV, job_exit_code, record_exit_code
 from tzrun.runner.run_lock import LOCK_FILE, ModelDirLockedError, _alive, _process_start, acquire_run_lock
 
 
@@ -56,7 +56,7 @@ def test_a_reused_pid_does_not_keep_a_lock_alive_and_a_live_one_refuses(tmp_path
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 
 #: Runs ``run_torchrun`` on the command in argv (a stand-in for torchrun) and exits with its result.
-LAUNCHER = ("import os, sys; from tzrun.cli.launch import run_torchrun; "
+LAUNCHER = ("import os, sys; from tzrun.runner.launch import run_torchrun; "
             "sys.exit(run_torchrun(sys.argv[1:], os.environ, 1))")
 #: A stand-in for torchrun: starts one "rank" in a session of its own (as torchrun does), then
 #: waits; it writes "ready" once the rank runs, and "<agent SIGNAL>" if it is signalled.
@@ -140,7 +140,7 @@ def test_a_killed_agent_leaves_no_rank_and_the_launcher_exits_69_with_one_line(t
 def test_a_rank_gets_sigterm_when_its_torchrun_dies(tmp_path):
     """A rank run by hand with torchrun stops (and checkpoints) if torchrun is killed."""
     rank = ("import os, signal, sys, time\n"
-            "from tzrun.cli.launch import stop_with_agent\n"
+            "from tzrun.runner.launch import stop_with_agent\n"
             "signal.signal(signal.SIGTERM, lambda n, f: (open(sys.argv[1] + '/rank-signal', 'w').write('SIGTERM'), "
             "os._exit(0)))\n"
             "stop_with_agent()\n"

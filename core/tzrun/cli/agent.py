@@ -1,5 +1,5 @@
 """``python -m tzrun.cli.agent ARGS`` is ``torchrun ARGS`` as ``tzrec-run --nproc-per-node`` runs it
-(:mod:`tzrun.cli.launch`): torchrun's own output (its log lines, and the ``ChildFailedError``
+(:mod:`tzrun.runner.launch`): torchrun's own output (its log lines, and the ``ChildFailedError``
 traceback it prints for any failed rank) goes to the file ``TZRUN_AGENT_LOG`` names, while the
 ranks it starts keep the launcher's standard error; its ranks learn its pid
 (``TZRUN_AGENT_PID``) so that they stop when it dies. If the launcher died (the parent-death
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from tzrun.cli.launch import AGENT_LOG_ENV, AGENT_PID_ENV, EXIT_CODE_DIR_ENV, LAUNCHER_PID_ENV
+from tzrun.runner.launch import AGENT_LOG_ENV, AGENT_PID_ENV, EXIT_CODE_DIR_ENV, LAUNCHER_PID_ENV
 
 __all__ = ["main"]
 

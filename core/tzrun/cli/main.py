@@ -255,7 +255,7 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
     command = [sys.executable, "-m", "tzrun.cli.agent", "--standalone", *restarts,
                "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
-    from tzrun.cli.launch import run_torchrun
+    from tzrun.runner.launch import run_torchrun
 
     return run_torchrun(command, launch_environment(os.environ, args.nproc_per_node), args.nproc_per_node)
 
@@ -397,7 +397,7 @@ def console_main() -> None:
 
         print(redact_url(traceback.format_exc()), end="", file=sys.stderr)
         code = exit_code_of(error)
-    from tzrun.cli.launch import record_exit_code
+    from tzrun.runner.launch import record_exit_code
 
     record_exit_code(code)
     if _command_of(argv) in ("train", "evaluate"):

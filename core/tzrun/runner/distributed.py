@@ -51,7 +51,7 @@ def init_distributed(timeout_s: float = 300.0) -> DistInfo:
     import torch
     import torch.distributed as dist
 
-    from tzrun.cli.launch import stop_with_agent
+    from tzrun.runner.launch import stop_with_agent
 
     stop_with_agent()
     rank = int(os.environ.get("RANK", 0))

@@ -149,7 +149,7 @@ class Watchdog:
             log.warning("could not tell the other ranks about this rank's failure: %s", store_error)
         self._own_code = code
         self._own_failure_at = time.monotonic()
-        from tzrun.cli.launch import record_exit_code
+        from tzrun.runner.launch import record_exit_code
 
         record_exit_code(code)  # now: torchrun may end this rank with a signal once the others exit
 
@@ -224,7 +224,7 @@ class Watchdog:
                    f"train.rank_timeout_s = {self.rank_timeout_s:g})")
         self.store.compare_set("failure", "", json.dumps({"rank": peer, "code": EXIT_RANK_LOST, "message": message}))
         if beat.get("host") == socket.gethostname() and beat.get("pid") and int(beat["pid"]) != os.getpid():
-            from tzrun.cli.launch import record_exit_code
+            from tzrun.runner.launch import record_exit_code
 
             record_exit_code(EXIT_RANK_LOST, rank=peer)  # for it, so that the launcher exits with the job's code
             _kill_frozen(int(beat["pid"]))
@@ -243,7 +243,7 @@ def _kill_frozen(pid: int) -> None:
 def _end(code: int, message: str | None, watchdog: Watchdog | None = None) -> None:
     """Print ``message`` (if any), record the exit code for the launcher and end the process
     now: the main thread may be inside a collective that nothing else ends."""
-    from tzrun.cli.launch import record_exit_code
+    from tzrun.runner.launch import record_exit_code
 
     if message:
         from tzrun.io.storage import redact_url
