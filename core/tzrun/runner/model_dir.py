@@ -134,7 +134,9 @@ def claim_model_dir(model_dir: Path, cfg: RunConfig, registries: Registries, *, 
         NotARunDirError: for a directory that is not empty and not a run's (nothing is changed).
         TzrunError: for another run's model dir, or checkpoints without ``resume``/``overwrite``.
     """
-    state = check_run_dir(model_dir, overwrite=overwrite)
+    # rank 0 alone reads the dir again (under the lock now): the other ranks had its verdict
+    # from refuse_foreign_model_dir, and use no state
+    state = check_run_dir(model_dir, overwrite=overwrite) if rank == 0 else "run"
     replace = overwrite or _replaces_a_run_that_saved_nothing(model_dir, cfg, rank)
     existing = latest_checkpoint(model_dir)
     if existing is not None and not (overwrite or resume):
