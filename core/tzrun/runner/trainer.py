@@ -241,10 +241,14 @@ class Trainer:
         self.save(evaluation_pending=True)  # first: an evaluation that fails leaves it complete
         return self.conclude_boundary(self.evaluate())
 
+    def _records_best(self) -> bool:
+        """Whether a boundary's evaluation records the best checkpoint (and so prunes)."""
+        return self.cfg.eval.best_metric is not None and self.session.eval_input is not None
+
     def conclude_boundary(self, result: EvalResult | None) -> bool:
         """After a boundary's evaluation: record the best checkpoint, and ask the stages
         whether to stop. Returns whether training goes on."""
-        if result is not None and self.cfg.eval.best_metric is not None:
+        if result is not None and self._records_best():
             self.record_best(result)
         return not self.any_rank_asks_to_stop()
 
@@ -402,8 +406,7 @@ class Trainer:
             if named is None:
                 raise
             raise named from None
-        best_follows = evaluation_pending and self.cfg.eval.best_metric is not None and self.session.eval_input is not None
-        if not best_follows:
+        if not (evaluation_pending and self._records_best()):
             self.prune()
 
     def load(self, path: Path) -> ResumePoint:
