@@ -70,16 +70,21 @@ class RowMetric(Metric):
     def append_rows(self, name: str, rows: Tensor) -> None:
         """Store ``rows`` in the row state ``name``: detached, on the metric's device, in the
         state's dtype."""
-        dtype = self._row_dtypes[name] or self.dtype
-        getattr(self, name).append(rows.detach().to(device=self.device, dtype=dtype))
+        getattr(self, name).append(rows.detach().to(device=self.device, dtype=self._dtype_of(name)))
 
     def rows(self, name: str) -> Tensor:
         """Every row stored in ``name`` (every rank's, inside ``compute``), concatenated; an
         empty tensor of the state's dtype when there are none."""
         value = getattr(self, name)
         if isinstance(value, list) and not value:
-            return torch.empty(0, dtype=self._row_dtypes[name] or self.dtype, device=self.device)
+            return self._no_rows(name)
         return dim_zero_cat(value)
+
+    def _dtype_of(self, name: str) -> torch.dtype:
+        return self._row_dtypes[name] or self.dtype
+
+    def _no_rows(self, name: str) -> Tensor:
+        return torch.empty(0, dtype=self._dtype_of(name), device=self.device)
 
     def _apply(self, fn: Callable[[Tensor], Tensor], exclude_state: Sequence[str] = ()) -> Module:
         fixed = tuple(n for n, d in getattr(self, "_row_dtypes", {}).items() if d is not None)
@@ -93,8 +98,8 @@ class RowMetric(Metric):
     def _sync_dist(
         self, dist_sync_fn: Callable[..., Any] = gather_all_tensors, process_group: Any | None = None
     ) -> None:
-        for name, dtype in self._row_dtypes.items():
+        for name in self._row_dtypes:
             value = getattr(self, name)
             if isinstance(value, list) and not value:
-                setattr(self, name, [torch.empty(0, dtype=dtype or self.dtype, device=self.device)])
+                setattr(self, name, [self._no_rows(name)])
         super()._sync_dist(dist_sync_fn, process_group)

@@ -56,7 +56,7 @@ class PredictionRows(RowMetric):
         """Store checked rows (weight ``None`` stores ones)."""
         self.append_rows("preds", preds)
         self.append_rows("target", target)
-        self.append_rows("weight", torch.ones(preds.shape, device=preds.device) if weight is None else weight)
+        self.append_rows("weight", torch.ones(preds.shape, dtype=self.dtype, device=self.device) if weight is None else weight)
         if group is not None:
             self.append_rows(_GROUP, group)
 

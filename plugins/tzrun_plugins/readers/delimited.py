@@ -37,7 +37,7 @@ from tzrun import BAD_ROW_COLUMN, RowGroup, list_files
 from tzrun.errors import DataError
 from tzrun_plugins.readers.bad_lines import UNBALANCED_QUOTE, convert_fields, with_bad_rows, with_rows_left_out
 from tzrun_plugins.readers.inputs import open_input, read_range, stamp as file_stamp
-from tzrun_plugins.readers.quoting import ends_inside_quotes, unclosed_quote_message, unclosed_rows
+from tzrun_plugins.readers.quoting import CR, NEWLINE, ends_inside_quotes, unclosed_quote_message, unclosed_rows
 
 __all__ = ["CsvConfig", "CsvReader", "build_csv", "COLUMN_TYPES"]
 
@@ -65,7 +65,6 @@ def _compressed_hint(seen: Sequence[str]) -> str:
         "; but compressed files are not read even then: the csv reader splits files at byte offsets, "
         "which a compressed stream does not have, so decompress them first"
     )
-_NEWLINE, _CR = 10, 13
 
 
 class _RanOn(Exception):
@@ -181,7 +180,7 @@ def _row_starts(buf: np.ndarray, base: int, line_start: int, prev_byte: int) -> 
         ``buf``, the index among the lines ending in ``buf`` of each, and where the line
         running past ``buf`` begins.
     """
-    ends = np.flatnonzero(buf == _NEWLINE).astype(np.int64)
+    ends = np.flatnonzero(buf == NEWLINE).astype(np.int64)
     if not ends.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), line_start
     starts = np.empty(ends.size, np.int64)
@@ -190,7 +189,7 @@ def _row_starts(buf: np.ndarray, base: int, line_start: int, prev_byte: int) -> 
     ends += base
     length = ends - starts
     before = np.where(ends - 1 >= base, buf[np.maximum(ends - 1 - base, 0)], prev_byte)
-    empty = (length == 0) | ((length == 1) & (before == _CR))
+    empty = (length == 0) | ((length == 1) & (before == CR))
     keep = np.flatnonzero(~empty)
     return starts[keep], keep, int(ends[-1] + 1)
 
@@ -466,7 +465,7 @@ class CsvReader:
                 offsets.extend(int(x) for x in starts[first])
                 lines.extend(int(x) for x in line_numbers[first])
                 rows += starts.size
-                lines_before += int(np.count_nonzero(buf == _NEWLINE))
+                lines_before += int(np.count_nonzero(buf == NEWLINE))
                 base += len(chunk)
                 line_start, prev = next_start, int(buf[-1])
             size = base
@@ -518,7 +517,7 @@ def _group_rows(group: RowGroup, index: _FileIndex) -> tuple[bytes, np.ndarray, 
 
 def _line_numbers(buf: np.ndarray, starts: np.ndarray, first_line: int) -> np.ndarray:
     """1-based line numbers of the rows starting at ``starts`` of a group read into ``buf``."""
-    breaks = np.flatnonzero(buf == _NEWLINE)
+    breaks = np.flatnonzero(buf == NEWLINE)
     return first_line + np.searchsorted(breaks, starts, side="left")
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 __all__ = ["unclosed_rows", "ends_inside_quotes", "unclosed_quote_message"]
 
-_NEWLINE, _CR = 10, 13
+NEWLINE, CR = 10, 13
 
 
 def unclosed_rows(data: bytes, buf: np.ndarray, starts: np.ndarray, delimiter: str, quote: str) -> np.ndarray:
@@ -53,7 +53,7 @@ def unclosed_rows(data: bytes, buf: np.ndarray, starts: np.ndarray, delimiter: s
     run_at = at[first]
     length = np.diff(np.append(np.flatnonzero(first), at.size))
     before = buf[np.maximum(run_at - 1, 0)]
-    field_start = (run_at == 0) | (before == ord(delimiter)) | (before == _NEWLINE) | (before == _CR)
+    field_start = (run_at == 0) | (before == ord(delimiter)) | (before == NEWLINE) | (before == CR)
     odd = length % 2 == 1
     flips, clears = odd & field_start, odd & ~field_start
     row = np.searchsorted(starts, run_at, side="right") - 1
