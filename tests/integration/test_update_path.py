@@ -577,6 +577,11 @@ def test_a_gradient_that_overflows_with_a_finite_loss_skips_its_step(tmp_path, c
         assert torch.equal(w3[key], w2[key]), key
     for key in (k for k in s3 if k.startswith("state.dense")):
         assert torch.equal(s3[key], s2[key]), key
+    tables = [k for k in w3 if k not in dense_of(w3)]
+    assert tables and any(k.startswith("state.sparse") for k in s3)
+    for key in (*tables, *(k for k in s3 if k.startswith("state.sparse"))):  # nor the tables and their state:
+        before, after = (w2, w3) if key in w3 else (s2, s3)  # FBGEMM's fused update never saw the batch
+        assert torch.equal(after[key], before[key]), key
     bad = [k for k, v in (*w5.items(), *s5.items()) if not torch.isfinite(v.float()).all()]
     assert bad == []  # no weight, table, moment or accumulator holds inf or NaN
     assert any(not torch.equal(w5[k], w3[k]) for k in dense_of(w5))  # and training went on

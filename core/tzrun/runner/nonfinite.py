@@ -13,7 +13,9 @@ train pipeline runs backward on is then :func:`no_update_loss`, a zero that reac
 dense parameters (with zero gradients, which the update path discards). The decision is taken
 where the loss is computed, before backward, and by all ranks together (one all-reduce of a
 flag): the embeddings' backward exchanges gradients between ranks, so either every rank runs it
-or none does.
+or none does. A gradient that is not finite under a finite loss is found only after backward:
+for that the update path (:class:`~tzrun.runner.update.UpdateOptimizer`) splits a ``"skip"``
+step's backward at the embedding outputs and runs the embeddings' half only for a step it keeps.
 """
 
 from __future__ import annotations

@@ -259,6 +259,11 @@ class UpdateOptimizer:
         self.nonfinite_steps = 0  # batches whose loss or gradient was not finite (skipped)
         #: why the last skipped batch was skipped ("the loss is not finite", ...)
         self.skip_reason = ""
+        #: ``"skip"``: the embeddings' backward runs apart, in :meth:`step`, after the check
+        #: (:meth:`_cut`); the pairs (embedding output, the leaf the dense part read instead)
+        #: of the current batch
+        self._split = self.on_nonfinite == "skip" and self.scaler is None
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         embeddings = self._hook_embeddings(model)
         #: the gradient check (None with the fp16 scaler, which skips inf gradients itself)
         self.gradients: GradientCheck | None = None
@@ -307,10 +312,13 @@ class UpdateOptimizer:
             return grad
 
         def on_output(value: Any) -> Any:
-            if torch.is_grad_enabled():
-                for tensor in _embedding_outputs(value):
-                    if tensor.requires_grad:
-                        tensor.register_hook(unscale)
+            if not torch.is_grad_enabled():
+                return value
+            if self._split:
+                value = self._cut(value)
+            for tensor in _embedding_outputs(value):
+                if tensor.requires_grad:
+                    tensor.register_hook(unscale)
             return value
 
         def forward_hook(module: nn.Module, inputs: Any, output: Any) -> Any:
@@ -321,6 +329,39 @@ class UpdateOptimizer:
 
         return forward_hook
 
+    def _cut(self, value: Any) -> Any:
+        """``value`` (an embedding module's output) with each tensor that needs a gradient
+        replaced by a detached leaf: the loss's backward stops there, before FBGEMM's fused
+        update, and :meth:`step` runs the embeddings' backward from the leaves' gradients once
+        every rank found the step's gradients finite."""
+        from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedTensor
+
+        def leaf(tensor: torch.Tensor) -> torch.Tensor:
+            if not tensor.requires_grad:
+                return tensor
+            cut = tensor.detach().requires_grad_()
+            self._pending.append((tensor, cut))
+            return cut
+
+        if isinstance(value, KeyedTensor):
+            return KeyedTensor(value.keys(), value.length_per_key(), leaf(value.values()), value.key_dim())
+        if isinstance(value, JaggedTensor):
+            return JaggedTensor(leaf(value.values()), value.weights_or_none(), value.lengths_or_none(),
+                                value.offsets_or_none())
+        if isinstance(value, torch.Tensor):
+            return leaf(value)
+        if isinstance(value, Mapping):
+            return {k: self._cut(v) for k, v in value.items()}
+        return value  # another kind of output: its backward runs with the loss's, as without "skip"
+
+    def _embeddings_backward(self) -> None:
+        """The second half of a ``"skip"`` step's backward: from the leaves' gradients into the
+        embedding modules (their all-to-all and FBGEMM's fused update)."""
+        pending, self._pending = self._pending, []
+        if pending:
+            torch.autograd.backward([o for o, _ in pending],
+                                    [c.grad if c.grad is not None else torch.zeros_like(c) for _, c in pending])
+
     # -- the pipeline's calls ------------------------------------------------------------------
 
     @property
@@ -330,6 +371,7 @@ class UpdateOptimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear sparse gradients every batch, dense ones at the start of a window."""
+        self._pending.clear()
         for opt in self.per_batch.values():
             opt.zero_grad(set_to_none=set_to_none)
         if self.micro_step == 0:
@@ -346,7 +388,9 @@ class UpdateOptimizer:
         one for the gradients), the batch's updates are dropped instead: the embedding hook
         already gave FBGEMM zeros for a non-finite loss or embedding gradient, the
         data-parallel tables and the dense optimizers do not step, and the accumulation window
-        is discarded.
+        is discarded. Under ``"skip"`` the loss's backward stops at the embedding outputs
+        (:meth:`_cut`), so the embeddings' backward, with FBGEMM's fused update of their rows
+        and state, runs here, only for a step that is not skipped.
         """
         loss = self.loss_scale.last_loss
         gradient = self.gradients.first() if self.gradients is not None else None
@@ -355,10 +399,12 @@ class UpdateOptimizer:
         elif loss is not None and (reason := self._skip_reason(loss, gradient)):
             self.skip_reason = reason
             self.nonfinite_steps += 1
+            self._pending.clear()  # the embeddings never see the batch
             for opt in (*self.per_batch.values(), *self.dense.values()):
                 opt.zero_grad(set_to_none=True)
             self.micro_step = 0
             return
+        self._embeddings_backward()
         for opt in self.per_batch.values():
             opt.step()
         self.micro_step += 1
