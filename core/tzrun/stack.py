@@ -21,7 +21,8 @@ from packaging.version import InvalidVersion, Version
 from tzrun.errors import MissingDependencyError
 
 __all__ = [
-    "TORCH_INDEX", "TORCH_RANGE", "TORCH_PIN", "TORCH_CPU_PYTHONS", "in_range", "EXTRAS", "INSTALL_STACK", "detect_stack", "install_stack_command",
+    "TORCH_INDEX", "TORCH_RANGE", "TORCH_PIN", "TORCH_CPU_PYTHONS", "in_range", "EXTRAS", "INSTALL_STACK",
+    "detect_stack", "install_stack_command",
     "extra_command", "missing_extras", "require_stack", "require_extra", "torchrec_needs_correction", "join_and",
     "installed_version", "stack_versions", "check_stack",
 ]

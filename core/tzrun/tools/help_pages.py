@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-__all__ = ["TOPICS", "HELP_DIR", "page_topic", "docs_pages", "render_topic", "render_page", "render_all", "write_all"]
+__all__ = ["TOPICS", "HELP_DIR", "page_topic", "docs_pages", "render_topic", "render_page", "render_all",
+           "write_all"]
 
 #: Where the pages go (the ``tzrun`` package's ``help/`` directory).
 HELP_DIR = Path(__file__).resolve().parents[1] / "help"
@@ -102,8 +103,9 @@ def _links(text: str, page: str, pages: set[str]) -> str:
 
 
 def _finish(title: str, body: list[str], footer: str) -> str:
-    text = "\n".join([f"# {title}", *body]).rstrip()
-    return f"{re.sub(chr(10) * 3 + '+', chr(10) * 2, text)}\n\n{footer}\n"
+    """A help page: the title, the body without runs of blank lines, the footer."""
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join([f"# {title}", *body]).rstrip())
+    return f"{text}\n\n{footer}\n"
 
 
 def render_topic(docs_dir: Path, name: str) -> str:
