@@ -34,7 +34,13 @@ echo "setup: installing the $stack stack (torch, fbgemm, torchrec)"
 # unreachable PyTorch index)
 torch_req="$(grep -m1 '^torch==' "requirements/$stack.txt")"
 if ! { [ "$stack" = cpu ] && "${pip[@]}" --no-deps -c requirements/constraints.txt "$torch_req" 2>/dev/null; }; then
-  "${pip[@]}" --no-deps --extra-index-url "$torch_index" -c requirements/constraints.txt "$torch_req"
+  if ! "${pip[@]}" --no-deps --extra-index-url "$torch_index" -c requirements/constraints.txt "$torch_req"; then
+    # one line with the next step and EXIT_INSTALL (68), as tzrec-run install-stack says it
+    echo "setup: cannot install $torch_req from $torch_index (pip's message is above): PyTorch publishes it for" \
+      "CPython 3.10 to 3.14 on Linux; let this machine reach that index or give pip a mirror that holds it" \
+      "(PIP_EXTRA_INDEX_URL or PIP_FIND_LINKS), or use another Python (PYTHON=python3.11), then run it again" >&2
+    exit 68
+  fi
 fi
 "${pip[@]}" -c requirements/constraints.txt -r "requirements/$stack.txt"
 # TorchRec with its FBGEMM and torchmetrics requirements corrected, so that pip check passes (a

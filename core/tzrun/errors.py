@@ -13,6 +13,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_DATA",
     "EXIT_CHECKPOINT",
+    "EXIT_INSTALL",
     "EXIT_RANK_LOST",
     "EXIT_INTERNAL",
     "EXIT_CANT_WRITE",
@@ -60,6 +61,9 @@ EXIT_DATA = 65  # EX_DATAERR
 #: A checkpoint cannot be used: missing, incomplete, damaged, written for another model, or none
 #: matches what was asked for (``ckpt inspect`` of a damaged one exits with it too).
 EXIT_CHECKPOINT = 66  # EX_NOINPUT
+#: ``install-stack`` could not install a package: its index cannot be reached, holds no build of
+#: the pinned release for this Python and platform, or pip failed (one line says which, and what to do).
+EXIT_INSTALL = 68  # EX_NOHOST
 #: A rank of a job stopped responding for ``train.rank_timeout_s`` (a frozen process or host),
 #: or the job's store stopped answering; every rank ends with it. Also the launcher's code when
 #: torchrun, the job's agent under ``--nproc-per-node``, was killed (it ends the ranks left).

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import importlib.util
 import platform
-import re
 from typing import Mapping
 from importlib import metadata
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from tzrun.errors import MissingDependencyError
 
 __all__ = [
-    "TORCH_INDEX", "TORCH_RANGE", "EXTRAS", "INSTALL_STACK", "detect_stack", "install_stack_command",
+    "TORCH_INDEX", "TORCH_RANGE", "TORCH_PIN", "TORCH_CPU_PYTHONS", "in_range", "EXTRAS", "INSTALL_STACK",
+    "detect_stack", "install_stack_command",
     "extra_command", "missing_extras", "require_stack", "require_extra", "torchrec_needs_correction", "join_and",
     "installed_version", "stack_versions", "check_stack",
 ]
@@ -28,6 +31,13 @@ __all__ = [
 TORCH_INDEX = {"cpu": "https://download.pytorch.org/whl/cpu", "cuda": "https://download.pytorch.org/whl/cu128"}
 #: The torch releases FBGEMM 1.8 is built for (FBGEMM 1.X goes with torch 2.(X+5)).
 TORCH_RANGE = ">=2.13,<2.14"
+#: The torch each stack installs when none of :data:`TORCH_RANGE` is: for the CPU stack the
+#: ``+cpu`` build, which no index but PyTorch's CPU index (or a mirror of it) holds, so pip can
+#: never settle for PyPI's CUDA build of the same version.
+TORCH_PIN = {"cpu": "torch==2.13.0+cpu", "cuda": f"torch{TORCH_RANGE}"}
+#: The Pythons torch 2.13.0 (CPU and CUDA builds), fbgemm-gpu-cpu 1.8.0 and TorchRec 1.8.0 publish
+#: wheels for (the classifiers of pyproject.toml say the same).
+TORCH_CPU_PYTHONS = "3.10 to 3.14"
 #: tzrec-run's optional extras: the import each needs, and what it is for.
 EXTRAS = {
     "tensorboard": ("tensorboard", "the tensorboard stage"),
@@ -67,9 +77,26 @@ def stack_versions() -> dict[str, str | None]:
     }
 
 
+def _parse(version: str | None) -> Version | None:
+    try:
+        return Version(version) if version else None
+    except InvalidVersion:
+        return None
+
+
 def _minor(version: str | None) -> tuple[int, int] | None:
-    match = re.match(r"^(\d+)\.(\d+)", version or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    parsed = _parse(version)
+    if parsed is None:
+        return None
+    major, minor = (*parsed.release, 0)[:2]
+    return major, minor
+
+
+def in_range(version: str | None, specifier: str) -> bool:
+    """Whether ``version`` (e.g. ``2.13.0+cpu``, a pre-release too) is in ``specifier``
+    (e.g. ``>=2.13,<2.14``); False for None or a version that does not parse."""
+    parsed = _parse(version)
+    return parsed is not None and SpecifierSet(specifier).contains(parsed, prereleases=True)
 
 
 def check_stack(versions: Mapping[str, str | None]) -> list[str]:
@@ -151,4 +178,5 @@ def require_extra(extra: str) -> None:
 def torchrec_needs_correction(version: str | None) -> bool:
     """Whether the installed TorchRec is the published 1.8 wheel, whose metadata asks for the
     CUDA FBGEMM and torchmetrics 1.0.3 (``pip check`` fails) rather than the corrected one."""
-    return bool(version) and re.match(r"^1\.8\.", version or "") is not None and "+tzrun" not in (version or "")
+    parsed = _parse(version)
+    return parsed is not None and parsed.release[:2] == (1, 8) and not (parsed.local or "").startswith("tzrun")

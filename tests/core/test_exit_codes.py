@@ -63,6 +63,7 @@ def _documented_codes(text: str) -> dict[int, str]:
 def test_the_documented_tables_are_the_constants():
     constants = {getattr(errors, n): n for n in dir(errors) if n.startswith("EXIT_")}
     assert _documented_codes((REPO / "docs" / "cli.md").read_text()) == constants
+    assert _documented_codes((REPO / "core" / "tzrun" / "help" / "exit-codes.md").read_text()) == constants
     readme = (REPO / "README.md").read_text()
     table = readme.split("| code | meaning |", 1)[1].split("\n\n", 1)[0]
     assert {int(c) for c in re.findall(r"^\s*\| (\d+) \|", table, re.M)} == set(constants)

@@ -15,7 +15,7 @@ from tests.conftest import REPO
 from tzrun.cli.main import main
 from tzrun.errors import EXIT_USAGE
 from tzrun.cli.help_topics import topics
-from tzrun.tools.help_pages import HELP_DIR, render_all
+from tzrun.tools.help_pages import HELP_DIR, docs_pages, page_topic, render_all
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,6 +29,34 @@ HELP_TOPIC = re.compile(r"tzrec-run help ([a-z][a-z0-9-]*)")
 def test_the_shipped_pages_are_the_docs_sections():
     shipped = {p.name: p.read_text(encoding="utf-8") for p in HELP_DIR.glob("*.md")}
     assert shipped == render_all(REPO / "docs"), "run: python -m tzrun.tools.help_pages"
+
+
+def test_every_docs_page_is_a_topic_with_its_links_as_topics(capsys):
+    pages = docs_pages(REPO / "docs")
+    assert "howto/multi_process.md" in pages and "install.md" in pages and len(pages) >= 30
+    assert {page_topic(page) for page in pages} <= set(topics())
+    assert main(["help", "howto-remote-storage"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# ") and "(`tzrec-run help " in text
+    assert not re.findall(r"\]\((?!https?://)[^)]*\)", "".join(p.read_text() for p in HELP_DIR.glob("*.md")))
+    assert main(["help", "index"]) == 0  # a link to another page names that page's topic
+    assert "Migrating from TorchEasyRec (`tzrec-run help migration`)" in capsys.readouterr().out
+
+
+def test_no_page_or_message_sends_the_reader_to_a_site_without_an_address():
+    texts = [(str(p.relative_to(REPO)), p.read_text(encoding="utf-8")) for p in [*SOURCES, *HELP_DIR.glob("*.md"),
+                                                                                 REPO / "README.md"]]
+    found = [where for where, text in texts if re.search(r"the docs site|docs' [a-z]+ guide", text)]
+    assert not found, found
+
+
+def test_the_readme_has_no_link_that_breaks_on_a_package_index_page():
+    """The README is the package's long description: a package index shows it without the
+    repository, so every link is absolute (docs pages are named with their help topic)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    relative = re.findall(r"\]\((?!https?://)[^)]*\)", readme)
+    assert not relative, relative
+    assert "`tzrec-run help howto-multi-process`" in readme
 
 
 def test_the_pages_are_package_data_of_the_wheel():

@@ -147,17 +147,94 @@ def test_install_stack_installs_only_what_is_missing(monkeypatch):
     def versions(**installed):
         monkeypatch.setattr(install_stack, "_version", lambda name: installed.get(name.replace("-", "_")))
 
+    def argvs(stack):
+        return [step.argv for step in install_stack.install_steps(stack, python="py")]
+
     versions()
-    steps = install_stack.install_steps("cpu", python="py")
-    assert steps == [
+    assert argvs("cpu") == [
         ["py", "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--index-url",
-         "https://download.pytorch.org/whl/cpu", "torch>=2.13,<2.14"],
-        ["py", "-m", "pip", "install", "--disable-pip-version-check", "torch>=2.13,<2.14", "fbgemm-gpu-cpu>=1.8,<1.9"],
+         "https://download.pytorch.org/whl/cpu", "torch==2.13.0+cpu"],
+        ["py", "-m", "pip", "install", "--disable-pip-version-check", "torch==2.13.0+cpu", "fbgemm-gpu-cpu>=1.8,<1.9"],
         ["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"],
     ]
+    mirror = install_stack.install_steps("cpu", python="py", index_url="http://mirror/whl")[0]
+    assert mirror.index == "http://mirror/whl" and mirror.argv[-2:] == ["http://mirror/whl", "torch==2.13.0+cpu"]
     versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0")  # the published torchrec
-    assert install_stack.install_steps("cpu", python="py") == [["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"]]
+    assert argvs("cpu") == [["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"]]
     versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0+tzrun.cpu")
-    assert install_stack.install_steps("cpu", python="py") == []
+    assert argvs("cpu") == []
     versions(torch="2.14.0", fbgemm_gpu="1.8.0", torchrec="1.8.0+tzrun.cuda")
-    assert [s[-1] for s in install_stack.install_steps("cuda", python="py")] == ["torch>=2.13,<2.14", "fbgemm-gpu>=1.8,<1.9"]
+    assert [s[-1] for s in argvs("cuda")] == ["torch>=2.13,<2.14", "fbgemm-gpu>=1.8,<1.9"]
+    versions(torch="2.13.1", torchrec="1.8.0+tzrun.cpu")  # FBGEMM missing: the installed torch is held
+    assert argvs("cpu") == [["py", "-m", "pip", "install", "--disable-pip-version-check", "torch==2.13.1",
+                             "fbgemm-gpu-cpu>=1.8,<1.9"]]
+
+
+def test_the_dry_run_keeps_the_cpu_label(monkeypatch, capsys):
+    from tzrun.tools import install_stack
+
+    monkeypatch.setattr(install_stack, "_version", lambda name: None)
+    assert main(["install-stack", "--cpu", "--dry-run"]) == 0
+    torch_line = [line for line in capsys.readouterr().out.splitlines() if "--index-url" in line]
+    assert torch_line == ["+ python -m pip install --disable-pip-version-check --no-deps --index-url "
+                          "https://download.pytorch.org/whl/cpu torch==2.13.0+cpu"]
+
+
+def test_an_environment_without_pip_gets_it_first(monkeypatch):
+    from tzrun.tools import install_stack
+
+    monkeypatch.setattr(install_stack, "_version", lambda name: None)
+    real_find_spec = install_stack.importlib.util.find_spec
+    missing = {"pip"}
+    monkeypatch.setattr(install_stack.importlib.util, "find_spec",
+                        lambda name, *a: None if name in missing else real_find_spec(name, *a))
+    assert install_stack.install_steps("cpu", python="py")[0].argv == ["py", "-m", "ensurepip", "--default-pip"]
+    missing.add("ensurepip")  # an interpreter without ensurepip (Debian's, without python3-venv)
+    monkeypatch.setattr(install_stack.shutil, "which", lambda name: "/opt/uv/bin/uv" if name == "uv" else None)
+    assert install_stack.install_steps("cpu", python="py")[0].argv == ["/opt/uv/bin/uv", "pip", "install",
+                                                                       "--python", "py", "pip"]
+
+
+_UNREACHABLE_PIP = """WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection \
+broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPConnection object at 0x7f>: Failed to establish a new \
+connection: [Errno 111] Connection refused')': /torch/
+ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from versions: none)
+ERROR: No matching distribution found for torch==2.13.0+cpu
+"""
+_NO_BUILD_PIP = """ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from versions: none)
+ERROR: No matching distribution found for torch==2.13.0+cpu
+"""
+
+
+def test_a_failed_step_is_one_line_naming_the_index_and_the_next_step():
+    from tzrun.tools.install_stack import Step, failure_line
+
+    torch = Step("torch==2.13.0+cpu", ["py", "-m", "pip"], "https://download.pytorch.org/whl/cpu")
+    line = failure_line(torch, _UNREACHABLE_PIP)
+    assert line.startswith("cannot reach https://download.pytorch.org/whl/cpu for torch==2.13.0+cpu: ")
+    assert "`tzrec-run install-stack --index-url URL`" in line and "\n" not in line
+    line = failure_line(torch, _NO_BUILD_PIP)
+    assert line.startswith("https://download.pytorch.org/whl/cpu has no torch==2.13.0+cpu for Python 3.")
+    assert "CPython 3.10 to 3.14 on Linux" in line and "\n" not in line
+    fbgemm = Step("fbgemm-gpu-cpu>=1.8,<1.9", ["py", "-m", "pip"])
+    assert failure_line(fbgemm, _UNREACHABLE_PIP).startswith("cannot reach the package index pip is configured with")
+    other = failure_line(fbgemm, "ERROR: Could not install packages due to an OSError: [Errno 28] No space left\n")
+    assert other == ("installing fbgemm-gpu-cpu>=1.8,<1.9 failed: pip says: Could not install packages due to an "
+                     "OSError: [Errno 28] No space left; fix that, then run `tzrec-run install-stack` again (it "
+                     "installs only what is still missing)")
+
+
+def test_a_failed_step_exits_with_the_install_code_and_one_line(monkeypatch, capsys):
+    from tzrun.errors import EXIT_INSTALL
+    from tzrun.tools import install_stack
+
+    monkeypatch.setattr(install_stack, "_version", lambda name: None)
+    # pip itself, run for real: a step that cannot succeed (no such package in an empty local index)
+    monkeypatch.setattr(install_stack, "install_steps", lambda stack, index_url=None: [install_stack.Step(
+        "tzrun-no-such-package", [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps",
+                                  "--no-index", "--find-links", str(REPO / "docs"), "tzrun-no-such-package"])])
+    assert install_stack.install_stack("cpu") == EXIT_INSTALL
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tzrec-run install-stack: the package index pip is configured "
+                                                    "with (PyPI unless PIP_INDEX_URL says otherwise) has no "
+                                                    "tzrun-no-such-package for Python"), err

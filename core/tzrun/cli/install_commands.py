@@ -32,6 +32,9 @@ def add_parsers(sub: Any) -> None:
                             "(default: cuda when fbgemm-gpu is installed)")
     stack.add_argument("--cpu", action="store_true", help="the CPU stack (fbgemm-gpu-cpu, torch's CPU build)")
     stack.add_argument("--dry-run", action="store_true", help="print the pip commands without running them")
+    stack.add_argument("--index-url", metavar="URL",
+                       help="the index (or mirror) torch comes from (default: PyTorch's index for the stack, "
+                            "https://download.pytorch.org/whl/cpu or .../cu128)")
     init = sub.add_parser("init", help="write a starter config (one of the shipped examples) and print the "
                                        "commands that make data for it and train it")
     init.add_argument("dir", nargs="?", default=".", metavar="DIR", help="where the config goes (default .)")
@@ -81,7 +84,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_install_stack(args: argparse.Namespace) -> int:
     """``tzrec-run install-stack``: :func:`tzrun.tools.install_stack.install_stack` for the stack
-    asked for, or the installed FBGEMM's."""
+    asked for, or the installed FBGEMM's; exits with :data:`~tzrun.errors.EXIT_INSTALL` and one
+    line when a package cannot be installed."""
     from tzrun.stack import detect_stack
     from tzrun.tools.install_stack import install_stack
 
@@ -89,7 +93,7 @@ def cmd_install_stack(args: argparse.Namespace) -> int:
         print("tzrec-run install-stack: pass --cuda or --cpu, not both", file=sys.stderr)
         return EXIT_CONFIG
     stack = "cuda" if args.cuda else "cpu" if args.cpu else detect_stack()
-    return install_stack(stack, dry_run=args.dry_run)
+    return install_stack(stack, dry_run=args.dry_run, index_url=args.index_url)
 
 
 def env_advice(versions: Mapping[str, str | None], problems: Sequence[str]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import re
 
 import json
 import typing
-from typing import Any, Literal, TypeVar
+from typing import Any, Iterator, Literal, TypeVar
 
 import attrs
 import cattrs
@@ -145,21 +145,35 @@ def join_path(prefix: str, suffix: str) -> str:
     return f"{prefix}{suffix}" if suffix.startswith("[") else f"{prefix}.{suffix}"
 
 
-def _format(exc: BaseException, tp: type | None) -> str:
-    if isinstance(exc, ForbiddenExtraKeysError):
+def _problems(exc: BaseException, where: str, tp: Any = None) -> Iterator[ConfigProblem]:
+    """Every problem in ``exc`` at TOML path ``where``: cattrs' structured errors carry each
+    inner error with the field name or list index it belongs to (their notes); ``tp`` is the
+    type a leaf error's value was structured into."""
+    if isinstance(exc, (cattrs.ClassValidationError, cattrs.IterableValidationError)):
+        with_notes, without = exc.group_exceptions()
+        for inner, note in with_notes:
+            step = f"[{note.index!r}]" if isinstance(exc, cattrs.IterableValidationError) else note.name
+            yield from _problems(inner, join_path(where, step), note.type)
+        for inner in without:
+            yield from _problems(inner, where)
+    elif isinstance(exc, ForbiddenExtraKeysError):
         known = [f.name for f in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
-        parts = []
         for key in sorted(exc.extra_fields):
             guess = did_you_mean(key, known)
             hint = f"; did you mean '{guess}'?" if guess else ""
-            parts.append(f"\x00{key}\x00unknown key (known keys: {', '.join(known) or 'none'}{hint})")
-        return "\x01".join(parts)
+            yield ConfigProblem(join_path(where, key), f"unknown key (known keys: {', '.join(known) or 'none'}{hint})")
+    else:
+        keyed = _validator_key(exc) if isinstance(exc, ValueError) and not isinstance(exc, ValueProblem) else None
+        if keyed is not None:
+            yield ConfigProblem(join_path(where, keyed[0]), keyed[1])
+        else:
+            yield ConfigProblem(where, _message(exc, tp))
+
+
+def _message(exc: BaseException, tp: Any) -> str:
+    """The text of an error that names no key of its own."""
     if isinstance(exc, ValueProblem):
         return str(exc)
-    if isinstance(exc, ValueError):
-        keyed = _validator_key(exc)
-        if keyed is not None:
-            return f"\x00{keyed[0]}\x00{keyed[1]}"
     if isinstance(exc, KeyError):
         return f"required key {exc.args[0]!r} is missing"
     if isinstance(exc, (ValueError, TypeError)) and tp is not None:
@@ -210,13 +224,5 @@ def structure(conv: cattrs.Converter, data: Any, cls: type[T], path: str) -> T:
             if keyed is not None and attrs.has(cls) and keyed[0] in attrs.fields_dict(cls):
                 raise StructureFailed([ConfigProblem(join_path(path, keyed[0]), keyed[1])]) from exc
             raise StructureFailed([ConfigProblem(path, str(exc))]) from exc
-        problems = []
-        for line in cattrs.transform_error(exc, path="", format_exception=_format):
-            message, _, where = line.rpartition(" @ ")
-            for part in message.split("\x01"):
-                if part.startswith("\x00"):
-                    _, key, text = part.split("\x00", 2)
-                    problems.append(ConfigProblem(join_path(join_path(path, where), key), text))
-                else:
-                    problems.append(ConfigProblem(join_path(path, where), part))
+        problems = list(_problems(exc, path))
         raise StructureFailed(problems) from exc

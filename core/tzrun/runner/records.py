@@ -36,7 +36,7 @@ from tzrun.stack import check_stack, stack_versions
 from tzrun.io.storage import as_path, redact_url
 
 __all__ = [
-    "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml", "emit_toml",
+    "RESOLVED_TOML", "RESOLVED_JSON", "ENV_FILE", "resolved_tree", "config_sources", "resolved_toml", "emit_toml", "toml_literal",
     "environment", "stack_versions", "check_stack", "write_run_records", "owner_differences",
     "COMPARED_SECTIONS", "config_differences",
 ]
@@ -134,7 +134,13 @@ def _key(key: str) -> str:
     return key if _BARE_KEY.match(key) else json.dumps(key)
 
 
-def _value(value: Any) -> str:
+def toml_literal(value: Any) -> str:
+    """``value`` (TOML-shaped: dict, list, str, int, float, bool) as a TOML literal, tables inline;
+    the one TOML writer of tzrec-run (``resolved_config.toml``, ``convert``, the reference pages).
+
+    Raises:
+        TypeError: a value that TOML cannot hold (None, say).
+    """
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -148,9 +154,9 @@ def _value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+        return "{ " + ", ".join(f"{_key(k)} = {toml_literal(v)}" for k, v in value.items()) + " }" if value else "{}"
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
@@ -185,7 +191,7 @@ def emit_toml(lines: list[str], node: Mapping[str, Any], header: str, path: str,
         if _is_table(value) or _is_table_array(value):
             continue
         full = f"{path}.{key}" if path else key
-        lines.append(f"{_key(key)} = {_value(value)}{mark(full)}")
+        lines.append(f"{_key(key)} = {toml_literal(value)}{mark(full)}")
     for key, value in node.items():
         full = f"{path}.{key}" if path else key
         name = f"{header}.{_key(key)}" if header else _key(key)

@@ -188,7 +188,7 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
     lines = [f"# Converted from the TorchEasyRec config {name} by `tzrec-run convert`.",
              "# Fill in the TODO at the end, then run `tzrec-run check` on this file." if todo else
              "# Run `tzrec-run check` on this file; the comments below list what was not converted and why.",
-             "# `tzrec-run help migration` and the docs' migration guide say what each field became and why."]
+             "# `tzrec-run help migration` says what each field became and why."]
     for title, items in (("Not converted (no equivalent here; protobuf field: why)", findings.not_converted),
                          ("Converted with another meaning, or a TorchEasyRec default written out", findings.notes)):
         if items:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 import types
 import typing
@@ -12,6 +11,7 @@ from typing import Any, Literal, Mapping, Union
 import attrs
 
 from tzrun.config.schema import Component
+from tzrun.runner.records import toml_literal
 from tzrun.tools.reference.docstrings import code_span, table_cell
 
 __all__ = [
@@ -73,28 +73,28 @@ def _toml_type(hint: Any, plural: bool = False) -> str:
     return code_span(getattr(hint, "__name__", str(hint)))
 
 
-def toml_value(value: Any) -> str:
-    """A default value as TOML text (an attrs instance shows only the keys it changes)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+def _toml_shaped(value: Any) -> Any:
+    """``value`` as TOML-shaped data: a component as its table, an attrs instance as the keys it
+    changes, tuples as lists."""
     if isinstance(value, Component):
-        items = {"type": value.type, **value.raw}
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in items.items()) + " }"
+        return {"type": value.type, **{k: _toml_shaped(v) for k, v in value.raw.items()}}
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+        return [_toml_shaped(v) for v in value]
     if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+        return {str(k): _toml_shaped(v) for k, v in value.items()}
     if attrs.has(type(value)):
-        changed = {f.name: getattr(value, f.name) for f in attrs.fields(type(value))
-                   if f.default is attrs.NOTHING or getattr(value, f.name) != default_value(f)}
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in changed.items()) + " }" if changed else "{}"
-    return repr(value)
+        return {f.name: _toml_shaped(getattr(value, f.name)) for f in attrs.fields(type(value))
+                if f.default is attrs.NOTHING or getattr(value, f.name) != default_value(f)}
+    return value
+
+
+def toml_value(value: Any) -> str:
+    """A default value as TOML text (an attrs instance shows only the keys it changes), written by
+    :func:`tzrun.runner.records.toml_literal`; a value TOML cannot hold shows as its ``repr``."""
+    try:
+        return toml_literal(_toml_shaped(value))
+    except TypeError:
+        return repr(value)
 
 
 def default_value(field: Any) -> Any:
