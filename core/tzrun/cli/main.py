@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
              "is none): the schedules, optimizer states and data position continue exactly",
     )
     train.add_argument(
-        "--nproc-per-node", type=int, metavar="N",
+        "--nproc-per-node", "--nproc_per_node", type=int, metavar="N",
         help="launch N processes on this machine through torchrun (same as `torchrun "
              "--nproc-per-node N -m tzrun train ...`)",
     )
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--init-allow-unexpected", action="append", default=[], metavar="PATTERN",
                        help="with --init-from: checkpoint tensors the model may leave unused (repeatable)")
     train.add_argument(
-        "--max-restarts", type=int, metavar="N",
+        "--max-restarts", "--max_restarts", type=int, metavar="N",
         help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
              "failure or a signal stop (use with --resume so that they continue)",
     )
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--model-dir", help="the model dir to read and record in instead of the config's model_dir")
     evaluate.add_argument(
-        "--nproc-per-node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
+        "--nproc-per-node", "--nproc_per_node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
     )
 
     ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
              "(--params) and the memory the sharding plan has (default: cuda if this machine has a GPU, else cpu)",
     )
     check.add_argument(
-        "--nproc-per-node", type=int, default=1, metavar="N",
+        "--nproc-per-node", "--nproc_per_node", type=int, default=1, metavar="N",
         help="plan the tables for a run of N ranks on this machine (default 1, as tzrec-run train): check runs "
              "TorchRec's planner, and on cpu refuses tables this host's available memory cannot hold",
     )
@@ -235,22 +235,7 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from tzrun.stack import require_stack
 
     require_stack()  # before torchrun itself needs torch
-    rest, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token == "--nproc-per-node":
-            skip = True
-            continue
-        if token.startswith("--nproc-per-node="):
-            continue
-        if token == "--max-restarts":
-            skip = True
-            continue
-        if token.startswith("--max-restarts="):
-            continue
-        rest.append(token)
+    rest = _without_launcher_options(argv)
     max_restarts = getattr(args, "max_restarts", None)
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
     command = [sys.executable, "-m", "tzrun.cli.agent", "--standalone", *restarts,
@@ -258,6 +243,21 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from tzrun.runner.launch import run_torchrun
 
     return run_torchrun(command, launch_environment(os.environ, args.nproc_per_node), args.nproc_per_node)
+
+
+def _without_launcher_options(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the options the launcher itself takes (``--nproc-per-node N``,
+    ``--max-restarts N``, in either spelling, with ``=`` or a separate value)."""
+    launcher = ("--nproc-per-node", "--nproc_per_node", "--max-restarts", "--max_restarts")
+    rest, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in launcher:
+            skip = True
+        elif not token.startswith(tuple(f"{option}=" for option in launcher)):
+            rest.append(token)
+    return rest
 
 
 def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[str, str]:

@@ -1,0 +1,73 @@
+"""What the terminal shows during a run: log lines above the progress bar (never inside it),
+the date in each log line, and memory in the train log line."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+from tests.plugins.test_stages import _log, _run
+from tzrun.cli.logs import setup_logging
+from tzrun.interfaces import StepInfo
+from tzrun.runner.host_memory import resident_bytes
+from tzrun.runner.log_file import DATE_FORMAT, log_format, redact_record
+from tzrun_plugins.stages.progress import ProgressConfig, ProgressStage, format_train_log
+
+
+def test_a_log_record_during_the_bar_is_written_on_a_line_of_its_own_and_the_bar_redrawn(capsys):
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(log_format(0), DATE_FORMAT))
+    handler.addFilter(redact_record)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        stage = ProgressStage(ProgressConfig(mode="bar"))
+        run = _run(10)
+        stage.tzrun_before_train(run)
+        for i in range(1, 4):
+            stage.tzrun_after_train_step(run, StepInfo(i, 0, None, {}, 8, {}))
+        logging.getLogger("tzrun.test").warning("reading s3://user:secret@bucket/x")
+        stage.tzrun_after_train_step(run, StepInfo(4, 0, None, {}, 8, {}))
+        stage.tzrun_after_train(run, 10)
+        assert handler.stream is sys.stderr  # given back when the bar closed
+    finally:
+        root.removeHandler(handler)
+    err = capsys.readouterr().err
+    line = next(part for part in re.split(r"[\r\n]", err) if "tzrun.test" in part)
+    # the whole record and nothing of the bar on its line; the password redacted as before
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d WARNING \[rank 0\] tzrun\.test: reading "
+                        r"s3://user:\*\*\*@bucket/x", line), repr(err)
+    after = err[err.index("bucket/x") + len("bucket/x"):]
+    assert after.startswith("\n") and "train:" in after and "3/10" in after  # the bar drawn again below it
+
+
+def test_log_lines_carry_the_date(capsys):
+    root = logging.getLogger()
+    before = list(root.handlers)
+    root.handlers = []
+    try:
+        setup_logging()
+        logging.getLogger("tzrun.test").warning("careful")
+    finally:
+        root.handlers = before
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d WARNING \[rank 0\] tzrun\.test: careful$",
+                     capsys.readouterr().err, re.M)
+
+
+def test_the_train_log_line_shows_resident_and_device_memory():
+    import attrs
+
+    record = attrs.evolve(_log(5), rss_bytes=3 * 2**30 // 2, device_memory_bytes=2**31)
+    line = format_train_log(record, total_steps=105)
+    assert "data_wait=25.0%  mem=1.50GiB device_mem=2.00GiB  eta 0:00:40" in line
+    assert "mem=" not in format_train_log(_log(5), total_steps=105)  # unknown: left out
+
+
+def test_resident_memory_is_this_process_s():
+    rss = resident_bytes()
+    assert rss is not None and 10 * 2**20 < rss < 64 * 2**30
+    held = bytearray(256 * 2**20)
+    held[:: 4096] = b"x" * len(held[:: 4096])  # touch every page
+    assert resident_bytes() - rss > 200 * 2**20
+    del held
