@@ -22,6 +22,7 @@ from tzrun.cli.logs import LOG_LEVEL_ENV, LOG_LEVELS
 from tzrun.cli.logs import setup_logging as _setup_logging
 from tzrun.io.storage import redact_url
 from tzrun.cli.install_commands import add_parsers as add_install_parsers
+from tzrun.cli.results import print_evaluation, print_train
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -89,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --init-from: model tensors that may be absent from the checkpoint (repeatable)")
     train.add_argument("--init-allow-unexpected", action="append", default=[], metavar="PATTERN",
                        help="with --init-from: checkpoint tensors the model may leave unused (repeatable)")
+    train.add_argument("--json", action="store_true",
+                       help="print the result as JSON on rank 0 (docs/cli.md has the schema); logs stay on standard error")
     train.add_argument(
         "--max-restarts", "--max_restarts", type=int, metavar="N",
         help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
@@ -106,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--nproc-per-node", "--nproc_per_node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
     )
+    evaluate.add_argument("--json", action="store_true", help="print the result as JSON (docs/cli.md has the schema)")
 
     ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
     ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="CKPT_COMMAND")
@@ -132,7 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="an input path that does not exist is an error (by default it is one only when another "
              "input of the config exists; when none does, a note says the data was not checked)",
     )
-    check.add_argument(
+    check_output = check.add_mutually_exclusive_group()
+    check_output.add_argument("--json", action="store_true",
+                              help="print the verdict as JSON (docs/cli.md has the schema)")
+    check_output.add_argument(
         "--params", action="store_true",
         help="also build the model on the meta device (imports torch) and print which dense "
              "parameters each dense optimizer part gets, and each table's sparse optimizer",
@@ -209,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--eval-rows", type=int, help="evaluation rows (default rows/10, at least 1000)")
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--json", action="store_true", help="print what was written as JSON (docs/cli.md has the schema)")
     synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
                        help="criteo only: Parquet files, or the Criteo display-advertising text format "
                             "(tab-separated, no header, hexadecimal ids) as train/day_N.txt and eval/day_N.txt")
@@ -304,20 +312,11 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise
     finally:
         shutdown_distributed()
+    print_train(result, session.cfg.model_dir, args.json)
     if result.stopped_by is not None:
         from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL
 
-        if int(os.environ.get("RANK", 0)) == 0:
-            print(f"stopped by {result.stopped_by} at step {result.steps}; checkpoint: {redact_url(result.checkpoint)}")
         return EXIT_STOPPED_BY_SIGNAL
-    if int(os.environ.get("RANK", 0)) == 0:
-        if result.stop_reason:
-            print(f"stopped early at step {result.steps}: {result.stop_reason}")
-        print(f"trained {result.steps} steps in {result.seconds:.1f} s ({result.samples_per_second:,.0f} samples/s)")
-        if result.eval is not None:
-            values = ", ".join(f"{k}={v:.6f}" for k, v in result.eval.metrics.items())
-            print(f"final eval at step {result.eval.step} over {result.eval.rows} rows: {values}")
-        print(f"checkpoint: {redact_url(result.checkpoint)}")
     return 0
 
 
@@ -334,7 +333,7 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         done = evaluate_checkpoint(session, args.checkpoint)
     except RecordNotWrittenError as error:  # rank 0 computed the result: show it, then the error
-        _print_evaluation(error.result)
+        print_evaluation(error.result, None, args.json)
         raise
     except BaseException as error:
         _fail_named(error, cfg.model_dir)
@@ -342,16 +341,8 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     finally:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
-        _print_evaluation(done)
-        print(f"recorded in {redact_url(os.path.join(cfg.model_dir, 'eval_results.jsonl'))}")
+        print_evaluation(done, os.path.join(cfg.model_dir, "eval_results.jsonl"), args.json)
     return 0
-
-
-def _print_evaluation(done: Any) -> None:
-    """Print a :class:`~tzrun.runner.checkpoint_eval.CheckpointEvaluation` (rank 0)."""
-    values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
-    weights = " (EMA weights)" if done.ema else ""
-    print(f"eval of {redact_url(done.checkpoint)} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")
 
 
 def _fail_named(error: BaseException, model_dir: str) -> None:

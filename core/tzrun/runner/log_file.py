@@ -79,7 +79,7 @@ class LogFile(logging.FileHandler):
         else:
             local = os.fspath(Path(self.target))
             Path(local).parent.mkdir(parents=True, exist_ok=True)
-        self._written_from = os.path.getsize(local)
+        self._written_from = os.path.getsize(local) if os.path.exists(local) else 0
         super().__init__(local, mode="a", encoding="utf-8")
         self.setFormatter(logging.Formatter(log_format(rank), DATE_FORMAT))
         self.addFilter(redact_record)
