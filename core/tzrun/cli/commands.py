@@ -316,8 +316,17 @@ def cmd_help(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    from tzrun.cli.completion import completion_script
+    from tzrun.cli.help_topics import topics
+    from tzrun.cli.main import build_parser
+
+    sys.stdout.write(completion_script(args.shell, build_parser(), {"topic": lambda: list(topics())}))
+    return 0
+
+
 #: The commands by name (``tzrec-run data`` is the synthetic-data command; install-stack and init
 #: are in :mod:`tzrun.cli.install_commands`).
 COMMANDS = {**INSTALL_COMMANDS, "ckpt": cmd_ckpt, "check": cmd_check, "plan": cmd_plan, "plugins": cmd_plugins,
             "new-plugin": cmd_new_plugin, "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert,
-            "help": cmd_help}
+            "completion": cmd_completion, "help": cmd_help}

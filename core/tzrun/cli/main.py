@@ -1,7 +1,7 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
 Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
-``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``help``. Every command exits with one of the codes of
+``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``completion``, ``help``. Every command exits with one of the codes of
 :mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
 commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
@@ -23,6 +23,7 @@ from tzrun.cli.logs import setup_logging as _setup_logging
 from tzrun.io.storage import redact_url
 from tzrun.cli.install_commands import add_parsers as add_install_parsers
 from tzrun.cli.results import print_evaluation, print_train
+from tzrun.cli.completion import SHELLS
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -220,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
                        help="criteo only: Parquet files, or the Criteo display-advertising text format "
                             "(tab-separated, no header, hexadecimal ids) as train/day_N.txt and eval/day_N.txt")
+
+    completion = sub.add_parser("completion", help="print a shell completion script (commands, options, examples, "
+                                                   'help topics): eval "$(tzrec-run completion bash)" in ~/.bashrc')
+    completion.add_argument("shell", choices=SHELLS, help="the shell the script is for")
 
     help_ = sub.add_parser("help", help="short help pages shipped with tzrec-run (errors name them); "
                                         "without TOPIC, the list of topics")
