@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--init-allow-unexpected", action="append", default=[], metavar="PATTERN",
                        help="with --init-from: checkpoint tensors the model may leave unused (repeatable)")
     train.add_argument("--json", action="store_true",
-                       help="print the result as JSON on rank 0 (docs/cli.md has the schema); logs stay on standard error")
+                       help="print the result as JSON on rank 0 (tzrec-run help json); logs stay on standard error")
     train.add_argument(
         "--max-restarts", "--max_restarts", type=int, metavar="N",
         help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--nproc-per-node", "--nproc_per_node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
     )
-    evaluate.add_argument("--json", action="store_true", help="print the result as JSON (docs/cli.md has the schema)")
+    evaluate.add_argument("--json", action="store_true", help="print the result as JSON (tzrec-run help json)")
 
     ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
     ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="CKPT_COMMAND")
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_output = check.add_mutually_exclusive_group()
     check_output.add_argument("--json", action="store_true",
-                              help="print the verdict as JSON (docs/cli.md has the schema)")
+                              help="print the verdict as JSON (tzrec-run help json)")
     check_output.add_argument(
         "--params", action="store_true",
         help="also build the model on the meta device (imports torch) and print which dense "
@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--eval-rows", type=int, help="evaluation rows (default rows/10, at least 1000)")
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--json", action="store_true", help="print what was written as JSON (docs/cli.md has the schema)")
+    synth.add_argument("--json", action="store_true", help="print what was written as JSON (tzrec-run help json)")
     synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
                        help="criteo only: Parquet files, or the Criteo display-advertising text format "
                             "(tab-separated, no header, hexadecimal ids) as train/day_N.txt and eval/day_N.txt")
