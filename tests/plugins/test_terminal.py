@@ -10,7 +10,7 @@ import sys
 from tests.plugins.test_stages import _log, _run
 from tzrun.cli.logs import setup_logging
 from tzrun.interfaces import StepInfo
-from tzrun.runner.host_memory import resident_bytes
+from tzrun.runner.memory_use import device_peak_bytes, resident_bytes
 from tzrun.runner.log_file import DATE_FORMAT, log_format, redact_record
 from tzrun_plugins.stages.progress import ProgressConfig, ProgressStage, format_train_log
 
@@ -71,3 +71,11 @@ def test_resident_memory_is_this_process_s():
     held[:: 4096] = b"x" * len(held[:: 4096])  # touch every page
     assert resident_bytes() - rss > 200 * 2**20
     del held
+
+
+def test_no_device_memory_without_an_initialised_cuda_device():
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return  # tests/gpu/test_memory_use.py covers a device
+    assert device_peak_bytes() is None

@@ -23,7 +23,7 @@ import attrs
 
 from tzrun.runner.model import embedding_tables
 
-__all__ = ["HostMemory", "host_memory", "table_bytes", "host_memory_problem", "resident_bytes", "device_peak_bytes"]
+__all__ = ["HostMemory", "host_memory", "table_bytes", "host_memory_problem"]
 
 
 @attrs.frozen
@@ -129,24 +129,3 @@ def host_memory_problem(modules: Sequence[Any], updates: Mapping[str, Any], worl
             "of it available: the run would be killed for memory. Use fewer rows (num_buckets, hash_bucket_size), a "
             "smaller embedding_dim, a sparse optimizer with less state, more hosts, or a GPU")
 
-
-def resident_bytes(statm: Path = Path("/proc/self/statm")) -> int | None:
-    """This process's resident memory in bytes (``/proc/self/statm``), or None where the system
-    has no ``/proc`` (then the train log leaves it out)."""
-    try:
-        resident_pages = int(statm.read_text().split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return resident_pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def device_peak_bytes() -> int | None:
-    """The most memory torch's CUDA allocator held (reserved) on this process's device since the
-    previous call, whose peak it resets; None without an initialised CUDA device."""
-    import torch
-
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return None
-    peak = int(torch.cuda.max_memory_reserved())
-    torch.cuda.reset_peak_memory_stats()
-    return peak

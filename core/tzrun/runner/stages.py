@@ -15,7 +15,7 @@ from tzrun.errors import PluginError
 from tzrun.interfaces import TrainLog
 from tzrun.kernel.registry import Registries
 from tzrun.runner.checkpoint import unsaveable
-from tzrun.runner.host_memory import device_peak_bytes, resident_bytes
+from tzrun.runner.memory_use import device_peak_bytes, resident_bytes
 
 __all__ = [
     "RunStages", "stage_names", "state_key", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates",
