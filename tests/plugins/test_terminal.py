@@ -79,3 +79,34 @@ def test_no_device_memory_without_an_initialised_cuda_device():
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return  # tests/gpu/test_memory_use.py covers a device
     assert device_peak_bytes() is None
+
+
+def test_with_a_bar_the_train_and_eval_lines_reach_the_log_file_but_not_the_terminal_twice(capsys, tmp_path):
+    from tzrun.interfaces import EvalResult
+    from tzrun.runner.log_file import LogFile
+
+    terminal = logging.StreamHandler(sys.stderr)
+    log_file = LogFile(tmp_path, 0)
+    root, tzrun_log = logging.getLogger(), logging.getLogger("tzrun")
+    level = tzrun_log.level
+    tzrun_log.setLevel(logging.INFO)
+    root.addHandler(terminal)
+    root.addHandler(log_file)
+    try:
+        stage = ProgressStage(ProgressConfig(mode="bar"))
+        run = _run(10)
+        stage.tzrun_before_train(run)
+        stage.tzrun_after_train_log(run, _log(5))
+        stage.tzrun_after_eval(run, 5, EvalResult(5, {"auc": 0.7}, 100))
+        stage.tzrun_after_train(run, 10)
+    finally:
+        root.removeHandler(terminal)
+        root.removeHandler(log_file)
+        log_file.close()
+        tzrun_log.setLevel(level)
+    err = capsys.readouterr().err
+    assert "step 5/10" not in err and err.count("eval at step 5 over 100 rows: auc=0.700000") == 1
+    written = (tmp_path / "logs" / "train.log").read_text()
+    assert "INFO [rank 0] tzrun.progress: step 5/10 epoch 0  loss=0.50000" in written
+    assert "INFO [rank 0] tzrun.progress: eval at step 5 over 100 rows: auc=0.700000" in written
+    assert "not_on_terminal" not in err and terminal.filters == []  # the filter left with the bar

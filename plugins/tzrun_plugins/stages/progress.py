@@ -1,7 +1,8 @@
 """The ``progress`` stage: a live progress bar on a terminal, plain periodic lines elsewhere.
 
 Rank 0 only. While the bar is shown, log records reach the terminal above it
-(:class:`LogThroughBar`), so lines and bar never mix. Numbers come from the loop's train log (``tzrun_after_train_log``, every
+(:class:`LogThroughBar`), so lines and bar never mix, and the train lines the bar stands for
+are logged for the model dir's log file only. Numbers come from the loop's train log (``tzrun_after_train_log``, every
 ``train.log_every_n_steps`` steps), so the per-step hook only moves the bar: it never reads a
 tensor.
 """
@@ -93,6 +94,8 @@ class ProgressStage(ClosedAtTheEnd):
             memory = {"mem": f"{log.rss_bytes / 2**30:.2f}GiB"} if log.rss_bytes is not None else {}
             self.bar.set_postfix(epoch=log.epoch, loss=f"{log.loss:.4f}", samples_s=f"{log.samples_per_s:.0f}",
                                  data_wait=f"{100 * log.data_wait_fraction:.0f}%", **memory, refresh=False)
+            # the bar shows it on the terminal; the model dir's log file gets the line
+            _log_line(format_train_log(log, run.total_steps), terminal=False)
         else:
             _log_line(format_train_log(log, run.total_steps))
 
@@ -105,8 +108,7 @@ class ProgressStage(ClosedAtTheEnd):
         line = f"eval at step {step} over {result.rows} rows{rate}: {values}"
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
-        else:
-            _log_line(line)
+        _log_line(line, terminal=self.bar is None)  # with a bar, for the log file only
 
     def close(self) -> None:
         if self.log_through_bar is not None:
@@ -133,8 +135,9 @@ class _BarStream:
 
 class LogThroughBar:
     """While a bar is shown, the root logger's terminal handlers (those writing to standard
-    error or output) write through the bar; :meth:`restore` gives them their stream back. The
-    handlers keep their format and filters (tqdm's ``logging_redirect_tqdm`` replaces the
+    error or output) write through the bar, and skip the records the bar already shows (the
+    train lines, which still reach the log file); :meth:`restore` gives them their stream back.
+    The handlers keep their format and filters (tqdm's ``logging_redirect_tqdm`` replaces the
     handler and drops its filters, which redact passwords)."""
 
     def __init__(self, bar: Any) -> None:
@@ -142,15 +145,25 @@ class LogThroughBar:
         for handler in logging.getLogger().handlers:
             if (type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.stdout)):
                 self.saved.append((handler, handler.setStream(_BarStream(bar, handler.stream))))
+                handler.addFilter(_on_terminal)
 
     def restore(self) -> None:
         for handler, stream in self.saved:
             handler.setStream(stream)
+            handler.removeFilter(_on_terminal)
         self.saved = []
 
 
-def _log_line(line: str) -> None:
-    log.info("%s", line)
+#: The attribute of a log record that the terminal's handlers skip while a bar is shown.
+NOT_ON_TERMINAL = "tzrun_not_on_terminal"
+
+
+def _log_line(line: str, terminal: bool = True) -> None:
+    log.info("%s", line, extra={} if terminal else {NOT_ON_TERMINAL: True})
+
+
+def _on_terminal(record: logging.LogRecord) -> bool:
+    return not getattr(record, NOT_ON_TERMINAL, False)
 
 
 def build_progress(cfg: ProgressConfig) -> ProgressStage:
