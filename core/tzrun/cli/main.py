@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
             help="override a config key with a TOML literal, e.g. train.num_steps=100 or "
-                 'data.train_input="x/*.parquet" (repeatable)',
+                 'data.train_input="x/*.parquet"; KEY+=VALUE appends to an array and KEY-=VALUE removes '
+                 'the items that match, e.g. \'train.stages+=[{type = "tensorboard"}]\' (repeatable)',
         )
         p.add_argument("--strict", action="store_true",
                        help="a broken plugin is an error with its traceback, not a warning that disables it "

@@ -115,9 +115,9 @@ class LogFile(logging.FileHandler):
 
     def record_error(self, error: BaseException) -> None:
         """Write the error that ends the run (a traceback unless it is a :class:`TzrunError`)."""
-        text = str(error).strip() or type(error).__name__
+        text = str(error).strip()
         if not isinstance(error, TzrunError):
-            text = f"{type(error).__name__}: {text}"
+            text = f"{type(error).__name__}: {text}" if text else type(error).__name__
         exc_info = None if isinstance(error, TzrunError) else (type(error), error, error.__traceback__)
         self.write_line(f"the run failed: {text}", exc_info)
 

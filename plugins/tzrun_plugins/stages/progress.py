@@ -2,9 +2,9 @@
 
 Rank 0 only. While the bar is shown, log records reach the terminal above it
 (:class:`LogThroughBar`), so lines and bar never mix, and the train lines the bar stands for
-are logged for the model dir's log file only. Numbers come from the loop's train log (``tzrun_after_train_log``, every
-``train.log_every_n_steps`` steps), so the per-step hook only moves the bar: it never reads a
-tensor.
+are logged for the model dir's log file only. Numbers come from the loop's train log
+(``tzrun_after_train_log``, every ``train.log_every_n_steps`` steps), so the per-step hook only
+moves the bar: it never reads a tensor.
 """
 
 from __future__ import annotations
