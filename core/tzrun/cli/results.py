@@ -35,9 +35,7 @@ def print_json(value: Any) -> None:
     print(json.dumps(finite(value), indent=2, allow_nan=False))
 
 
-def _eval_json(result: Any) -> dict[str, Any] | None:
-    if result is None:
-        return None
+def _eval_json(result: Any) -> dict[str, Any]:
     return {"step": result.step, "rows": result.rows, "metrics": dict(result.metrics)}
 
 
@@ -49,7 +47,7 @@ def train_json(result: Any, model_dir: Any) -> dict[str, Any]:
         "seconds": result.seconds,
         "samples_per_second": result.samples_per_second,
         "checkpoint": redact_url(str(result.checkpoint)),
-        "eval": _eval_json(result.eval),
+        "eval": None if result.eval is None else _eval_json(result.eval),
         "stopped_by": result.stopped_by,
         "stop_reason": result.stop_reason,
     }
