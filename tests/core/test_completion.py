@@ -54,7 +54,7 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
     ("tzrec-run ckpt ", ["ls", "inspect"]),
     ("tzrec-run --log-level debug data ", ["synth"]),
     ("tzrec-run data synth ", ["criteo", "taobao"]),
-    ("tzrec-run train run.toml --nproc", ["--nproc-per-node", "--nproc_per_node"]),
+    ("tzrec-run train run.toml --nproc", ["--nproc-per-node"]),
     ("tzrec-run train run.toml --log-level w", ["warning"]),
     ("tzrec-run init --example ", list(EXAMPLES)),
     ("tzrec-run completion ", ["bash", "zsh"]),

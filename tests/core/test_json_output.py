@@ -53,13 +53,17 @@ def test_json_has_no_nan(capsys):
 
 
 def test_torchruns_own_spelling_nproc_per_node_is_accepted_and_not_passed_on():
-    from tzrun.cli.main import _without_launcher_options
+    from tzrun.cli.main import _without_launcher_options, with_our_spellings
+
+    def parse(*argv: str):
+        return build_parser().parse_args(with_our_spellings(argv))
 
     for command in (["train", "c.toml"], ["evaluate", "c.toml", "--checkpoint", "latest"], ["check", "c.toml"]):
-        assert build_parser().parse_args([*command, "--nproc_per_node", "2"]).nproc_per_node == 2
-        assert build_parser().parse_args([*command, "--nproc_per_node=3"]).nproc_per_node == 3
-    args = build_parser().parse_args(["train", "c.toml", "--max_restarts", "1"])
-    assert args.max_restarts == 1
-    argv = ["train", "c.toml", "--nproc_per_node", "2", "--max_restarts=1", "--nproc-per-node=2", "--json",
-            "--max-restarts", "3", "--set", "train.seed=1"]
+        assert parse(*command, "--nproc_per_node", "2").nproc_per_node == 2
+        assert parse(*command, "--nproc_per_node=3").nproc_per_node == 3
+        assert parse(*command, "--nproc", "4").nproc_per_node == 4  # argparse's abbreviation still works
+    assert parse("train", "c.toml", "--max_restarts", "1").max_restarts == 1
+    argv = with_our_spellings(["train", "c.toml", "--nproc_per_node", "2", "--max_restarts=1", "--json",
+                               "--set", "train.seed=1"])
+    assert argv == ["train", "c.toml", "--nproc-per-node", "2", "--max-restarts=1", "--json", "--set", "train.seed=1"]
     assert _without_launcher_options(argv) == ["train", "c.toml", "--json", "--set", "train.seed=1"]

@@ -77,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
              "is none): the schedules, optimizer states and data position continue exactly",
     )
     train.add_argument(
-        "--nproc-per-node", "--nproc_per_node", type=int, metavar="N",
+        "--nproc-per-node", type=int, metavar="N",
         help="launch N processes on this machine through torchrun (same as `torchrun "
-             "--nproc-per-node N -m tzrun train ...`)",
+             "--nproc-per-node N -m tzrun train ...`; torchrun's spelling --nproc_per_node works too)",
     )
     train.add_argument(
         "--init-from", metavar="CKPT",
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", action="store_true",
                        help="print the result as JSON on rank 0 (tzrec-run help json); logs stay on standard error")
     train.add_argument(
-        "--max-restarts", "--max_restarts", type=int, metavar="N",
+        "--max-restarts", type=int, metavar="N",
         help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
              "failure or a signal stop (use with --resume so that they continue)",
     )
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--model-dir", help="the model dir to read and record in instead of the config's model_dir")
     evaluate.add_argument(
-        "--nproc-per-node", "--nproc_per_node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
+        "--nproc-per-node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
     )
     evaluate.add_argument("--json", action="store_true", help="print the result as JSON (tzrec-run help json)")
 
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
              "(--params) and the memory the sharding plan has (default: cuda if this machine has a GPU, else cpu)",
     )
     check.add_argument(
-        "--nproc-per-node", "--nproc_per_node", type=int, default=1, metavar="N",
+        "--nproc-per-node", type=int, default=1, metavar="N",
         help="plan the tables for a run of N ranks on this machine (default 1, as tzrec-run train): check runs "
              "TorchRec's planner, and on cpu refuses tables this host's available memory cannot hold",
     )
@@ -260,9 +260,9 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _without_launcher_options(argv: Sequence[str]) -> list[str]:
-    """``argv`` without the options the launcher itself takes (``--nproc-per-node N``,
-    ``--max-restarts N``, in either spelling, with ``=`` or a separate value)."""
-    launcher = ("--nproc-per-node", "--nproc_per_node", "--max-restarts", "--max_restarts")
+    """``argv`` without the options the launcher itself takes (``--nproc-per-node N`` and
+    ``--max-restarts N``, with ``=`` or a separate value)."""
+    launcher = ("--nproc-per-node", "--max-restarts")
     rest, skip = [], False
     for token in argv:
         if skip:
@@ -272,6 +272,21 @@ def _without_launcher_options(argv: Sequence[str]) -> list[str]:
         elif not token.startswith(tuple(f"{option}=" for option in launcher)):
             rest.append(token)
     return rest
+
+
+#: torchrun's spellings of the options it shares with ``tzrec-run``, and ours.
+TORCHRUN_SPELLINGS = {"--nproc_per_node": "--nproc-per-node", "--max_restarts": "--max-restarts"}
+
+
+def with_our_spellings(argv: Sequence[str]) -> list[str]:
+    """``argv`` with torchrun's spellings (``--nproc_per_node 2``, ``--max_restarts=1``) written
+    as ours, so that a torchrun command line works (aliases in the parser would make the
+    abbreviation ``--nproc`` ambiguous)."""
+    spelled = []
+    for token in argv:
+        name, equals, value = token.partition("=")
+        spelled.append(TORCHRUN_SPELLINGS[name] + equals + value if name in TORCHRUN_SPELLINGS else token)
+    return spelled
 
 
 def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[str, str]:
@@ -428,7 +443,7 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tzrec-run`` with ``argv`` (default: the process arguments); returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = with_our_spellings(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     level = args.log_level or os.environ.get(LOG_LEVEL_ENV, "").strip().lower() or None
     if level not in (None, *LOG_LEVELS):
