@@ -443,6 +443,10 @@ class TrainLog:
             process started (rows the train pipeline read ahead included).
         skipped_reasons: those rows per reason (``"malformed line"``, ``"I1: not a number"``,
             ``"label: NaN"``); a row with several problems counts under each.
+        rss_bytes: this process's resident memory when the record was made (None where the
+            system has no ``/proc``).
+        device_memory_bytes: the most memory torch's CUDA allocator reserved on this rank's
+            device during the window; None without a CUDA device.
     """
 
     step: int
@@ -460,6 +464,8 @@ class TrainLog:
     loss_weights: Mapping[str, float] = attrs.field(factory=dict)
     skipped_rows: int = 0
     skipped_reasons: Mapping[str, int] = attrs.field(factory=dict)
+    rss_bytes: Optional[int] = None
+    device_memory_bytes: Optional[int] = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (what ``metrics_log`` writes, with ``"kind": "train"``)."""

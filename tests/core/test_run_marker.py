@@ -117,6 +117,8 @@ def test_overwrite_of_a_marked_run_removes_its_outputs_and_keeps_a_user_file(tmp
     (run / "checkpoints" / "step-4").mkdir(parents=True)
     (run / "checkpoints" / "step-4" / MARKER).write_text("step 4\n")
     (run / "tensorboard" / "train").mkdir(parents=True)
+    (run / "logs").mkdir()
+    (run / "logs" / "train.log").write_text("2026-11-27 03:03:14 INFO [rank 0] tzrun: training 4 steps\n")
     for name in ("metrics.jsonl", "eval_results.jsonl", "best.json", "env.json", RESOLVED_JSON,
                  "resolved_config.toml", "notes.txt"):
         (run / name).write_text("{}\n")

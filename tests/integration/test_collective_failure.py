@@ -1,6 +1,8 @@
 """Failure is a collective fact (2-rank jobs under torchrun on CPU): an error on one rank, or a
 rank that freezes, ends the whole job within seconds, naming the rank, with the documented exit
-code, and leaves the last complete checkpoint usable (:mod:`tzrun.runner.watchdog`)."""
+code, and leaves the last complete checkpoint usable (:mod:`tzrun.runner.watchdog`), and the
+model dir's log file the failing rank's error. The jobs start with torchrun's own spelling,
+``--nproc_per_node``."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def _run(criteo_dir, tmp_path, fault, *extra, timeout=120, model_dir=None, flags
            fault_plugin.STAMP_ENV: str(tmp_path / "fault-time"),
            "TZRUN_STRICT_PLUGINS": "1", "PYTHONFAULTHANDLER": "1"}
     cmd = [sys.executable, "-m", "tzrun", "train", str(config),
-           *_sets(example_overrides(criteo_dir, model_dir, *STEPS, *extra)), "--nproc-per-node", "2", *flags]
+           *_sets(example_overrides(criteo_dir, model_dir, *STEPS, *extra)), "--nproc_per_node", "2", *flags]
     # a session of its own, so that cleanup reaches every process the job started
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
                             start_new_session=True)
@@ -70,6 +72,16 @@ def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_the_data_error_cod
     # rank 0 waited in a collective: without the watchdog it would wait train.collective_timeout_s (300 s)
     assert seconds < 30, seconds
     assert [s for s, _ in list_checkpoints(model_dir)] == [3]
+    # the model dir's log holds rank 0's lines and the failing rank's error, dated
+    log = (model_dir / "logs" / "train.log").read_text()
+    dated = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    assert re.search(rf"^{dated} INFO \[rank 0\] tzrun: training 10 steps .* on 2 rank\(s\)", log, re.M), log
+    assert re.search(rf"^{dated} INFO \[rank 0\] tzrun\.progress: step 4/10 epoch 0  loss=\S+ .* mem=\d+\.\d\dGiB ", log,
+                     re.M), log
+    error = re.escape("part-1.csv, line 151, column 'I3'")
+    assert re.search(rf"^{dated} ERROR \[rank 1\] tzrun: the run failed: {error}", log, re.M), log
+    assert re.search(rf"^{dated} ERROR \[rank 0\] tzrun: rank 1 failed: {error}", log, re.M), log
+    assert "Traceback" not in log  # a TzrunError is its one line
 
 
 def test_a_failure_while_rank_1_evaluates_stops_both_ranks(criteo_dir, tmp_path):

@@ -41,17 +41,34 @@ def cmd_check(args: argparse.Namespace) -> int:
         from tzrun.errors import DataCheckError
 
         raise DataCheckError(args.config, report.problems)
+    notes = list(report.notes) if report is not None else []
+    if args.json:
+        from tzrun.cli.results import print_json
+
+        print_json(check_json(args, cfg, notes))
+        return 0
     run = "steps" if cfg.train.num_steps is not None else "epochs"
     print(
         f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
         f"{len(cfg.features.sparse)} id features; sparse {cfg.train.sparse_optimizer.type}, "
         f"dense {cfg.train.dense_optimizer.type}; {cfg.train.num_steps or cfg.train.num_epochs} {run})"
     )
-    for note in report.notes if report is not None else ():
+    for note in notes:
         print(note)
     if args.params:
         print_parameters(session, args.device)
     return 0
+
+
+def check_json(args: argparse.Namespace, cfg: Any, notes: list[str]) -> dict[str, Any]:
+    """The ``check --json`` object of a config that passed (docs/cli.md)."""
+    return {
+        "config": args.config, "ok": True, "model": cfg.model.type,
+        "dense_features": len(cfg.features.dense), "sparse_features": len(cfg.features.sparse),
+        "sparse_optimizer": cfg.train.sparse_optimizer.type, "dense_optimizer": cfg.train.dense_optimizer.type,
+        "num_steps": cfg.train.num_steps, "num_epochs": cfg.train.num_epochs,
+        "data_checked": not args.no_data, "plan_checked": not args.no_plan, "notes": notes,
+    }
 
 
 def check_plan(session: Any, source: str, nproc: int, device: str | None) -> None:
@@ -176,6 +193,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
         from tzrun.tools.synth_taobao import synth_taobao
 
         taobao = synth_taobao(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+        if args.json:
+            return _print_synth_json(args, taobao.to_json())
         print(
             f"wrote {taobao.train_rows} train and {taobao.eval_rows} eval rows to {taobao.out_dir} "
             f"(click rate {taobao.click_rate:.3f}, buy rate {taobao.buy_rate:.3f}); Bayes-optimal eval AUC "
@@ -198,14 +217,27 @@ def cmd_synth(args: argparse.Namespace) -> int:
             parquet_to_criteo_text(staging / split, out / split)
         os.replace(staging / "synth.json", out / "synth.json")
         shutil.rmtree(staging)
+        if args.json:
+            return _print_synth_json(args, {**report.to_json(), "out_dir": str(out)})
         print(f"wrote {report.train_rows} train and {report.eval_rows} eval rows as Criteo text to {out} "
               f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}")
         return 0
     report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+    if args.json:
+        return _print_synth_json(args, report.to_json())
     print(
         f"wrote {report.train_rows} train and {report.eval_rows} eval rows to {report.out_dir} "
         f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}"
     )
+    return 0
+
+
+def _print_synth_json(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    """Print the ``data synth --json`` object: the dataset, the format, and the report that
+    ``synth.json`` holds (docs/cli.md)."""
+    from tzrun.cli.results import print_json
+
+    print_json({"dataset": args.dataset, "format": args.format, **report})
     return 0
 
 
@@ -284,8 +316,17 @@ def cmd_help(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    from tzrun.cli.completion import completion_script
+    from tzrun.cli.help_topics import topics
+    from tzrun.cli.main import build_parser
+
+    sys.stdout.write(completion_script(args.shell, build_parser(), {"topic": lambda: list(topics())}))
+    return 0
+
+
 #: The commands by name (``tzrec-run data`` is the synthetic-data command; install-stack and init
 #: are in :mod:`tzrun.cli.install_commands`).
 COMMANDS = {**INSTALL_COMMANDS, "ckpt": cmd_ckpt, "check": cmd_check, "plan": cmd_plan, "plugins": cmd_plugins,
             "new-plugin": cmd_new_plugin, "data": cmd_synth, "plot": cmd_plot, "env": cmd_env, "convert": cmd_convert,
-            "help": cmd_help}
+            "completion": cmd_completion, "help": cmd_help}

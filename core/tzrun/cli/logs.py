@@ -1,4 +1,4 @@
-"""How tzrec-run logs: the format (with the rank), which ranks log what, ``--log-level`` and
+"""How tzrec-run logs: the format (with the date and the rank), which ranks log what, ``--log-level`` and
 ``TZRUN_LOG_LEVEL``, the library warnings no user can act on, and no URL's password in a line."""
 
 from __future__ import annotations
@@ -7,24 +7,14 @@ import logging
 import os
 import warnings
 
+from tzrun.runner.log_file import DATE_FORMAT, log_format, redact_record
+
 __all__ = ["LOG_LEVELS", "LOG_LEVEL_ENV", "setup_logging"]
 
 #: The levels ``--log-level`` and ``TZRUN_LOG_LEVEL`` take.
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: The environment variable that sets the log level when ``--log-level`` is not given.
 LOG_LEVEL_ENV = "TZRUN_LOG_LEVEL"
-
-
-def _redact_record(record: logging.LogRecord) -> bool:
-    """Show a log line, and its exception, with every URL's password redacted."""
-    from tzrun.io.storage import redact_url
-
-    record.msg, record.args = redact_url(record.getMessage()), None
-    if record.exc_info and not record.exc_text:
-        record.exc_text = logging.Formatter().formatException(record.exc_info)
-    if record.exc_text:
-        record.exc_text = redact_url(record.exc_text)
-    return True
 
 
 def setup_logging(level: str | None = None) -> None:
@@ -40,12 +30,12 @@ def setup_logging(level: str | None = None) -> None:
     chosen = getattr(logging, level.upper()) if level else None
     logging.basicConfig(
         level=max(logging.WARNING, chosen or logging.WARNING),
-        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
+        format=log_format(rank),
+        datefmt=DATE_FORMAT,
     )
     for handler in logging.getLogger().handlers:
-        if _redact_record not in handler.filters:
-            handler.addFilter(_redact_record)
+        if redact_record not in handler.filters:
+            handler.addFilter(redact_record)
     if chosen is None or (chosen == logging.INFO and rank != 0):
         chosen = logging.INFO if rank == 0 else logging.WARNING
     logging.getLogger("tzrun").setLevel(chosen)

@@ -1,7 +1,7 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
 Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
-``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``help``. Every command exits with one of the codes of
+``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``completion``, ``help``. Every command exits with one of the codes of
 :mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
 commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
@@ -22,6 +22,8 @@ from tzrun.cli.logs import LOG_LEVEL_ENV, LOG_LEVELS
 from tzrun.cli.logs import setup_logging as _setup_logging
 from tzrun.io.storage import redact_url
 from tzrun.cli.install_commands import add_parsers as add_install_parsers
+from tzrun.cli.results import print_evaluation, print_train
+from tzrun.cli.completion import SHELLS
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -53,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
             help="override a config key with a TOML literal, e.g. train.num_steps=100 or "
-                 'data.train_input="x/*.parquet" (repeatable)',
+                 'data.train_input="x/*.parquet"; KEY+=VALUE appends to an array and KEY-=VALUE removes '
+                 'the items that match, e.g. \'train.stages+=[{type = "tensorboard"}]\' (repeatable)',
         )
         p.add_argument("--strict", action="store_true",
                        help="a broken plugin is an error with its traceback, not a warning that disables it "
@@ -76,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--nproc-per-node", type=int, metavar="N",
         help="launch N processes on this machine through torchrun (same as `torchrun "
-             "--nproc-per-node N -m tzrun train ...`)",
+             "--nproc-per-node N -m tzrun train ...`; torchrun's spelling --nproc_per_node works too)",
     )
     train.add_argument(
         "--init-from", metavar="CKPT",
@@ -89,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --init-from: model tensors that may be absent from the checkpoint (repeatable)")
     train.add_argument("--init-allow-unexpected", action="append", default=[], metavar="PATTERN",
                        help="with --init-from: checkpoint tensors the model may leave unused (repeatable)")
+    train.add_argument("--json", action="store_true",
+                       help="print the result as JSON on rank 0 (tzrec-run help json); logs stay on standard error")
     train.add_argument(
         "--max-restarts", type=int, metavar="N",
         help="with --nproc-per-node: let torchrun restart the workers up to N times after a "
@@ -106,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--nproc-per-node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
     )
+    evaluate.add_argument("--json", action="store_true", help="print the result as JSON (tzrec-run help json)")
 
     ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
     ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="CKPT_COMMAND")
@@ -132,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="an input path that does not exist is an error (by default it is one only when another "
              "input of the config exists; when none does, a note says the data was not checked)",
     )
-    check.add_argument(
+    check_output = check.add_mutually_exclusive_group()
+    check_output.add_argument("--json", action="store_true",
+                              help="print the verdict as JSON (tzrec-run help json)")
+    check_output.add_argument(
         "--params", action="store_true",
         help="also build the model on the meta device (imports torch) and print which dense "
              "parameters each dense optimizer part gets, and each table's sparse optimizer",
@@ -209,9 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--eval-rows", type=int, help="evaluation rows (default rows/10, at least 1000)")
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--json", action="store_true", help="print what was written as JSON (tzrec-run help json)")
     synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
                        help="criteo only: Parquet files, or the Criteo display-advertising text format "
                             "(tab-separated, no header, hexadecimal ids) as train/day_N.txt and eval/day_N.txt")
+
+    completion = sub.add_parser("completion", help="print a shell completion script (commands, options, examples, "
+                                                   'help topics): eval "$(tzrec-run completion bash)" in ~/.bashrc')
+    completion.add_argument("shell", choices=SHELLS, help="the shell the script is for")
 
     help_ = sub.add_parser("help", help="short help pages shipped with tzrec-run (errors name them); "
                                         "without TOPIC, the list of topics")
@@ -235,22 +249,7 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from tzrun.stack import require_stack
 
     require_stack()  # before torchrun itself needs torch
-    rest, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token == "--nproc-per-node":
-            skip = True
-            continue
-        if token.startswith("--nproc-per-node="):
-            continue
-        if token == "--max-restarts":
-            skip = True
-            continue
-        if token.startswith("--max-restarts="):
-            continue
-        rest.append(token)
+    rest = _without_launcher_options(argv)
     max_restarts = getattr(args, "max_restarts", None)
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
     command = [sys.executable, "-m", "tzrun.cli.agent", "--standalone", *restarts,
@@ -258,6 +257,36 @@ def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from tzrun.runner.launch import run_torchrun
 
     return run_torchrun(command, launch_environment(os.environ, args.nproc_per_node), args.nproc_per_node)
+
+
+def _without_launcher_options(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the options the launcher itself takes (``--nproc-per-node N`` and
+    ``--max-restarts N``, with ``=`` or a separate value)."""
+    launcher = ("--nproc-per-node", "--max-restarts")
+    rest, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in launcher:
+            skip = True
+        elif not token.startswith(tuple(f"{option}=" for option in launcher)):
+            rest.append(token)
+    return rest
+
+
+#: torchrun's spellings of the options it shares with ``tzrec-run``, and ours.
+TORCHRUN_SPELLINGS = {"--nproc_per_node": "--nproc-per-node", "--max_restarts": "--max-restarts"}
+
+
+def with_our_spellings(argv: Sequence[str]) -> list[str]:
+    """``argv`` with torchrun's spellings (``--nproc_per_node 2``, ``--max_restarts=1``) written
+    as ours, so that a torchrun command line works (aliases in the parser would make the
+    abbreviation ``--nproc`` ambiguous)."""
+    spelled = []
+    for token in argv:
+        name, equals, value = token.partition("=")
+        spelled.append(TORCHRUN_SPELLINGS[name] + equals + value if name in TORCHRUN_SPELLINGS else token)
+    return spelled
 
 
 def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[str, str]:
@@ -304,20 +333,11 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise
     finally:
         shutdown_distributed()
+    print_train(result, session.cfg.model_dir, args.json)
     if result.stopped_by is not None:
         from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL
 
-        if int(os.environ.get("RANK", 0)) == 0:
-            print(f"stopped by {result.stopped_by} at step {result.steps}; checkpoint: {redact_url(result.checkpoint)}")
         return EXIT_STOPPED_BY_SIGNAL
-    if int(os.environ.get("RANK", 0)) == 0:
-        if result.stop_reason:
-            print(f"stopped early at step {result.steps}: {result.stop_reason}")
-        print(f"trained {result.steps} steps in {result.seconds:.1f} s ({result.samples_per_second:,.0f} samples/s)")
-        if result.eval is not None:
-            values = ", ".join(f"{k}={v:.6f}" for k, v in result.eval.metrics.items())
-            print(f"final eval at step {result.eval.step} over {result.eval.rows} rows: {values}")
-        print(f"checkpoint: {redact_url(result.checkpoint)}")
     return 0
 
 
@@ -334,7 +354,7 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         done = evaluate_checkpoint(session, args.checkpoint)
     except RecordNotWrittenError as error:  # rank 0 computed the result: show it, then the error
-        _print_evaluation(error.result)
+        print_evaluation(error.result, None, args.json)
         raise
     except BaseException as error:
         _fail_named(error, cfg.model_dir)
@@ -342,16 +362,8 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     finally:
         shutdown_distributed()
     if int(os.environ.get("RANK", 0)) == 0:
-        _print_evaluation(done)
-        print(f"recorded in {redact_url(os.path.join(cfg.model_dir, 'eval_results.jsonl'))}")
+        print_evaluation(done, os.path.join(cfg.model_dir, "eval_results.jsonl"), args.json)
     return 0
-
-
-def _print_evaluation(done: Any) -> None:
-    """Print a :class:`~tzrun.runner.checkpoint_eval.CheckpointEvaluation` (rank 0)."""
-    values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
-    weights = " (EMA weights)" if done.ema else ""
-    print(f"eval of {redact_url(done.checkpoint)} (step {done.result.step}){weights} over {done.result.rows} rows: {values}")
 
 
 def _fail_named(error: BaseException, model_dir: str) -> None:
@@ -431,7 +443,7 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tzrec-run`` with ``argv`` (default: the process arguments); returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = with_our_spellings(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     level = args.log_level or os.environ.get(LOG_LEVEL_ENV, "").strip().lower() or None
     if level not in (None, *LOG_LEVELS):

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import attrs
 
+from tzrun.config.array_overrides import ARRAY_OPERATORS, apply_array_override
 from tzrun.config.converter import StructureFailed, ValueProblem, join_path, make_converter, show, structure
 from tzrun.config.schema import Component, RunConfig
 from tzrun.config.slots import COMPONENT_SLOTS
@@ -75,7 +76,8 @@ def parse_config(text: str, source: str = "<string>", overrides: Iterable[str] =
     problems = apply_overrides(data, overrides)
     if problems:
         raise ConfigError(source, problems)
-    return RawConfig(source, data, tuple(o.partition("=")[0].strip() for o in overrides))
+    return RawConfig(source, data, tuple(o.partition("=")[0].strip().rstrip("".join(ARRAY_OPERATORS)).strip()
+                                         for o in overrides))
 
 
 def read_config(path: str | Path, overrides: Iterable[str] = ()) -> RawConfig:
@@ -111,7 +113,9 @@ EXCLUSIVE_KEYS: tuple[tuple[str, ...], ...] = (("train.num_steps", "train.num_ep
 
 
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[ConfigProblem]:
-    """Apply ``a.b.c=<TOML literal>`` overrides to ``data`` in place.
+    """Apply ``a.b.c=<TOML literal>`` overrides to ``data`` in place; ``a.b+=<TOML literal>``
+    appends to an array and ``a.b-=<TOML literal>`` removes the items matching it
+    (:mod:`tzrun.config.array_overrides`).
 
     A path segment may index an array of tables: ``features.sparse[3].num_buckets=100``.
     Missing tables along the path are created. Of keys that exclude each other
@@ -127,6 +131,8 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[Conf
         where = f"--set {override}"
         key, sep, literal = override.partition("=")
         key = key.strip()
+        operator = key[-1:] if key[-1:] in ARRAY_OPERATORS else ""
+        key = key[: len(key) - len(operator)].rstrip()
         if not sep or not key:
             problems.append(ConfigProblem(where, "expected KEY=VALUE, e.g. train.num_steps=100"))
             continue
@@ -137,7 +143,10 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[Conf
                 ConfigProblem(where, f"{literal.strip()} is not a TOML value; quote strings: {key}=\"text\"")
             )
             continue
-        problem = _set_path(data, key, value)
+        if operator:
+            problem = apply_array_override(data, key, operator, value)
+        else:
+            problem = _set_path(data, key, value)
         if problem:
             problems.append(ConfigProblem(where, problem))
         else:
@@ -160,31 +169,42 @@ def drop_replaced_alternatives(data: dict[str, Any], set_keys: Iterable[str]) ->
 
 
 def _set_path(data: dict[str, Any], key: str, value: Any) -> str | None:
+    container, selector, problem = walk_key(data, key)
+    if problem is None:
+        container[selector] = value
+    return problem
+
+
+def walk_key(data: dict[str, Any], key: str) -> tuple[Any, Any, str | None]:
+    """Walk the dotted ``key`` down ``data``, creating missing tables along the way.
+
+    Returns:
+        ``(container, selector, None)``: ``container[selector]`` is the place ``key`` names (a
+        table and a name, or an array and an index that exists); or ``(None, None, problem)``.
+    """
     parts = key.split(".")
     node: Any = data
     for i, part in enumerate(parts):
         match = _SEGMENT.match(part)
         if not match:
-            return f"'{part}' is not a key (use letters, digits, _ and -, and [N] for array items)"
+            return None, None, f"'{part}' is not a key (use letters, digits, _ and -, and [N] for array items)"
         name, index = match.group(1), match.group(2)
         last = i == len(parts) - 1
         if not isinstance(node, dict):
-            return f"'{'.'.join(parts[:i])}' is not a table"
+            return None, None, f"'{'.'.join(parts[:i])}' is not a table"
         if index is None:
             if last:
-                node[name] = value
-            else:
-                node = node.setdefault(name, {})
+                return node, name, None
+            node = node.setdefault(name, {})
             continue
         items = node.get(name)
         if not isinstance(items, list) or int(index) >= len(items):
             size = len(items) if isinstance(items, list) else 0
-            return f"'{name}' has {size} item(s); index {index} is out of range"
+            return None, None, f"'{name}' has {size} item(s); index {index} is out of range"
         if last:
-            items[int(index)] = value
-        else:
-            node = items[int(index)]
-    return None
+            return items, int(index), None
+        node = items[int(index)]
+    raise AssertionError("unreachable: a key has at least one segment")
 
 
 def disabled_plugins(raw: RawConfig) -> tuple[str, ...]:

@@ -128,3 +128,4 @@ def host_memory_problem(modules: Sequence[Any], updates: Mapping[str, Any], worl
             f"is {biggest}, {_gb(biggest_bytes)}), which has {_gb(memory.total)} of memory, {_gb(memory.available)} "
             "of it available: the run would be killed for memory. Use fewer rows (num_buckets, hash_bucket_size), a "
             "smaller embedding_dim, a sparse optimizer with less state, more hosts, or a GPU")
+

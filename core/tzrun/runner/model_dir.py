@@ -15,6 +15,7 @@ from typing import Any
 from tzrun.config.schema import RunConfig
 from tzrun.errors import TzrunError
 from tzrun.io.files import EVAL_RESULTS
+from tzrun.runner.log_file import LOG_DIR
 from tzrun.kernel.registry import Registries
 from tzrun.runner.checkpoint import latest_checkpoint, remove_incomplete_checkpoints
 from tzrun.runner.records import ENV_FILE, RESOLVED_JSON, RESOLVED_TOML, owner_differences
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 #: What the core itself writes into a model dir (stages declare their own: ``register(..., outputs=fn)``).
 CORE_OUTPUTS = ("checkpoints", "predictions", "plots", EVAL_RESULTS, BEST_FILE, RESOLVED_TOML, RESOLVED_JSON, ENV_FILE,
-                "init_report.json")
+                "init_report.json", LOG_DIR)
 
 
 def run_outputs(cfg: RunConfig, registries: Registries) -> list[str]:

@@ -15,6 +15,7 @@ from tzrun.errors import PluginError
 from tzrun.interfaces import TrainLog
 from tzrun.kernel.registry import Registries
 from tzrun.runner.checkpoint import unsaveable
+from tzrun.runner.memory_use import device_peak_bytes, resident_bytes
 
 __all__ = [
     "RunStages", "stage_names", "state_key", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates",
@@ -200,6 +201,8 @@ class LogWindow:
             loss_weights={k: float(v) / steps for k, v in self.weights_sum.items()},
             skipped_rows=self.skipped.rows if self.skipped is not None else 0,
             skipped_reasons=dict(self.skipped.problems) if self.skipped is not None else {},
+            rss_bytes=resident_bytes(),
+            device_memory_bytes=device_peak_bytes(),
         )
         self.steps, self.rows, self.loss_sum, self.losses_sum, self.weights_sum, self.seconds = 0, 0, None, {}, {}, 0.0
         self._waited_at_start = self.data.waited

@@ -40,6 +40,7 @@ from tzrun.runner.checkpoint import (
 from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation, told_already
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
+from tzrun.runner.log_file import log_file
 from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
@@ -113,8 +114,14 @@ class Trainer:
     # -- the run, top-down -----------------------------------------------------------------------
 
     def fit(self) -> TrainResult:
-        """Set the run up, train it to the end (or a stop), and report."""
+        """Set the run up, train it to the end (or a stop), and report; from the moment the
+        model dir is claimed, the run's log goes into its log file too (:mod:`~tzrun.runner.log_file`)."""
         resume_from = self.claim_model_dir()
+        with log_file(self.session.model_dir, self.info.rank):
+            return self.run_claimed(resume_from)
+
+    def run_claimed(self, resume_from: Path | None) -> TrainResult:
+        """:meth:`fit` once the model dir is claimed."""
         try:
             self.set_up()
         except BaseException:

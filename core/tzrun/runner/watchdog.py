@@ -249,6 +249,9 @@ def _end(code: int, message: str | None, watchdog: Watchdog | None = None) -> No
         from tzrun.io.storage import redact_url
 
         print(f"tzrec-run: {redact_url(message)}", file=sys.stderr)
+        from tzrun.runner.log_file import record_in_log_files
+
+        record_in_log_files(message)  # logging.shutdown below closes (and uploads) them
     record_exit_code(code)
     if watchdog is not None:
         try:

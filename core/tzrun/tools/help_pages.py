@@ -28,6 +28,8 @@ HELP_DIR = Path(__file__).resolve().parents[1] / "help"
 TOPICS: Mapping[str, tuple[str, Sequence[tuple[str, str | None]]]] = {
     "exit-codes": ("Exit codes of every command", [("cli.md", "Exit codes")]),
     "log-level": ("--log-level and TZRUN_LOG_LEVEL", [("cli.md", "Log level")]),
+    "json": ("--json output of check, train, evaluate and data synth", [("cli.md", "Output for scripts: `--json`")]),
+    "log-file": ("The run's log file in the model dir", [("cli.md", "Log file")]),
     "bad-rows": ("Bad rows in the input data", [("data.md", "Bad rows")]),
     "shuffling": ("Shuffling the training rows", [("data.md", "Shuffling")]),
     "features": ("Dense and id features, from columns to a batch",

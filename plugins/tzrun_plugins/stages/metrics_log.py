@@ -6,7 +6,8 @@ Lines::
     {"kind": "train", "step": 100, "epoch": 0, "steps": 100, "loss": 0.47, "losses": {...},
      "learning_rates": {...}, "metrics": {...}, "samples_per_s": ..., "data_wait_fraction": ...,
      "grad_norm": ..., "seconds": ..., "time": ..., "loss_weights": {...}, "skipped_rows": 3,
-     "skipped_reasons": {"malformed line": 2, "int_3: not an integer": 1}}
+     "skipped_reasons": {"malformed line": 2, "int_3: not an integer": 1}, "rss_bytes": 571473920,
+     "device_memory_bytes": null}
     {"kind": "eval", "step": 100, "rows": 40000, "metrics": {"auc": 0.77, ...}, "seconds": 0.4, "time": ...}
 
 On resume the lines of steps after the checkpoint are dropped first (they are logged again as

@@ -1,8 +1,10 @@
 """The ``progress`` stage: a live progress bar on a terminal, plain periodic lines elsewhere.
 
-Rank 0 only. Numbers come from the loop's train log (``tzrun_after_train_log``, every
-``train.log_every_n_steps`` steps), so the per-step hook only moves the bar: it never reads a
-tensor.
+Rank 0 only. While the bar is shown, log records reach the terminal above it
+(:class:`LogThroughBar`), so lines and bar never mix, and the train lines the bar stands for
+are logged for the model dir's log file only. Numbers come from the loop's train log
+(``tzrun_after_train_log``, every ``train.log_every_n_steps`` steps), so the per-step hook only
+moves the bar: it never reads a tensor.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import attrs
 import tzrun
 from tzrun_plugins.stages._closing import ClosedAtTheEnd
 
-__all__ = ["ProgressConfig", "ProgressStage", "build_progress", "format_train_log"]
+__all__ = ["ProgressConfig", "ProgressStage", "build_progress", "format_train_log", "format_memory", "LogThroughBar"]
 
 log = logging.getLogger("tzrun.progress")
 
@@ -38,15 +40,25 @@ def _eta(seconds: float) -> str:
     return str(datetime.timedelta(seconds=int(max(seconds, 0))))
 
 
+def format_memory(record: tzrun.TrainLog) -> str:
+    """The memory part of a line: ``mem=1.23GiB`` (resident), with ``device_mem=...`` (the
+    window's peak reserved on the CUDA device) where there is one; empty when neither is known."""
+    parts = [f"{name}={value / 2**30:.2f}GiB" for name, value in
+             (("mem", record.rss_bytes), ("device_mem", record.device_memory_bytes)) if value is not None]
+    return " ".join(parts)
+
+
 def format_train_log(record: tzrun.TrainLog, total_steps: int) -> str:
     """One plain progress line: step, epoch, mean loss, train metrics, learning rates,
-    samples/s, data wait and the time left at the window's pace."""
+    samples/s, data wait, memory and the time left at the window's pace."""
     metrics = "".join(f"  {k}={v:.5f}" for k, v in record.metrics.items())
     lrs = " ".join(f"lr/{k}={v:.6g}" for k, v in record.learning_rates.items())
     per_step = record.seconds / max(record.steps, 1)
     eta = _eta(per_step * (total_steps - record.step))
+    memory = format_memory(record)
     return (f"step {record.step}/{total_steps} epoch {record.epoch}  loss={record.loss:.5f}{metrics}  {lrs}  "
-            f"samples/s={record.samples_per_s:.0f}  data_wait={100 * record.data_wait_fraction:.1f}%  eta {eta}")
+            f"samples/s={record.samples_per_s:.0f}  data_wait={100 * record.data_wait_fraction:.1f}%  "
+            f"{memory + '  ' if memory else ''}eta {eta}")
 
 
 class ProgressStage(ClosedAtTheEnd):
@@ -55,6 +67,7 @@ class ProgressStage(ClosedAtTheEnd):
     def __init__(self, cfg: ProgressConfig) -> None:
         self.cfg = cfg
         self.bar: Any = None
+        self.log_through_bar: LogThroughBar | None = None
 
     @tzrun.hookimpl
     def tzrun_before_train(self, run: tzrun.RunContext) -> None:
@@ -66,6 +79,7 @@ class ProgressStage(ClosedAtTheEnd):
 
             self.bar = tqdm(total=run.total_steps, initial=run.start_step, unit="step", dynamic_ncols=True,
                             desc="train", file=sys.stderr)
+            self.log_through_bar = LogThroughBar(self.bar)
 
     @tzrun.hookimpl
     def tzrun_after_train_step(self, run: tzrun.RunContext, step: tzrun.StepInfo) -> None:
@@ -77,8 +91,11 @@ class ProgressStage(ClosedAtTheEnd):
         if not run.is_rank0:
             return
         if self.bar is not None:
+            memory = {"mem": f"{log.rss_bytes / 2**30:.2f}GiB"} if log.rss_bytes is not None else {}
             self.bar.set_postfix(epoch=log.epoch, loss=f"{log.loss:.4f}", samples_s=f"{log.samples_per_s:.0f}",
-                                 data_wait=f"{100 * log.data_wait_fraction:.0f}%", refresh=False)
+                                 data_wait=f"{100 * log.data_wait_fraction:.0f}%", **memory, refresh=False)
+            # the bar shows it on the terminal; the model dir's log file gets the line
+            _log_line(format_train_log(log, run.total_steps), terminal=False)
         else:
             _log_line(format_train_log(log, run.total_steps))
 
@@ -91,17 +108,62 @@ class ProgressStage(ClosedAtTheEnd):
         line = f"eval at step {step} over {result.rows} rows{rate}: {values}"
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
-        else:
-            _log_line(line)
+        _log_line(line, terminal=self.bar is None)  # with a bar, for the log file only
 
     def close(self) -> None:
+        if self.log_through_bar is not None:
+            self.log_through_bar.restore()
+            self.log_through_bar = None
         if self.bar is not None:
             self.bar.close()
             self.bar = None
 
 
-def _log_line(line: str) -> None:
-    log.info("%s", line)
+class _BarStream:
+    """A stream for a terminal log handler while a bar is shown: each line is written above the
+    bar (``tqdm.write``), which is then drawn again, so log lines never break into it."""
+
+    def __init__(self, bar: Any, stream: Any) -> None:
+        self.bar, self.stream = bar, stream
+
+    def write(self, text: str) -> None:
+        self.bar.write(text.rstrip("\n"), file=self.stream)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class LogThroughBar:
+    """While a bar is shown, the root logger's terminal handlers (those writing to standard
+    error or output) write through the bar, and skip the records the bar already shows (the
+    train lines, which still reach the log file); :meth:`restore` gives them their stream back.
+    The handlers keep their format and filters (tqdm's ``logging_redirect_tqdm`` replaces the
+    handler and drops its filters, which redact passwords)."""
+
+    def __init__(self, bar: Any) -> None:
+        self.saved: list[tuple[logging.StreamHandler, Any]] = []
+        for handler in logging.getLogger().handlers:
+            if (type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.stdout)):
+                self.saved.append((handler, handler.setStream(_BarStream(bar, handler.stream))))
+                handler.addFilter(_on_terminal)
+
+    def restore(self) -> None:
+        for handler, stream in self.saved:
+            handler.setStream(stream)
+            handler.removeFilter(_on_terminal)
+        self.saved = []
+
+
+#: The attribute of a log record that the terminal's handlers skip while a bar is shown.
+NOT_ON_TERMINAL = "tzrun_not_on_terminal"
+
+
+def _log_line(line: str, terminal: bool = True) -> None:
+    log.info("%s", line, extra={} if terminal else {NOT_ON_TERMINAL: True})
+
+
+def _on_terminal(record: logging.LogRecord) -> bool:
+    return not getattr(record, NOT_ON_TERMINAL, False)
 
 
 def build_progress(cfg: ProgressConfig) -> ProgressStage:
