@@ -220,3 +220,12 @@ def test_sequence_tables_shard_on_two_ranks_and_load_bit_identically_on_one_and_
     assert [k for k in weights if not torch.equal(source[k], again[k])] == []
     run(two, "--resume", sets=["train.num_steps=4", *row_wise])
     assert [s for s, _ in list_checkpoints(two)][-1] == 4
+
+
+def test_a_model_that_reads_no_sequences_is_refused_on_a_config_with_them(seq_data, tmp_path):
+    from tzrun.errors import ConfigError
+    from tzrun.runner.sharding import prepare_sharding
+
+    session = _session(tmp_path / "md", seq_data, 'model={type = "deepfm", deep_hidden_units = [8], final_hidden_units = [4]}')
+    with pytest.raises(ConfigError, match=r"model\.type: model 'deepfm' does not read \[\[features\.sequence\]\]"):
+        prepare_sharding(session.facts, world_size=1, local_world_size=1, device=torch.device("cpu"))
