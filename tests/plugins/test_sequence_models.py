@@ -194,3 +194,20 @@ def test_encoder_option_errors_name_the_option():
 def test_din_example_passes_check():
     cfg, _ = load_config_text((REPO / "examples" / "din_taobao.toml").read_text())
     assert cfg.model.type == "din"
+
+
+def test_check_refuses_dssm_with_target_attention_in_one_line(tmp_path, capsys):
+    from tests.integration.test_sequence_models import POOLED_SEQUENCE, SEQUENCE_GROUP
+    from tzrun.cli.main import main
+    from tzrun.errors import EXIT_CONFIG
+
+    group = SEQUENCE_GROUP.replace('type = "self_attention"\nnum_heads = 2\nfeedforward_dim = 16', 'type = "target_attention"')
+    text = (REPO / "examples" / "dssm_taobao.toml").read_text().replace(POOLED_SEQUENCE, group)
+    config = tmp_path / "dssm.toml"
+    config.write_text(text.replace('"click_50_seq", "user_pv_7d"', '"click_seq", "user_pv_7d"'))
+    assert main(["check", str(config)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.splitlines()[1:] == [
+        '  model.sequence_encoders[0].type: dssm cannot use target_attention: its towers never see the candidate item '
+        'together with the user\'s sequence; use "mean" or "self_attention"'
+    ]
