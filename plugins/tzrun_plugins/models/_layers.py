@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from tzrun import ModelContext
 from tzrun.errors import ConfigProblem
 
-__all__ = ["positive_units", "non_empty", "mlp", "out_width", "wide_tables", "one_embedding_dim", "unknown_feature_problems"]
+__all__ = ["positive_units", "non_empty", "each_once", "mlp", "out_width", "wide_tables", "one_embedding_dim", "unknown_feature_problems"]
 
 
 def positive_units(instance: Any, attribute: Any, value: Sequence[int]) -> None:
@@ -20,6 +20,19 @@ def non_empty(instance: Any, attribute: Any, value: Sequence[Any]) -> None:
     """attrs validator: at least one entry."""
     if not value:
         raise ValueError("needs at least one entry", attribute)
+
+
+def each_once(field: str, what: str) -> Any:
+    """attrs validator of a tuple of tables: no two share the value of ``field``
+    (``"<what>; <value> has several"``)."""
+
+    def check(instance: Any, attribute: Any, value: Sequence[Any]) -> None:
+        names = [getattr(v, field) for v in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{what}; {', '.join(twice)} has several", attribute)
+
+    return check
 
 
 def mlp(in_features: int, units: Sequence[int]) -> Any:
@@ -64,12 +77,16 @@ def one_embedding_dim(ctx: ModelContext, model: str, why: str, problems: list[Co
     return dims[0] if dims else 0
 
 
-def unknown_feature_problems(path: str, names: Sequence[str], ctx: ModelContext) -> list[ConfigProblem]:
-    """A problem for each of ``names`` that is neither a dense nor a sparse feature of ``ctx``,
-    or is named twice."""
+def unknown_feature_problems(path: str, names: Sequence[str], ctx: ModelContext, *, sequences: bool = False) -> list[ConfigProblem]:
+    """A problem for each of ``names`` that is neither a dense nor a sparse feature of ``ctx``
+    (nor, with ``sequences``, a sequence group), or is named twice."""
     from tzrun.errors import did_you_mean
 
     known = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
+    kinds = "[[features.dense]] or [[features.sparse]]"
+    if sequences:
+        known += [g.name for g in ctx.sequence_groups]
+        kinds = "[[features.dense]], [[features.sparse]] or [[features.sequence]]"
     problems = []
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -79,7 +96,7 @@ def unknown_feature_problems(path: str, names: Sequence[str], ctx: ModelContext)
             guess = did_you_mean(name, known)
             hint = f"; did you mean '{guess}'?" if guess else ""
             problems.append(ConfigProblem(
-                f"{path}[{i}]", f"no feature named '{name}' in [[features.dense]] or [[features.sparse]]{hint}"
+                f"{path}[{i}]", f"no feature named '{name}' in {kinds}{hint}"
             ))
         seen.add(name)
     return problems
