@@ -49,9 +49,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     for note in report.notes if report is not None else ():
         print(note)
+    for note in builtin_name_notes(session):
+        print(note)
     if args.params:
         print_parameters(session, args.device)
     return 0
+
+
+def builtin_name_notes(session: Any) -> list[str]:
+    """One line per built-in name the config names bare that an installed plugin registers too
+    (the bare name is the built-in; the line says how to pick the other)."""
+    from tzrun.kernel.conformance import config_components
+    from tzrun.kernel.registry import shadow_notes
+
+    components = ((path, kind, c.type) for path, kind, c in config_components(session.cfg))
+    return shadow_notes(components, session.registries)
 
 
 def check_plan(session: Any, source: str, nproc: int, device: str | None) -> None:
