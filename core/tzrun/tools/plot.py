@@ -25,7 +25,9 @@ from tzrun.io.storage import as_path
 __all__ = ["plot_run"]
 
 
-def _series(records: Sequence[dict[str, Any]], field: str) -> dict[str, tuple[list[int], list[float]]]:
+def _series(records: Sequence[dict[str, Any]], field: str, digits: int | None = None) -> dict[str, tuple[list[int], list[float]]]:
+    """``name -> (steps, values)`` of the dict ``field`` of each record; ``digits``: round to
+    that many significant digits (a float32 lr of 0.1 is 0.100000001)."""
     out: dict[str, tuple[list[int], list[float]]] = {}
     for r in records:
         for name, value in (r.get(field) or {}).items():
@@ -33,7 +35,7 @@ def _series(records: Sequence[dict[str, Any]], field: str) -> dict[str, tuple[li
                 continue
             steps, values = out.setdefault(name, ([], []))
             steps.append(int(r["step"]))
-            values.append(float(value))
+            values.append(float(f"{value:.{digits}g}") if digits else float(value))
     return out
 
 
@@ -63,6 +65,7 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     model_dir = as_path(model_dir)
     source = model_dir / METRICS_FILE
@@ -80,6 +83,10 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
 
     def save(fig: Any, name: str) -> None:
         path = out / name
+        for ax in fig.axes:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps
+            if ax.get_yscale() == "linear":
+                ax.ticklabel_format(axis="y", useOffset=False)  # 0.1 reads 0.1, not 1e-9 + 1e-1
         fig.tight_layout()
         png = io.BytesIO()  # one write, to a local file or an object store alike
         fig.savefig(png, format="png", dpi=100)
@@ -108,7 +115,7 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
         ax.grid(alpha=0.3)
         save(fig, "loss.png")
 
-    lrs = _merged(_series(train, "learning_rates"))
+    lrs = _merged(_series(train, "learning_rates", digits=6))
     if lrs:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for name, (steps, values) in lrs.items():
@@ -130,6 +137,7 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
             ax.plot(steps, values, marker="o")
             ax.annotate(f"{values[-1]:.4g}", (steps[-1], values[-1]), textcoords="offset points", xytext=(6, 6))
             ax.set_xlim(0, last_step * 1.05 + 1)  # a run evaluated once: its point where it falls in the run
+            ax.margins(y=0.3)  # room for the label
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
         axes[-1, 0].set_xlabel("step")
