@@ -4,7 +4,7 @@ an MLflow tracking server (rank 0 only).
 What it logs, through MLflow's own client (``MlflowClient``, no global active run):
 
 * params: the resolved config (``resolved_config.json``), flattened to ``data.batch_size``,
-  ``train.stages[0].type``, ... (a fresh run only: MLflow params cannot change on a resume);
+  ``train.stages.0.type``, ... (a fresh run only: MLflow params cannot change on a resume);
 * metrics, at each train log (``train.log_every_n_steps``) with its step: ``loss``,
   ``loss/<name>``, ``lr/<group>``, ``train_metric/<name>``, ``samples_per_s``,
   ``data_wait_fraction``, ``grad_norm`` (the values of the ``metrics.jsonl`` train record);
@@ -28,7 +28,6 @@ import logging
 import os
 import time
 import urllib.parse
-import warnings
 from typing import Any, Callable, Mapping, Optional
 
 import attrs
@@ -75,15 +74,16 @@ class MLflowConfig:
 
 
 def flatten_params(tree: Any, prefix: str = "") -> dict[str, str]:
-    """``{"data.batch_size": "2048", "train.stages[0].type": "progress", ...}``: every leaf of a
-    TOML-shaped tree, as MLflow params (strings; an empty table or array is ``[]``/``{}``)."""
+    """``{"data.batch_size": "2048", "train.stages.0.type": "progress", ...}``: every leaf of a
+    TOML-shaped tree, as MLflow params (strings; an array of tables is numbered, as MLflow keys
+    allow no brackets; an empty table or array is ``{}``/``[]``)."""
     if isinstance(tree, Mapping) and tree:
         out: dict[str, str] = {}
         for key, value in tree.items():
             out.update(flatten_params(value, f"{prefix}.{key}" if prefix else str(key)))
         return out
     if isinstance(tree, list) and tree and all(isinstance(v, Mapping) for v in tree):
-        return {k: v for i, item in enumerate(tree) for k, v in flatten_params(item, f"{prefix}[{i}]").items()}
+        return {k: v for i, item in enumerate(tree) for k, v in flatten_params(item, f"{prefix}.{i}").items()}
     return {prefix: json.dumps(tree) if isinstance(tree, (list, dict, bool)) or tree is None else str(tree)}
 
 
@@ -213,12 +213,8 @@ class MLflowStage(ClosedAtTheEnd):
         except Exception as exc:  # the server's failure must not end training
             self.client = None
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            warnings.warn(
-                f"mlflow stage: could not {what} at {self.uri} ({type(exc).__name__}: {first[:300]}); "
-                "training goes on, and this run logs nothing more to MLflow",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            log.warning("mlflow stage: could not %s at %s (%s: %s); training goes on, and this run logs nothing "
+                        "more to MLflow", what, self.uri, type(exc).__name__, first[:300])
             log.debug("mlflow stage failure", exc_info=exc)
 
 
