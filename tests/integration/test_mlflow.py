@@ -9,14 +9,13 @@ import json
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.s3_server import wait_until_answered
 from tzrun.testing import tiny_config_text
 
 pytestmark = pytest.mark.slow
@@ -42,16 +41,9 @@ def tracking_uri(tmp_path_factory) -> Iterator[str]:
          "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}", "--default-artifact-root", str(home / "artifacts")],
         stdout=log, stderr=subprocess.STDOUT, cwd=home,
     )
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            urllib.request.urlopen(f"{uri}/health", timeout=2).close()
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"mlflow server did not start: {(home / 'server.log').read_text()[-3000:]}") from None
-            time.sleep(0.5)
+    if not wait_until_answered(f"{uri}/health", server, 180):  # its first start takes a minute on 2 cores
+        server.kill()
+        raise RuntimeError(f"mlflow server did not start: {(home / 'server.log').read_text()[-3000:]}")
     yield uri
     server.terminate()
     try:
@@ -95,7 +87,9 @@ def test_the_mlflow_run_holds_what_metrics_jsonl_holds(tracking_uri, tmp_path, c
         if r["kind"] == "train":
             values = {"loss": r["loss"], "samples_per_s": r["samples_per_s"], "data_wait_fraction": r["data_wait_fraction"],
                       "grad_norm": r["grad_norm"], **{f"loss/{k}": v for k, v in r["losses"].items()},
-                      **{f"lr/{k}": v for k, v in r["learning_rates"].items()}}
+                      **{f"lr/{k}": v for k, v in r["learning_rates"].items()},
+                      **{f"loss_weight/{k}": v for k, v in r["loss_weights"].items()},
+                      **{f"train_metric/{k}": v for k, v in r["metrics"].items()}}
         else:
             values = {f"eval/{k}": v for k, v in r["metrics"].items()}
         for key, value in values.items():

@@ -6,7 +6,7 @@ What it logs, through MLflow's own client (``MlflowClient``, no global active ru
 * params: the resolved config (``resolved_config.json``), flattened to ``data.batch_size``,
   ``train.stages.0.type``, ... (a fresh run only: MLflow params cannot change on a resume);
 * metrics, at each train log (``train.log_every_n_steps``) with its step: ``loss``,
-  ``loss/<name>``, ``lr/<group>``, ``train_metric/<name>``, ``samples_per_s``,
+  ``loss/<name>``, ``loss_weight/<name>``, ``lr/<group>``, ``train_metric/<name>``, ``samples_per_s``,
   ``data_wait_fraction``, ``grad_norm`` (the values of the ``metrics.jsonl`` train record);
 * metrics at each evaluation: ``eval/<name>`` (``eval/auc``, ``eval/loss/binary_cross_entropy``);
 * tags: ``tzrun.model_dir``, ``tzrun.checkpoint`` (the newest complete checkpoint, updated at
@@ -125,6 +125,7 @@ class MLflowStage(ClosedAtTheEnd):
     def tzrun_after_train_log(self, run: tzrun.RunContext, log: tzrun.TrainLog) -> None:
         values = {"loss": log.loss, "samples_per_s": log.samples_per_s, "data_wait_fraction": log.data_wait_fraction}
         values.update({f"loss/{k}": v for k, v in log.losses.items()})
+        values.update({f"loss_weight/{k}": v for k, v in log.loss_weights.items()})
         values.update({f"lr/{k}": v for k, v in log.learning_rates.items()})
         values.update({f"train_metric/{k}": v for k, v in log.metrics.items()})
         if log.grad_norm is not None:
@@ -172,7 +173,7 @@ class MLflowStage(ClosedAtTheEnd):
         if not name:
             return "0"  # MLflow's default experiment
         found = self.client.get_experiment_by_name(name)
-        return found.experiment_id if found is not None else self.client.create_experiment(name)
+        return str(found.experiment_id if found is not None else self.client.create_experiment(name))
 
     def _params(self, run: tzrun.RunContext) -> None:
         from mlflow.entities import Param
