@@ -15,7 +15,20 @@ from typing import Iterator
 
 import pytest
 
-__all__ = ["S3Server", "s3_server", "s3_bucket"]
+__all__ = ["S3Server", "s3_server", "s3_bucket", "wait_until_answered"]
+
+
+def wait_until_answered(url: str, process: subprocess.Popen, seconds: float) -> bool:
+    """Whether ``url`` answers within ``seconds`` while ``process`` (the server) runs."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return True
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
 
 
 class S3Server:
@@ -30,15 +43,8 @@ class S3Server:
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start on {self.endpoint}") from None
-                time.sleep(0.1)
+        if not wait_until_answered(f"{self.endpoint}/moto-api/", self.process, 30):
+            raise RuntimeError(f"moto server did not start on {self.endpoint}")
 
     @property
     def env(self) -> dict[str, str]:

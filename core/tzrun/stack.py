@@ -45,6 +45,7 @@ EXTRAS = {
     "s3": ("s3fs", "s3:// paths"),
     "gcs": ("gcsfs", "gs:// paths"),
     "azure": ("adlfs", "abfs:// and az:// paths"),
+    "mlflow": ("mlflow", "the mlflow stage"),
 }
 #: The command that installs the stack (what is missing of it, or all of it).
 INSTALL_STACK = "tzrec-run install-stack"

@@ -92,7 +92,9 @@ def test_init_writes_a_starter_config_and_refuses_to_overwrite_it(tmp_path, caps
     assert main(["init", str(tmp_path / "proj"), "--example", "dssm_taobao"]) == 0
     out = capsys.readouterr().out
     written = tmp_path / "proj" / "dssm_taobao.toml"
-    assert written.read_text(encoding="utf-8") == example_text("dssm_taobao")
+    text = written.read_text(encoding="utf-8")
+    assert text == example_text("dssm_taobao").replace("examples/dssm_taobao.toml", "dssm_taobao.toml")
+    assert "#   tzrec-run train dssm_taobao.toml\n" in text and "repository" not in text
     assert f"cd {tmp_path / 'proj'}" in out
     assert "tzrec-run data synth taobao --rows 300000 --out data/taobao_synth\n" in out
     assert "tzrec-run train dssm_taobao.toml" in out
@@ -102,7 +104,7 @@ def test_init_writes_a_starter_config_and_refuses_to_overwrite_it(tmp_path, caps
     assert err == f"tzrec-run init: {written} exists; pass --force to overwrite it"
     assert written.read_text() == "# mine\n"
     assert main(["init", str(tmp_path / "proj"), "--example", "dssm_taobao", "--force"]) == 0
-    assert written.read_text(encoding="utf-8") == example_text("dssm_taobao")
+    assert written.read_text(encoding="utf-8") == text
 
 
 def test_a_missing_stack_package_is_one_line_with_the_command(monkeypatch, tmp_path, capsys):

@@ -49,25 +49,42 @@ def test_every_entry_records_the_plugin_that_made_it(tzrun_pm):
     assert entry.extras["prediction"] == "probs"
 
 
-def test_two_plugins_claiming_adam_are_named(tzrun_pm):
+def test_a_plugin_claiming_a_builtin_name_leaves_the_bare_name_to_the_builtin(tzrun_pm):
     class Twin:
         @tzrun.hookimpl
         def tzrun_register_dense_optimizers(self, register):
             register("adam", config=TwinConfig, build=_build_twin)
 
     with registered(tzrun_pm, Twin(), name="twin"):
+        registries = collect_registries(tzrun_pm)
+    optimizers = registries["dense_optimizer"]
+    assert optimizers.get("adam", "train.dense_optimizer.type").plugin == "tzrun_plugins.optim"  # an install changes nothing
+    assert optimizers.get("twin:adam", "x").plugin == "twin"
+    assert optimizers.get("tzrec-run:adam", "x").plugin == "tzrun_plugins.optim"  # a distribution
+    assert optimizers.clashes() == {}
+    builtin, others = optimizers.shadowed()["adam"]
+    assert builtin.plugin == "tzrun_plugins.optim" and [e.plugin for e in others] == ["twin"]
+
+
+def test_two_third_party_plugins_claiming_one_name_are_named(tzrun_pm):
+    def twin():
+        class Twin:
+            @tzrun.hookimpl
+            def tzrun_register_dense_optimizers(self, register):
+                register("twin_opt", config=TwinConfig, build=_build_twin)
+        return Twin()
+
+    with registered(tzrun_pm, twin(), name="twin_a"), registered(tzrun_pm, twin(), name="twin_b"):
         registries = collect_registries(tzrun_pm)  # a clash breaks nothing by itself
     assert registries["dense_optimizer"].get("sgd", "x").plugin == "tzrun_plugins.optim"
     with pytest.raises(AmbiguousComponentError) as info:
-        registries["dense_optimizer"].get("adam", "train.dense_optimizer.type")
+        registries["dense_optimizer"].get("twin_opt", "train.dense_optimizer.type")
     assert str(info.value) == (
-        "train.dense_optimizer.type: dense optimizer 'adam' is registered by 2 plugins: "
-        f"'tzrun_plugins.optim' (tzrec-run {tzrun.__version__}) and 'twin'; say which one with "
-        'type = "tzrun_plugins.optim:adam" or type = "twin:adam"'
+        "train.dense_optimizer.type: dense optimizer 'twin_opt' is registered by 2 plugins: 'twin_a' and 'twin_b'; "
+        'say which one with type = "twin_a:twin_opt" or type = "twin_b:twin_opt"'
     )
-    assert registries["dense_optimizer"].get("twin:adam", "x").plugin == "twin"
-    assert registries["dense_optimizer"].get("tzrec-run:adam", "x").plugin == "tzrun_plugins.optim"  # a distribution
-    assert set(registries["dense_optimizer"].clashes()) == {"adam"}
+    assert registries["dense_optimizer"].get("twin_b:twin_opt", "x").plugin == "twin_b"
+    assert set(registries["dense_optimizer"].clashes()) == {"twin_opt"} and registries["dense_optimizer"].shadowed() == {}
 
 
 def test_unknown_name_lists_available_and_guesses(tzrun_pm_factory):

@@ -228,7 +228,7 @@ def test_ckpt_ls_and_inspect(trained, tmp_path):
     assert text.returncode == 0, text.stderr
     assert "manifest    ok (3 files" in text.stdout and "sizes and SHA-256 checked" in text.stdout
     assert "step        8, epoch 0, world size 1" in text.stdout
-    assert "data        epoch 0, 8 step(s) into it; 2,048 of 12,000 rows of the epoch consumed" in text.stdout
+    assert "data        resumes in epoch 0, 8 step(s) into it; 2,048 of 12,000 rows of the epoch consumed" in text.stdout
     assert "lr          sparse 0.1, dense 0.1" in text.stdout
     assert "sharding    6 tables; table_wise 6; kernels fused 6; rank 0: 6" in text.stdout and "rank 0: 6" in text.stdout
     assert "tzrun_plugins.models (tzrec-run " in text.stdout

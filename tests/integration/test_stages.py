@@ -82,7 +82,8 @@ def test_tensorboard_events_hold_the_stable_tags_with_the_logged_values(staged):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     _, model_dir, _ = staged
-    train = EventAccumulator(str(model_dir / "tensorboard" / "train"), size_guidance={"histograms": 0, "scalars": 0})
+    assert not (model_dir / "tensorboard").exists()  # the runs are the model dir's: `--logdir runs` names them run/train
+    train = EventAccumulator(str(model_dir / "train"), size_guidance={"histograms": 0, "scalars": 0})
     train.Reload()
     tags = set(train.Tags()["scalars"])
     assert {"loss/total", "loss/binary_cross_entropy", "lr/dense", "perf/samples_per_s",
@@ -98,7 +99,7 @@ def test_tensorboard_events_hold_the_stable_tags_with_the_logged_values(staged):
     assert any(t.startswith("param/") for t in histograms) and any(t.startswith("grad/") for t in histograms)
     assert {e.step for t in histograms for e in train.Histograms(t)} == {6, 12}
 
-    evaluation = EventAccumulator(str(model_dir / "tensorboard" / "eval"))
+    evaluation = EventAccumulator(str(model_dir / "eval"))
     evaluation.Reload()
     assert {"metric/auc", "loss/binary_cross_entropy"} <= set(evaluation.Tags()["scalars"])
     results = {r["step"]: r for r in _records(model_dir, "eval")}
@@ -203,7 +204,7 @@ def test_early_stopping_ends_at_the_right_eval_and_its_state_survives_resume(tmp
     assert [r["step"] for r in _records(model_dir, "eval")] == [2, 4, 6]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(model_dir / "tensorboard" / "eval"))
+    events = EventAccumulator(str(model_dir / "eval"))
     events.Reload()
     scalars = events.Scalars("loss/binary_cross_entropy")
     assert [e.step for e in scalars] == [2, 4, 6]

@@ -67,3 +67,53 @@ def test_a_clash_breaks_only_the_configs_that_name_it_and_a_qualified_name_picks
     assert picked.returncode == 0, picked.stderr[-3000:]
     assert "trained 2 steps" in picked.stdout
     assert marker.read_text() == "twin_b"  # the distribution named built the optimizer
+
+
+# A third-party ``calibration`` metric: its build records that it ran and fails, so a run that
+# built it instead of the built-in cannot pass.
+THIRD_PARTY_CALIBRATION = """
+    import attrs, tzrun
+
+    @attrs.frozen
+    class Config:
+        pass
+
+    def build(cfg):
+        open({marker!r}, "w").write("tzrun-calib")
+        raise RuntimeError("the third-party calibration was built")
+
+    @tzrun.hookimpl
+    def tzrun_register_metrics(register):
+        register("calibration", config=Config, build=build, description="calibration, as tzrun-calib ships it")
+"""
+
+
+def test_a_plugin_sharing_a_builtin_name_leaves_configs_naming_the_builtin_working(tmp_path, criteo_dir):
+    site, marker = tmp_path / "site", tmp_path / "built_by"
+    write_distribution(site, "tzrun-calib", "1.0", entry_points={"tzrun_calib": "tzrun_calib_mod"},
+                       modules={"tzrun_calib_mod": THIRD_PARTY_CALIBRATION.format(marker=str(marker))})
+    text = config_file(tmp_path).read_text().replace(str(tmp_path / "data"), str(criteo_dir))
+    config = tmp_path / "calibrated.toml"
+    config.write_text(text.replace('[[metrics]]\ntype = "auc"', '[[metrics]]\ntype = "auc"\n\n[[metrics]]\ntype = "calibration"'))
+
+    listing = tzrun_cli(["plugins"], site)
+    assert listing.returncode == 0, listing.stderr
+    shadow = [line for line in listing.stdout.splitlines() if "calibration" in line and "tzrun_calib" in line]
+    assert shadow == ["SHADOWED metric 'calibration' is registered by tzrun_calib too: the bare name keeps meaning the "
+                      'built-in (tzrun_plugins.metrics); pick theirs with type = "tzrun-calib:calibration"']
+    report = json.loads(tzrun_cli(["plugins", "--json"], site).stdout)
+    assert report["clashes"] == [] and report["shadowed"] == [
+        {"kind": "metric", "name": "calibration", "builtin": "tzrun_plugins.metrics", "plugins": ["tzrun_calib"],
+         "distributions": ["tzrun-calib"], "picked_by": ["tzrun-calib:calibration"]}]
+
+    checked = tzrun_cli(["check", str(config), "--no-data"], site)
+    assert checked.returncode == 0, checked.stderr
+    notes = [line for line in checked.stdout.splitlines() if "tzrun-calib" in line]
+    assert notes == ["metrics[1].type: 'calibration' is the built-in metric; the one 'tzrun_calib' (tzrun-calib 1.0) "
+                     'registers is type = "tzrun-calib:calibration"']
+
+    trained = tzrun_cli(["train", str(config), "--set", "train.num_steps=2"], site)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert not marker.exists()  # the built-in was built
+    results = [json.loads(line) for line in (tmp_path / "run" / "eval_results.jsonl").read_text().splitlines()]
+    assert results[-1]["calibration"] > 0

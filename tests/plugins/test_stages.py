@@ -208,3 +208,23 @@ def test_overwrite_removes_what_the_stages_declare_they_write(tmp_path, tzrun_pm
     write_run_marker(run)  # only a run's dir is cleaned
     claim_model_dir(run, cfg, registries, overwrite=True, resume=False, rank=0)
     assert sorted(p.name for p in run.iterdir()) == [".tzrec-run", "notes"]  # what no one declares is left alone
+
+
+def test_tensorboard_declares_its_two_runs_and_never_the_model_dir():
+    from tzrun_plugins.stages.tensorboard import TensorBoardConfig, tensorboard_outputs
+
+    # the runs are the model dir's own (and an earlier version's tensorboard/ goes with --overwrite)
+    assert tensorboard_outputs(TensorBoardConfig()) == ["train", "eval", "tensorboard"]
+    assert tensorboard_outputs(TensorBoardConfig(log_dir=".")) == ["train", "eval", "tensorboard"]
+    assert tensorboard_outputs(TensorBoardConfig(log_dir="tb")) == ["tb"]
+
+
+def test_mlflow_params_are_the_resolved_config_flattened_with_keys_mlflow_accepts():
+    from tzrun_plugins.stages.mlflow_tracking import flatten_params
+
+    tree = {"model_dir": "runs/x", "data": {"batch_size": 256, "labels": ["label"]},
+            "train": {"stages": [{"type": "progress"}, {"type": "mlflow", "tags": {}}], "num_steps": 4}}
+    assert flatten_params(tree) == {
+        "model_dir": "runs/x", "data.batch_size": "256", "data.labels": '["label"]',
+        "train.stages.0.type": "progress", "train.stages.1.type": "mlflow", "train.stages.1.tags": "{}",
+        "train.num_steps": "4"}

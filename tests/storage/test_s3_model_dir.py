@@ -98,7 +98,7 @@ def test_one_rank_stopped_by_sigterm_on_s3_resumes_exactly_and_evaluate_ckpt_and
             "env.json", "resolved_config.toml"} <= set(keys)
     assert any(k.startswith("profiler/rank0.") for k in keys), keys
     events = tmp_path / "events"
-    fsspec.filesystem("s3").get(f"{model_dir.removeprefix('s3://')}/tensorboard/", str(events), recursive=True)
+    fsspec.filesystem("s3").get(f"{model_dir.removeprefix('s3://')}/train/", str(events / "train"), recursive=True)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     train = EventAccumulator(str(events / "train"), size_guidance={"scalars": 0}).Reload()
@@ -134,7 +134,7 @@ def test_one_rank_stopped_by_sigterm_on_s3_resumes_exactly_and_evaluate_ckpt_and
     _train(criteo_dir, model_dir, Losses(), "train.num_steps=1", overwrite=True)  # the earlier run's outputs go
     assert [s for s, _ in list_checkpoints(model_dir)] == [1]
     assert [r["step"] for r in _results(model_dir)] == [1]
-    assert not [k for k in _keys(model_dir) if k.startswith(("tensorboard/", "profiler/", "metrics.jsonl"))]
+    assert not [k for k in _keys(model_dir) if k.startswith(("train/", "eval/", "profiler/", "metrics.jsonl"))]
 
 
 def _torchrun(criteo_dir: Path, tmp_path: Path, model_dir: str, *flags: str, fault: str = "") -> subprocess.CompletedProcess:

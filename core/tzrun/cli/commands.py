@@ -41,7 +41,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         from tzrun.errors import DataCheckError
 
         raise DataCheckError(args.config, report.problems)
-    notes = list(report.notes) if report is not None else []
+    notes = [*(report.notes if report is not None else ()), *builtin_name_notes(session)]
     if args.json:
         from tzrun.cli.results import print_json
 
@@ -79,6 +79,16 @@ def _sequences(cfg: Any) -> str:
         return ""
     n = sum(len(g.features) for g in groups)
     return f", {len(groups)} sequence group{'s' * (len(groups) != 1)} ({n} sequence{'s' * (n != 1)})"
+
+
+def builtin_name_notes(session: Any) -> list[str]:
+    """One line per built-in name the config names bare that an installed plugin registers too
+    (the bare name is the built-in; the line says how to pick the other)."""
+    from tzrun.kernel.conformance import config_components
+    from tzrun.kernel.registry import shadow_notes
+
+    components = ((path, kind, c.type) for path, kind, c in config_components(session.cfg))
+    return shadow_notes(components, session.registries)
 
 
 def check_plan(session: Any, source: str, nproc: int, device: str | None) -> None:

@@ -62,8 +62,9 @@ def synth_command(text: str) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     """``tzrec-run init``: write the example config into ``args.dir`` (not over an existing file
     unless ``--force``) and print the commands that make its data and train it."""
-    text = example_text(args.example)
     target = Path(args.dir) / f"{args.example}.toml"
+    # the header's commands name the file where it is written, not where the repository keeps it
+    text = example_text(args.example).replace(f"examples/{target.name}", target.name)
     if target.exists() and not args.force:
         print(f"tzrec-run init: {target} exists; pass --force to overwrite it", file=sys.stderr)
         return EXIT_CONFIG

@@ -38,12 +38,13 @@ def component_options(entry: Entry) -> list[dict[str, Any]]:
     return options
 
 
-def _component(entry: Entry, clashing: bool) -> dict[str, Any]:
+def _component(entry: Entry, clashing: bool, shadowed: bool) -> dict[str, Any]:
     return {
         "kind": entry.kind,
         "name": entry.name,
         "qualified": entry.qualified,
         "clashes": clashing,
+        "shadowed": shadowed,
         "description": entry.description,
         "options": component_options(entry),
     }
@@ -53,17 +54,21 @@ def plugins_report(pm: PluginManager, registries: Registries) -> dict[str, Any]:
     """Everything ``tzrec-run plugins`` shows, as JSON-serializable data.
 
     Returns:
-        ``{"plugins": [...], "clashes": [...], "disabled": [...], "failed": [...]}``: per
-        plugin its name, distribution, version, hooks, component names per kind
-        (``components``) and each component's description and options (``details``); per clashing name the kind and the plugins registering it;
+        ``{"plugins": [...], "clashes": [...], "shadowed": [...], "disabled": [...],
+        "failed": [...]}``: per plugin its name, distribution, version, hooks, component names
+        per kind (``components``) and each component's description and options (``details``);
+        per clashing name the kind and the plugins registering it; per built-in name that
+        third-party plugins register too, the kind, the built-in's plugin and the others'
+        plugins, distributions and the ``distribution:name`` that picks each;
         the entry points the run disabled; the plugins that failed to load or were disabled
         for a broken registration.
     """
     clashes = {(r.kind, name): group for r in registries.all() for name, group in r.clashes().items()}
+    shadowed = {(r.kind, name): pair for r in registries.all() for name, pair in r.shadowed().items()}
     plugins = []
     for info in plugin_infos(pm, registries):
         components = [
-            _component(e, (e.kind, e.name) in clashes)
+            _component(e, (e.kind, e.name) in clashes, not e.builtin and (e.kind, e.name) in shadowed)
             for r in registries.all() for e in r.entries() if e.plugin == info.name
         ]
         plugins.append({**info.to_json(), "details": components})
@@ -73,6 +78,11 @@ def plugins_report(pm: PluginManager, registries: Registries) -> dict[str, Any]:
             {"kind": kind, "name": name, "plugins": [e.plugin for e in group],
              "distributions": [e.distribution for e in group]}
             for (kind, name), group in sorted(clashes.items())
+        ],
+        "shadowed": [
+            {"kind": kind, "name": name, "builtin": builtin.plugin, "plugins": [e.plugin for e in others],
+             "distributions": [e.distribution for e in others], "picked_by": [e.picked_by for e in others]}
+            for (kind, name), (builtin, others) in sorted(shadowed.items())
         ],
         "disabled": [d.to_json() for d in pm.disabled],
         "failed": [f.to_json() for f in pm.load_failures],
@@ -103,6 +113,11 @@ def format_plugins_report(report: dict[str, Any], registries: Registries) -> str
         picks = " or ".join(f'type = "{p}:{clash["name"]}"' for p in clash["plugins"])
         lines.append(f"CLASH {label} '{clash['name']}' is registered by {', '.join(clash['plugins'])}: "
                      f"a config that names it must say which, with {picks}")
+    for shadow in report["shadowed"]:
+        label = registries[shadow["kind"]].label
+        picks = " or ".join(f'type = "{p}"' for p in shadow["picked_by"])
+        lines.append(f"SHADOWED {label} '{shadow['name']}' is registered by {', '.join(shadow['plugins'])} too: "
+                     f"the bare name keeps meaning the built-in ({shadow['builtin']}); pick theirs with {picks}")
     for d in report["disabled"]:
         dist = f" (from {d['distribution']} {d['version']})" if d["distribution"] else ""
         lines.append(f"DISABLED {d['name']}{dist}: by {d['by']}")

@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import attrs
 
 from tzrun.errors import AmbiguousComponentError, PluginError, UnknownComponentError
-from tzrun.kernel.plugins import PluginLoadFailure, PluginManager, canonical_name, report_failure
+from tzrun.kernel.plugins import CORE_DISTRIBUTION, PluginLoadFailure, PluginManager, canonical_name, report_failure
 
-__all__ = ["LABEL_DOMAINS", "KINDS", "Kind", "Entry", "Registry", "Registries", "collect_registries"]
+__all__ = ["LABEL_DOMAINS", "KINDS", "Kind", "Entry", "Registry", "Registries", "collect_registries", "shadow_notes"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -105,14 +105,27 @@ class Entry:
         """``plugin:name``: the name that picks this entry even when others share its name."""
         return f"{self.plugin}:{self.name}"
 
+    @property
+    def builtin(self) -> bool:
+        """Whether tzrec-run itself ships it (a first-party ``tzrun_plugins`` component)."""
+        return self.distribution is not None and canonical_name(self.distribution) == CORE_DISTRIBUTION
+
+    @property
+    def picked_by(self) -> str:
+        """``distribution:name`` (``plugin:name`` when registered in code): how a config picks it."""
+        return f"{self.distribution}:{self.name}" if self.distribution else self.qualified
+
 
 class Registry:
     """The components of one kind, by name. Read-only once collected.
 
-    A name that several plugins register is a *clash*: it is kept, shown by ``tzrec-run
-    plugins``, and is an error only for a config that names it without saying which plugin's
-    it means. ``"plugin:name"`` (the plugin's entry-point name, e.g.
-    ``"tzrun_contrib_optimizers:lion"``) or ``"distribution:name"``
+    Built-in names are stable: when a third-party plugin registers a name tzrec-run's own
+    plugins register, the bare name keeps meaning the built-in (installing a plugin never
+    changes what a config means), and the third-party one is *shadowed*: picked only by a
+    qualified name. A name that several third-party plugins register (and no built-in) is a
+    *clash*: it is kept, shown by ``tzrec-run plugins``, and is an error only for a config that
+    names it without saying which plugin's it means. ``"plugin:name"`` (the plugin's
+    entry-point name, e.g. ``"tzrun_contrib_optimizers:lion"``) or ``"distribution:name"``
     (``"tzrun-contrib-optimizers:lion"``) picks one, clash or not.
     """
 
@@ -134,8 +147,19 @@ class Registry:
         return [e for group in self._all.values() for e in group]
 
     def clashes(self) -> dict[str, tuple[Entry, ...]]:
-        """The names more than one plugin registers, with each plugin's entry."""
-        return {name: group for name, group in self._all.items() if len(group) > 1}
+        """The names several plugins register and a bare name cannot pick (no built-in among
+        them), with each plugin's entry."""
+        return {name: group for name, group in self._all.items() if len(group) > 1 and _builtin(group) is None}
+
+    def shadowed(self) -> dict[str, tuple[Entry, tuple[Entry, ...]]]:
+        """The built-in names that third-party plugins register too: the built-in entry (what
+        the bare name means) and the others (picked by ``distribution:name``)."""
+        shadowed = {}
+        for name, group in self._all.items():
+            builtin = _builtin(group)
+            if builtin is not None and len(group) > 1:
+                shadowed[name] = (builtin, tuple(e for e in group if e is not builtin))
+        return shadowed
 
     def __contains__(self, name: object) -> bool:
         return name in self._all
@@ -156,8 +180,9 @@ class Registry:
 
         Raises:
             UnknownComponentError: listing the available names and a did-you-mean.
-            AmbiguousComponentError: when several plugins register ``name``; it lists them
-                and the qualified names that pick one.
+            AmbiguousComponentError: when several plugins, none of them built in, register
+                ``name``; it lists them and the qualified names that pick one. (A built-in
+                shares its name with third-party plugins: the bare name is the built-in.)
         """
         qualifier, _, bare = name.rpartition(":")
         group = self._all.get(bare)
@@ -171,8 +196,39 @@ class Registry:
                 raise UnknownComponentError(self.label, name, path, offered) from None
             return picked[0]
         if len(group) > 1:
+            builtin = _builtin(group)
+            if builtin is not None:
+                return builtin
             raise AmbiguousComponentError(self.label, bare, path, [(e.plugin, e.shown()) for e in group])
         return group[0]
+
+
+def _builtin(group: Iterable[Entry]) -> Entry | None:
+    """The built-in entry of ``group`` (None when there is none)."""
+    return next((e for e in group if e.builtin), None)
+
+
+def shadow_notes(components: Iterable[tuple[str, str, str]], registries: Registries) -> list[str]:
+    """One line per built-in name the config names bare that a third-party plugin registers too.
+
+    Args:
+        components: ``(TOML path, kind, type)`` of every component the config names.
+        registries: the run's registries.
+
+    Returns:
+        Lines such as ``metrics[1].type: 'calibration' is the built-in metric; the one
+        'tzrun_calib' (tzrun-calib 1.0) registers is type = "tzrun-calib:calibration"``, each
+        shadowed name once.
+    """
+    notes, seen = [], set()
+    for path, kind, name in components:
+        shadowed = registries[kind].shadowed().get(name)
+        if shadowed is None or (kind, name) in seen:
+            continue
+        seen.add((kind, name))
+        others = " and ".join(f"the one {e.shown()} registers is type = \"{e.picked_by}\"" for e in shadowed[1])
+        notes.append(f"{path}.type: '{name}' is the built-in {registries[kind].label}; {others}")
+    return notes
 
 
 @attrs.frozen

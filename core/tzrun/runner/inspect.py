@@ -17,7 +17,7 @@ from tzrun.runner.manifest import MARKER, check_checkpoint
 from tzrun.runner.retention import read_best
 from tzrun.io.storage import as_path, filesystem
 
-__all__ = ["CheckpointListing", "list_checkpoint_dirs", "format_listing", "describe_checkpoint", "format_description"]
+__all__ = ["CheckpointListing", "list_checkpoint_dirs", "trained_epoch", "format_listing", "describe_checkpoint", "format_description"]
 
 
 @attrs.frozen
@@ -26,7 +26,9 @@ class CheckpointListing:
 
     Attributes:
         name: the directory name (``step-N``).
-        step, epoch, world_size: from ``meta.json`` (None when it cannot be read).
+        step, world_size: from ``meta.json`` (None when it cannot be read).
+        epoch: the epoch (0-based, as the train log and ``metrics.jsonl`` number them) of the
+            checkpoint's last trained step (None when ``meta.json`` cannot be read).
         complete: whether the completion marker is there.
         best: whether ``best.json`` names this checkpoint.
         size: bytes of every file in the directory.
@@ -110,9 +112,23 @@ def list_checkpoint_dirs(model_dir: Path) -> list[CheckpointListing]:
     for name, size in dirs.items():
         meta = _read_meta(root, name)
         complete = f"{name}/{MARKER}" in files and is_complete(root / name)
-        rows.append(CheckpointListing(name, checkpoint_step(Path(name)) or 0, meta.get("epoch"), meta.get("world_size"),
+        rows.append(CheckpointListing(name, checkpoint_step(Path(name)) or 0, trained_epoch(meta), meta.get("world_size"),
                                       complete, checkpoint_step(Path(name)) == best, size))
     return sorted(rows, key=lambda r: r.step)
+
+
+def trained_epoch(meta: dict[str, Any]) -> int | None:
+    """The epoch (0-based) of a checkpoint's last trained step, as the train log named it.
+
+    ``meta.json`` records where training resumes: after the last step of epoch 0 that is
+    epoch 1, step 0 of it. Listings show the epoch the checkpoint's steps were trained in.
+    """
+    epoch, data = meta.get("epoch"), meta.get("data")
+    if not isinstance(epoch, int):
+        return None
+    if isinstance(data, dict) and data.get("step_in_epoch") == 0 and epoch > 0:
+        return epoch - 1
+    return epoch
 
 
 def _human(size: int) -> str:
@@ -189,7 +205,7 @@ def describe_checkpoint(path: Path, *, hashes: bool = True) -> dict[str, Any]:
     return {
         "path": str(path),
         "step": step,
-        "epoch": meta.get("epoch"),
+        "epoch": trained_epoch(meta),
         "world_size": meta.get("world_size"),
         "complete": is_complete(path),
         "manifest": status.to_json(),
@@ -264,7 +280,7 @@ def format_description(d: dict[str, Any]) -> str:
         layout = data.get("layout") or {}
         total = data["total_rows"] if isinstance(data["total_rows"], int) else 0
         lines.append(
-            f"data        epoch {data['epoch']}, {data['step_in_epoch']} step(s) into it; {data['consumed_rows']:,} of "
+            f"data        resumes in epoch {data['epoch']}, {data['step_in_epoch']} step(s) into it; {data['consumed_rows']:,} of "
             f"{total:,} rows of the epoch consumed; layout {cell(layout.get('world_size'))} rank(s) x "
             f"{cell(layout.get('num_workers'))} worker(s), batch {cell(layout.get('batch_size'))}"
         )

@@ -12,9 +12,9 @@ from tzrun.data.reader_bad_rows import check_bad_row_fraction
 from tzrun.interfaces import RunContext
 from tzrun.runner.records import write_run_records
 from tzrun.runner.session import Session
-from tzrun.runner.stages import seconds_since_process_start
+from tzrun.runner.stages import param_group_tables, seconds_since_process_start
 
-__all__ = ["record_start", "log_time_to_first_step", "log_skipped", "warn_if_plugins_changed"]
+__all__ = ["record_start", "log_param_groups", "log_time_to_first_step", "log_skipped", "warn_if_plugins_changed"]
 
 log = logging.getLogger("tzrun")
 
@@ -33,6 +33,16 @@ def record_start(session: Session, run: RunContext, plugins: Sequence[Any]) -> N
     env = write_run_records(session.model_dir, session.cfg, session.raw, world_size=run.world_size, plugins=plugins)
     for problem in env["stack_problems"]:
         log.warning("%s (tzrec-run env checks this)", problem)
+
+
+def log_param_groups(optimizers: Mapping[str, Any], rank: int) -> None:
+    """Rank 0 logs, once, what each learning-rate group the train log names holds (TorchRec's
+    fused sparse optimizer has one group per embedding module: ``sparse/deep_ebc``, ...)."""
+    if rank != 0:
+        return
+    for name, tables in param_group_tables(optimizers).items():
+        shown = ", ".join(tables[:8]) + (f", ... ({len(tables)} in all)" if len(tables) > 8 else "")
+        log.info("learning-rate group %s holds %s", name, shown or "unnamed parameters")
 
 
 def log_time_to_first_step(rank: int) -> None:

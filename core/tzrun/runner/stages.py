@@ -4,6 +4,7 @@ window they all read (see :mod:`tzrun.hookspecs`)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from typing import Any, Iterator, Mapping, Sequence
@@ -19,6 +20,7 @@ from tzrun.runner.memory_use import device_peak_bytes, resident_bytes
 
 __all__ = [
     "RunStages", "stage_names", "state_key", "check_stage_states", "TimedIterator", "LogWindow", "learning_rates",
+    "param_group_tables",
     "seconds_since_process_start",
 ]
 
@@ -126,16 +128,70 @@ class TimedIterator:
 
 
 def learning_rates(optimizers: Mapping[str, Any]) -> dict[str, float]:
-    """The learning rate of every param group: the optimizer's key, with ``/<i>`` when it has
-    several groups."""
+    """The learning rate of every param group: the optimizer's key, with ``/<group>`` when it
+    has several (see :func:`param_group_tables`)."""
     out: dict[str, float] = {}
     for key, opt in optimizers.items():
         groups = opt.param_groups
         if len(groups) == 1:
             out[key] = float(groups[0]["lr"])
         else:
-            out.update({f"{key}/{i}": float(g["lr"]) for i, g in enumerate(groups)})
+            out.update({f"{key}/{label}": float(g["lr"]) for label, g in zip(_group_labels(opt), groups)})
     return out
+
+
+def param_group_tables(optimizers: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What each param group of an optimizer with several holds, by the name
+    :func:`learning_rates` gives it (``sparse/deep_ebc``): the tables (or parameters) in it.
+
+    TorchRec's fused sparse optimizer has one param group per embedding module (DeepFM's
+    ``deep_ebc`` and ``wide_ebc``); a group is named after the module its parameters share,
+    or by its index where the parameters' names do not tell the groups apart.
+    """
+    out: dict[str, list[str]] = {}
+    for key, opt in optimizers.items():
+        if len(opt.param_groups) > 1:
+            for label, names in zip(_group_labels(opt), _group_param_names(opt)):
+                out[f"{key}/{label}"] = [_table_of(n) for n in names] if names else []
+    return out
+
+
+def _group_param_names(opt: Any) -> list[list[str] | None]:
+    """The parameter names of each param group (None where a parameter has no name)."""
+    params = getattr(opt, "params", None)  # a TorchRec KeyedOptimizer names its parameters
+    by_id = {id(v): k for k, v in params.items()} if isinstance(params, Mapping) else {}
+    out: list[list[str] | None] = []
+    for group in opt.param_groups:
+        names = [by_id.get(id(p)) for p in group["params"]]
+        out.append(None if not names or None in names else [n for n in names if n is not None])
+    return out
+
+
+_WRAPPERS = {"model", "module", "_dmp_wrapped_module"}
+_COLLECTIONS = {"embedding_bags", "embeddings"}
+
+
+def _group_labels(opt: Any) -> list[str]:
+    """A name per param group: the module its parameters share (``deep_ebc``), else its index."""
+    labels = []
+    for names in _group_param_names(opt):
+        if names is None:
+            return [str(i) for i in range(len(opt.param_groups))]
+        common = os.path.commonprefix([n.rsplit(".", 1)[0].split(".") for n in names])  # element-wise
+        labels.append(".".join(p for p in common if p not in _WRAPPERS and p not in _COLLECTIONS))
+    if "" in labels or len(set(labels)) != len(labels):
+        return [str(i) for i in range(len(labels))]
+    return labels
+
+
+def _table_of(name: str) -> str:
+    """The table of an embedding parameter's name (``model.deep_ebc.embedding_bags.cat_0_emb.weight``
+    is ``cat_0_emb``); the name itself for any other parameter."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part in _COLLECTIONS:
+            return parts[i + 1]
+    return name
 
 
 @attrs.define

@@ -44,7 +44,8 @@ from tzrun.runner.log_file import log_file
 from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
-from tzrun.runner.run_log import log_skipped, log_time_to_first_step, record_start, warn_if_plugins_changed
+from tzrun.runner.run_log import (log_param_groups, log_skipped, log_time_to_first_step, record_start,
+                                  warn_if_plugins_changed)
 from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session, rng_state, set_rng_state
@@ -227,6 +228,7 @@ class Trainer:
             call_lifecycle(self.pm, "tzrun_after_checkpoint_load", run=self.run, step=start.step,
                            state=self._stage_state)
         record_start(self.session, self.run, self.plugins)
+        log_param_groups(self.built.optimizers, self.info.rank)
 
     def evaluate_resumed_boundary(self) -> bool:
         """On resume from a boundary's checkpoint, run that boundary's evaluation (and what

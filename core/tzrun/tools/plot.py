@@ -1,25 +1,33 @@
 """``tzrec-run plot MODEL_DIR``: the run's ``metrics.jsonl`` drawn as PNG files.
 
 * ``loss.png``: the train loss (mean of each log window) and every eval ``loss/*`` over steps;
-* ``learning_rates.png``: every param group's learning rate;
-* ``eval.png``: one panel per eval metric;
+* ``learning_rates.png``: every param group's learning rate (groups whose rates are the same at
+  every step, such as the fused sparse optimizer's ``sparse/deep_ebc`` and ``sparse/wide_ebc``,
+  are one line naming them all);
+* ``eval.png``: one panel per eval metric, each evaluation a marked point with the last value
+  written beside it (a run evaluated once shows that one point, labelled, over the run's steps);
 * ``throughput.png``: samples/s and the data-wait fraction.
 
-A figure with nothing to draw (no evaluation yet, say) is not written.
+A figure with nothing to draw (no evaluation yet, say) is not written. The model dir (and
+``--out``) may be a URL (``s3://...``), read and written as every other command does.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Sequence
 
 from tzrun.errors import TzrunError
 from tzrun.io.files import METRICS_FILE, read_jsonl
+from tzrun.io.storage import as_path
 
 __all__ = ["plot_run"]
 
 
-def _series(records: Sequence[dict[str, Any]], field: str) -> dict[str, tuple[list[int], list[float]]]:
+def _series(records: Sequence[dict[str, Any]], field: str, digits: int | None = None) -> dict[str, tuple[list[int], list[float]]]:
+    """``name -> (steps, values)`` of the dict ``field`` of each record; ``digits``: round to
+    that many significant digits (a float32 lr of 0.1 is 0.100000001)."""
     out: dict[str, tuple[list[int], list[float]]] = {}
     for r in records:
         for name, value in (r.get(field) or {}).items():
@@ -27,7 +35,18 @@ def _series(records: Sequence[dict[str, Any]], field: str) -> dict[str, tuple[li
                 continue
             steps, values = out.setdefault(name, ([], []))
             steps.append(int(r["step"]))
-            values.append(float(value))
+            values.append(float(f"{value:.{digits}g}") if digits else float(value))
+    return out
+
+
+def _merged(series: dict[str, tuple[list[int], list[float]]]) -> dict[str, tuple[list[int], list[float]]]:
+    """``series`` with the ones equal at every step drawn once, under all their names."""
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    names: dict[tuple[tuple[int, ...], tuple[float, ...]], list[str]] = {}
+    for name, (steps, values) in series.items():
+        names.setdefault((tuple(steps), tuple(values)), []).append(name)
+    for (steps, values), same in names.items():
+        out[" = ".join(same)] = (list(steps), list(values))
     return out
 
 
@@ -46,8 +65,9 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    model_dir = Path(model_dir)
+    model_dir = as_path(model_dir)
     source = model_dir / METRICS_FILE
     if not source.is_file():
         raise TzrunError(f"{source}: no such file; train with the metrics_log stage (on by default) to write it")
@@ -56,15 +76,22 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
     evals = [r for r in records if r.get("kind") == "eval"]
     if not train and not evals:
         raise TzrunError(f"{source} holds no train or eval records yet")
-    out = Path(out_dir) if out_dir is not None else model_dir / "plots"
+    out = as_path(out_dir) if out_dir is not None else model_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    last_step = max(int(r["step"]) for r in records)
 
     def save(fig: Any, name: str) -> None:
         path = out / name
+        for ax in fig.axes:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps
+            if ax.get_yscale() == "linear":
+                ax.ticklabel_format(axis="y", useOffset=False)  # 0.1 reads 0.1, not 1e-9 + 1e-1
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        png = io.BytesIO()  # one write, to a local file or an object store alike
+        fig.savefig(png, format="png", dpi=100)
         plt.close(fig)
+        path.write_bytes(png.getvalue())
         written.append(path)
 
     eval_series = _series(evals, "metrics")
@@ -88,11 +115,14 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
         ax.grid(alpha=0.3)
         save(fig, "loss.png")
 
-    lrs = _series(train, "learning_rates")
+    lrs = _merged(_series(train, "learning_rates", digits=6))
     if lrs:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for name, (steps, values) in lrs.items():
-            ax.plot(steps, values, label=name)
+            ax.plot(steps, values, marker="." if len(steps) < 20 else None, label=name)
+        positive = [v for _, values in lrs.values() for v in values if v > 0]
+        if positive and max(positive) > 20 * min(positive):
+            ax.set_yscale("log")  # a dense lr of 0.001 beside a sparse 0.05 is not a line along zero
         ax.set_xlabel("step")
         ax.set_ylabel("learning rate")
         ax.set_title("learning rates")
@@ -105,10 +135,15 @@ def plot_run(model_dir: str | Path, out_dir: str | Path | None = None) -> list[P
         fig, axes = plt.subplots(n, 1, figsize=(8, 2.8 * n), squeeze=False)
         for ax, (name, (steps, values)) in zip(axes[:, 0], eval_metrics.items()):
             ax.plot(steps, values, marker="o")
+            ax.annotate(f"{values[-1]:.4g}", (steps[-1], values[-1]), textcoords="offset points", xytext=(6, 6))
+            ax.set_xlim(0, last_step * 1.05 + 1)  # a run evaluated once: its point where it falls in the run
+            ax.margins(y=0.3)  # room for the label
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
         axes[-1, 0].set_xlabel("step")
-        axes[0, 0].set_title("eval metrics")
+        evaluations = len({s for steps, _ in eval_metrics.values() for s in steps})
+        axes[0, 0].set_title(f"eval metrics ({evaluations} evaluation{'s' if evaluations != 1 else ''}; "
+                             "train.save_checkpoints_steps sets how often)")
         save(fig, "eval.png")
 
     if train:

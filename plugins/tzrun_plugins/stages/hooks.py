@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.stages import early_stopping, metrics_log, profiler, progress, tensorboard
+from tzrun_plugins.stages import early_stopping, metrics_log, mlflow_tracking, profiler, progress, tensorboard
 
 
 @tzrun.hookimpl
@@ -16,6 +16,9 @@ def tzrun_register_stages(register: tzrun.RegisterStages) -> None:
     register("tensorboard", config=tensorboard.TensorBoardConfig, build=tensorboard.build_tensorboard,
              outputs=tensorboard.tensorboard_outputs,
              description="TensorBoard scalars (loss, lr, metrics, perf, grad norm) and histograms (rank 0)")
+    register("mlflow", config=mlflow_tracking.MLflowConfig, build=mlflow_tracking.build_mlflow,
+             description="params (the resolved config), train logs, eval results and the checkpoint path "
+                         "logged to an MLflow tracking server (rank 0)")
     register("profiler", config=profiler.ProfilerConfig, build=profiler.build_profiler,
              outputs=profiler.profiler_outputs,
              description="torch.profiler traces over a wait/warmup/active schedule")

@@ -1,6 +1,8 @@
 """The ``tensorboard`` stage: scalars (and optional histograms) for TensorBoard, rank 0.
 
-Two runs under the log dir, ``train/`` and ``eval/``, with stable tags:
+Two runs under the log dir, ``train/`` and ``eval/``, with stable tags. The log dir is the model
+dir itself unless ``log_dir`` says otherwise, so ``tensorboard --logdir runs`` names the runs
+``deepfm_criteo/train`` and ``deepfm_criteo/eval`` (no ``tensorboard/`` between them):
 
 ========================== ===== ===============================================
 tag                        run   value
@@ -49,8 +51,8 @@ class TensorBoardConfig:
     """Options of the ``tensorboard`` stage.
 
     Attributes:
-        log_dir: where the event files go (default ``<model_dir>/tensorboard``); a relative
-            path is taken from the model dir.
+        log_dir: the directory that holds the ``train/`` and ``eval/`` runs (default: the
+            model dir); a relative path is taken from the model dir.
         histograms_every_n_steps: every N steps, a histogram of each dense parameter and of its
             gradient (0: never). Each costs a pass over the parameters; keep N large.
         flush_secs: how often the writer flushes to disk.
@@ -83,8 +85,7 @@ class TensorBoardStage(ClosedAtTheEnd):
             return
         from torch.utils.tensorboard import SummaryWriter
 
-        path = self.cfg.log_dir or "tensorboard"
-        self.log_dir = tzrun.under(run.model_dir, path)
+        self.log_dir = tzrun.under(run.model_dir, self.cfg.log_dir) if self.cfg.log_dir else tzrun.as_path(run.model_dir)
         self.staged = StagedDir(self.log_dir, "tensorboard")
         # purge_step drops the events a resumed run will write again
         purge = run.start_step + 1 if run.start_step else None
@@ -146,9 +147,16 @@ class TensorBoardStage(ClosedAtTheEnd):
             self.staged = None
 
 
+#: where earlier tzrec-run versions wrote the events by default (``--overwrite`` removes it too)
+_OLD_DEFAULT = "tensorboard"
+
+
 def tensorboard_outputs(cfg: TensorBoardConfig) -> list[str]:
-    """What the stage writes in the model dir (``--overwrite`` removes it)."""
-    return [cfg.log_dir or "tensorboard"]
+    """What the stage writes in the model dir (``--overwrite`` removes it): its two runs, never
+    the model dir itself."""
+    if cfg.log_dir and Path(cfg.log_dir) != Path("."):
+        return [cfg.log_dir]
+    return ["train", "eval", _OLD_DEFAULT]
 
 
 def build_tensorboard(cfg: TensorBoardConfig) -> TensorBoardStage:
