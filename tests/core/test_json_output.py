@@ -17,7 +17,7 @@ from tzrun.errors import EXIT_CONFIG, EXIT_USAGE
 def test_check_json_carries_the_verdict_and_the_notes(capsys):
     assert main(["check", str(EXAMPLE), "--json", "--no-plan"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out == {"config": str(EXAMPLE), "ok": True, "model": "deepfm", "dense_features": 13, "sparse_features": 26,
+    assert out == {"config": str(EXAMPLE), "ok": True, "model": "deepfm", "dense_features": 13, "sparse_features": 26, "sequence_groups": 0,
                    "sparse_optimizer": "rowwise_adagrad", "dense_optimizer": "adam", "num_steps": None, "num_epochs": 1,
                    "data_checked": True, "plan_checked": False, "notes": out["notes"]}
     assert all(isinstance(note, str) for note in out["notes"])
