@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -162,7 +163,9 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
     if problems:
         raise CheckpointError(f"{checkpoint}: does not hold this config's model: " + "; ".join(problems[:6])
                               + ". Export it with the config it was trained with (its config is in meta.json)")
-    load_state(checkpoint / "state", {"model": {"model." + k: v for k, v in state.items()}}, no_dist=True)
+    with warnings.catch_warnings():  # DCP notes that it loads on one process: that is the point here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        load_state(checkpoint / "state", {"model": {"model." + k: v for k, v in state.items()}}, no_dist=True)
     model.load_state_dict(state)
     ema = cfg.train.dense_optimizer.fields.ema
     if ema is not None and ema.use_for_eval:
