@@ -58,7 +58,7 @@ def test_training_exports_the_best_and_the_final_checkpoint(trained):
 
 
 def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, tmp_path):
-    from tzrun.errors import TzrunError
+    from tzrun.errors import CheckpointError
     from tzrun.serving import Predictor
     from tzrun.serving.publish import latest_version, publish_export, versions
 
@@ -86,7 +86,7 @@ def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, t
     assert proc.returncode == 9, proc.stderr[-3000:]
     assert [(s, c) for s, _, c in versions(exports)] == [(2, False), (4, True)]
     assert latest_version(exports).name == "step-4"
-    with pytest.raises(TzrunError, match="not a complete export"):
+    with pytest.raises(CheckpointError, match="not a complete export"):
         Predictor(exports / "step-2")
     rows = _rows(root)
     before = Predictor(exports).predict(rows)["probs"]

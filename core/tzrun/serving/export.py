@@ -31,7 +31,7 @@ import attrs
 import torch
 from torch import nn
 
-from tzrun.errors import CheckpointError, TzrunError
+from tzrun.errors import CheckpointError, TzrunError, WriteError
 from tzrun.io.files import write_atomic
 from tzrun.io.storage import as_path, is_remote, remove_tree
 from tzrun.serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of
@@ -255,12 +255,12 @@ def write_export(out: Path, exported: Mapping[ServingProgram, Any], manifest: Ma
     or empty.
 
     Raises:
-        TzrunError: when ``out`` holds something that is not an export.
+        WriteError: when ``out`` holds something that is not an export.
     """
     out = as_path(out)
     if out.exists() and any(out.iterdir()):
         if not (out / MANIFEST).exists() and not any(p.name.endswith(".pt2") for p in out.iterdir()):
-            raise TzrunError(f"--out {out}: the directory holds files that are not an export; name an empty or new directory")
+            raise WriteError(f"--out {out}: the directory holds files that are not an export; name an empty or new directory")
         remove_tree(out) if is_remote(out) else shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     for program, ep in exported.items():
