@@ -47,12 +47,14 @@ def _train_evaluate_export(config: Path, model_dir: Path, out: Path, *launch: st
     probabilities, in eval-input order."""
     where = ["--model-dir", str(model_dir)]
     save = ["--set", "eval.save_predictions=true"]
-    proc = run_cli(["train", str(config), *where, "--overwrite", *launch, *([] if launch else save)])
+    two = "--nproc-per-node" in launch
+    proc = run_cli(["train", str(config), *where, "--overwrite", *launch, *([] if two else save)])
     assert proc.returncode == 0, proc.stderr[-4000:]
-    if launch:  # each rank saved its share: evaluate the 2-rank checkpoint on one process, in input order
+    if two:  # each rank saved its share: evaluate the 2-rank checkpoint on one process, in input order
         proc = run_cli(["evaluate", str(config), *where, "--checkpoint", "latest", *save])
         assert proc.returncode == 0, proc.stderr[-4000:]
-    proc = run_cli(["export", str(config), *where, "--checkpoint", "latest", "--out", str(out)])
+    proc = run_cli(["export", str(config), *where, "--checkpoint", "latest", "--out", str(out),
+                    *([] if two else launch)])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "exported" in proc.stdout and "step 4" in proc.stdout
     [saved] = (model_dir / "predictions").glob("step-*/rank-0.parquet")
@@ -69,8 +71,10 @@ def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny, tmp_path):
 
     config, data = tiny
     rows = _eval_rows(data)
+    # one rank: evaluation (and so the export) uses the EMA averages of the dense weights
+    ema = ("--set", 'train.dense_optimizer={type="sgd", lr=0.1, ema={decay=0.5, use_for_eval=true}}')
     for ranks in (1, 2):
-        launch = ("--nproc-per-node", "2") if ranks == 2 else ()
+        launch = ("--nproc-per-node", "2") if ranks == 2 else ema
         evaluated = _train_evaluate_export(config, tmp_path / f"run{ranks}", tmp_path / f"export{ranks}", *launch)
         manifest = json.loads((tmp_path / f"export{ranks}" / "manifest.json").read_text())
         assert manifest["checkpoint"]["world_size"] == ranks and manifest["checkpoint"]["step"] == 4
