@@ -189,3 +189,28 @@ def test_a_third_party_model_exports_through_the_public_api(datasets, tmp_path):
     with torch.no_grad():
         want = model(BatchBuilder(session.specs, (), None)(table, "eval"))["score"].numpy()
     np.testing.assert_allclose(Predictor(tmp_path / "export").predict(table)["score"], want, rtol=BOUND, atol=BOUND)
+    _bad_rows_are_reported_in_place(tmp_path / "export", table)
+
+
+def _bad_rows_are_reported_in_place(export, table) -> None:
+    """An id outside num_buckets: an error naming the column, or under "skip" the row left out
+    (scored rows keep their input indices; predict gives NaN in its place)."""
+    import pyarrow as pa
+
+    from tzrun.errors import DataError
+    from tzrun.serving import Predictor
+
+    rows = table.slice(0, 5)
+    cat_5 = rows["cat_5"].to_pylist()
+    cat_5[2] = 999  # cat_5 has num_buckets = 24
+    bad = rows.set_column(rows.schema.get_field_index("cat_5"), "cat_5", pa.array(cat_5, rows.schema.field("cat_5").type))
+    with pytest.raises(DataError, match="cat_5"):
+        Predictor(export).predict(bad)
+    skipping = Predictor(export, on_bad_row="skip")
+    scored = skipping.score(bad)
+    assert scored.rows.tolist() == [0, 1, 3, 4] and scored.skipped.rows == 1
+    good = Predictor(export).predict(rows)["score"]
+    np.testing.assert_allclose(scored.outputs["score"], good[[0, 1, 3, 4]], rtol=BOUND, atol=BOUND)  # 4 rows, not 5
+    predicted = skipping.predict(bad)["score"]
+    assert np.isnan(predicted[2])
+    np.testing.assert_allclose(np.delete(predicted, 2), good[[0, 1, 3, 4]], rtol=BOUND, atol=BOUND)
