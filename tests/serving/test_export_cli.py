@@ -46,7 +46,7 @@ def _eval_rows(data: Path) -> pa.Table:
 
 
 @pytest.mark.multiproc
-def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny_run, tmp_path):
+def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny_run, two_rank_run, tmp_path):
     """One rank (evaluated with the EMA averages, which the export must hold too) and two
     ranks (evaluated again on one process, so that the saved rows are in input order)."""
     from tzrun.serving import Predictor
@@ -54,9 +54,7 @@ def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny_run, tmp_pa
     root = tiny_run.model_dir.parent
     config, rows = root / "tiny.toml", _eval_rows(root / "tiny_data")
     _export(config, tiny_run.model_dir, tmp_path / "export1", EMA)
-    two = tmp_path / "run2"
-    proc = run_cli(["train", str(config), "--model-dir", str(two), "--nproc-per-node", "2"])
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = two_rank_run
     proc = run_cli(["evaluate", str(config), "--model-dir", str(two), "--checkpoint", "latest",
                     "--set", "eval.save_predictions=true"])
     assert proc.returncode == 0, proc.stderr[-4000:]

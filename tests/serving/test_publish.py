@@ -107,3 +107,20 @@ def test_publishing_to_an_object_store(trained, s3_bucket):
     rows = _rows(root)
     np.testing.assert_array_equal(Predictor(url).predict(rows)["probs"],
                                   Predictor(run.model_dir / "exports" / "step-4").predict(rows)["probs"])
+
+
+@pytest.mark.multiproc
+def test_rank_0_exports_while_the_other_rank_waits(two_rank_run, trained):
+    """On 2 ranks the export is made by rank 0 alone (no collective of its own: the other rank
+    waits at the next one), from the checkpoint of 2 ranks."""
+    from tzrun.serving import Predictor
+    from tzrun.serving.publish import latest_version, versions
+
+    run, root = trained
+    exports = two_rank_run / "exports"
+    assert latest_version(exports).name == "step-4"
+    assert all(complete for _, _, complete in versions(exports))
+    manifest = json.loads((exports / "step-4" / "manifest.json").read_text())
+    assert manifest["checkpoint"]["world_size"] == 2
+    probs = Predictor(exports).predict(_rows(root))["probs"]
+    assert probs.shape == (300,) and np.all((probs > 0) & (probs < 1))

@@ -281,8 +281,9 @@ def write_export(out: Path, exported: Mapping[ServingProgram, Any], manifest: Ma
 
 
 def export_checkpoint(facts: Any, checkpoint: Path, out: Path) -> ExportResult:
-    """Export the complete checkpoint at ``checkpoint`` into ``out`` (one process, no GPU, no
-    process group). The checkpoint is checked against its manifest first.
+    """Export the complete checkpoint at ``checkpoint`` into ``out`` on this process alone (no
+    GPU, no collective: in training only rank 0 calls it). The checkpoint is checked against
+    its manifest first.
 
     Raises:
         CheckpointError: for a damaged checkpoint or one of another model.
@@ -290,7 +291,7 @@ def export_checkpoint(facts: Any, checkpoint: Path, out: Path) -> ExportResult:
     from tzrun.runner.checkpoint import read_meta, verify_checkpoint
 
     checkpoint = as_path(checkpoint)
-    verify_checkpoint(checkpoint)
+    verify_checkpoint(checkpoint, collective=False)  # alone: in training, the other ranks are not here
     meta = read_meta(checkpoint)
     model = load_unsharded(facts, checkpoint)
     entry = facts.registries["model"].get(facts.cfg.model.type, "model.type")
