@@ -154,9 +154,10 @@ def _plain_of(module: nn.Module, features: Sequence[str]) -> nn.Module:
     from torchrec import EmbeddingBagCollection
 
     if not isinstance(module, EmbeddingBagCollection):
-        raise NotImplementedError(
-            f"{type(module).__name__}: export turns only EmbeddingBagCollection lookups into plain torch so far"
-        )
+        from tzrun.errors import TzrunError
+
+        raise TzrunError(f"{type(module).__name__}: tzrec-run export turns only EmbeddingBagCollection lookups into "
+                         "plain torch so far; a model with sequence features cannot be exported yet")
     tables = [
         (t.name, module.embedding_bags[t.name].weight, list(t.feature_names), t.pooling.name.lower())
         for t in module.embedding_bag_configs()
@@ -170,7 +171,7 @@ def swap_embedding_collections(model: nn.Module, features: Sequence[str]) -> lis
     Returns the swapped modules' names.
 
     Raises:
-        NotImplementedError: for a collection kind that has no twin yet (``EmbeddingCollection``).
+        TzrunError: for a collection kind that has no twin yet (``EmbeddingCollection``).
     """
     from torchrec import EmbeddingBagCollection, EmbeddingCollection
 
