@@ -362,7 +362,7 @@ def _earlier_hint(path: Path, previous: Path | None) -> str:
             f"--checkpoint {previous}; to resume from it, move {path} out of {path.parent} and train with --resume).")
 
 
-def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStatus:
+def verify_checkpoint(path: Path, *, hashes: bool | None = None, collective: bool = True) -> ManifestStatus:
     """Check a checkpoint against its manifest, on every rank of the default process group
     (collective when there is one: each rank checks its share of the files, all ranks get the
     same outcome).
@@ -370,6 +370,8 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
     Args:
         path: the checkpoint directory.
         hashes: check SHA-256 hashes too (default: yes, unless ``TZRUN_CHECKPOINT_VERIFY=size``).
+        collective: share the work with the other ranks of the process group; False checks
+            every file on this process alone (an export made by rank 0 during training).
 
     Returns:
         The status (``ok``).
@@ -391,7 +393,7 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None) -> ManifestStat
         raise IncompleteCheckpointError(
             f"{path}: not a complete checkpoint ({reason}). {_earlier_hint(path, previous) if previous else ''}".rstrip()
         )
-    rank, world_size = _group()
+    rank, world_size = _group() if collective else (0, 1)
     status = check_checkpoint(path, hashes=hashes, share=(rank, world_size))
     problems = list(status.problems)
     if world_size > 1:

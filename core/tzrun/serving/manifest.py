@@ -1,0 +1,133 @@
+"""``manifest.json`` of an export: what a serving system needs besides the programs.
+
+Format (``"format": "tzrun-export/1"``)::
+
+    {
+      "format": "tzrun-export/1",
+      "model": "deepfm",
+      "checkpoint": {"path": ..., "step": 40, "marker_sha256": ..., "world_size": 2},
+      "batch_dim": "dynamic",
+      "features": {
+        "dense":  [{"name", "column", "fill_value", "log1p", "mean", "std"}],
+        "sparse": [{"name", "column", "table", "num_buckets" | "hash_bucket_size" | "vocab" | "boundaries",
+                    "separator", "weight_column", "pooling", "num_embeddings"}],
+        "weighted": false
+      },
+      "programs": {"model": {"file": "model.pt2", "features": [...],
+                             "inputs": [{"name", "dtype", "shape", "features"}],
+                             "outputs": [{"name", "dtype", "kind", "label"}]}},
+      "files": {"model.pt2": "<sha256>"}
+    }
+
+A program takes one dict of tensors (in the manifest's order):
+
+* ``dense``: float32 ``[batch, D]``, the program's dense features (``features``) after their
+  transforms, in that order (absent when it reads none);
+* ``ids``: int64 ``[n]``, every id of the program's id features: feature after feature, and
+  within a feature row after row (TorchRec's KeyedJaggedTensor layout);
+* ``lengths``: int64 ``[F, batch]``, how many of them each row has, per feature;
+* ``weights``: float32 ``[n]``, per-id weights (only in a run where some feature has a
+  ``weight_column``: the weight, divided by the row's id count for a ``mean`` feature; 1 for a
+  feature without weights).
+
+``batch`` and ``n`` are dynamic. Outputs are float32: ``[batch]`` for a score, ``[batch, dim]``
+for an embedding; ``kind`` is ``probability``, ``logit``, ``embedding`` or ``value``, and
+``label`` the label a loss trained it against (or null).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import attrs
+
+from tzrun.errors import CheckpointError
+
+__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "manifest_of", "read_manifest", "output_kind"]
+
+FORMAT = "tzrun-export/1"
+MANIFEST = "manifest.json"
+#: written last; without it the directory is not an export
+COMPLETE = "COMPLETE"
+
+
+def program_inputs(specs: Any, features: Sequence[str]) -> list[dict[str, Any]]:
+    """The inputs of a program that reads ``features``, in the order it takes them."""
+    wanted = set(features)
+    dense = [f.name for f in specs.dense if f.name in wanted]
+    sparse = [f.name for f in specs.sparse if f.name in wanted]
+    inputs = []
+    if dense:
+        inputs.append({"name": "dense", "dtype": "float32", "shape": ["batch", len(dense)], "features": dense})
+    inputs.append({"name": "ids", "dtype": "int64", "shape": ["ids"], "features": sparse})
+    inputs.append({"name": "lengths", "dtype": "int64", "shape": [len(sparse), "batch"], "features": sparse})
+    if any(t.weighted for t in specs.tables):
+        inputs.append({"name": "weights", "dtype": "float32", "shape": ["ids"], "features": sparse})
+    return inputs
+
+
+def output_kind(name: str) -> str:
+    """``"probability"`` for ``probs``/``probs/<task>``, ``"logit"`` for ``logits``/``logits/<task>``,
+    ``"embedding"`` for ``*_embedding``, else ``"value"``."""
+    head = name.split("/", 1)[0]
+    if head == "probs":
+        return "probability"
+    if head == "logits":
+        return "logit"
+    return "embedding" if name.endswith("embedding") else "value"
+
+
+def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest of an export of ``programs`` (:class:`~tzrun.serving.export.ServingProgram`)."""
+    specs = facts.specs
+    labels = {s.prediction: s.label for s in (*facts.metric_slots, *facts.loss_slots)}
+    sparse = []
+    for f in specs.sparse:
+        entry = {k: v for k, v in attrs.asdict(f).items() if v is not None}
+        if "vocab" in entry:
+            entry["vocab"] = list(entry["vocab"])
+        if "boundaries" in entry:
+            entry["boundaries"] = list(entry["boundaries"])
+        entry["num_embeddings"] = f.num_embeddings
+        entry["oov_id"] = 0 if f.vocab is not None else None
+        sparse.append(entry)
+    return {
+        "format": FORMAT,
+        "model": facts.cfg.model.type,
+        "checkpoint": dict(checkpoint),
+        "batch_dim": "dynamic",
+        "features": {
+            "dense": [attrs.asdict(f) for f in specs.dense],
+            "sparse": sparse,
+            "weighted": any(t.weighted for t in specs.tables),
+            "hash": "FNV-1a 64 over UTF-8 bytes, modulo hash_bucket_size; integers modulo hash_bucket_size",
+        },
+        "programs": {
+            p.name: {
+                "file": f"{p.name}.pt2",
+                "features": list(p.features),
+                "inputs": program_inputs(specs, p.features),
+                "outputs": [{"name": o, "dtype": "float32", "kind": output_kind(o), "label": labels.get(o)}
+                            for o in p.outputs],
+            }
+            for p in programs
+        },
+    }
+
+
+def read_manifest(export_dir: Path) -> dict[str, Any]:
+    """The manifest of a complete export.
+
+    Raises:
+        CheckpointError: when ``export_dir`` is not a complete export (no marker) or its
+            manifest is of another format.
+    """
+    if not (export_dir / COMPLETE).exists():
+        raise CheckpointError(f"{export_dir}: not a complete export (no {COMPLETE} marker); export again, or use "
+                         "another version")
+    manifest = json.loads((export_dir / MANIFEST).read_text(encoding="utf-8"))
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{export_dir / MANIFEST}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    return manifest
