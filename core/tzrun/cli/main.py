@@ -1,6 +1,6 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
-Commands: ``train``, ``evaluate``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
+Commands: ``train``, ``evaluate``, ``predict``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
 ``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``help``. Every command exits with one of the codes of
 :mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
 commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
@@ -22,6 +22,7 @@ from tzrun.cli.logs import LOG_LEVEL_ENV, LOG_LEVELS
 from tzrun.cli.logs import setup_logging as _setup_logging
 from tzrun.io.storage import redact_url
 from tzrun.cli.install_commands import add_parsers as add_install_parsers
+from tzrun.cli.predict_command import add_predict_parser, cmd_predict
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -106,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--nproc-per-node", type=int, metavar="N", help="evaluate with N processes on this machine through torchrun",
     )
+
+    add_predict_parser(sub, config_args)
 
     ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
     ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="CKPT_COMMAND")
@@ -376,7 +379,7 @@ def console_main() -> None:
     killed by SIGPIPE): standard output is pointed at ``/dev/null`` so that the interpreter's
     final flush cannot fail again (as Python's documentation of SIGPIPE recommends).
 
-    After ``train`` and ``evaluate`` (the commands that start torch.distributed, TorchRec and
+    After ``train``, ``evaluate`` and ``predict`` (the commands that start torch.distributed, TorchRec and
     FBGEMM), the process ends with ``os._exit`` once its output is flushed and the process
     group is destroyed, skipping the interpreter's teardown: native objects that survive to
     it (gloo's worker threads, TorchRec's and FBGEMM's caches) were seen to abort a finished
@@ -400,7 +403,7 @@ def console_main() -> None:
     from tzrun.runner.launch import record_exit_code
 
     record_exit_code(code)
-    if _command_of(argv) in ("train", "evaluate"):
+    if _command_of(argv) in ("train", "evaluate", "predict"):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -439,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     _setup_logging(level)
-    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate}  # these may start torchrun with argv
+    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate, "predict": cmd_predict}  # these may start torchrun with argv
     try:
         if args.command in launches:
             return launches[args.command](args, argv)

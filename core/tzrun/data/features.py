@@ -179,6 +179,12 @@ class BatchBuilder:
             DataError: naming ``source`` and the column, when a column is missing or has the
                 wrong type, or (``on_bad_row = "error"``) a row holds a bad value.
         """
+        return self.build_rows(table, source)[0]
+
+    def build_rows(self, table: pa.Table | pa.RecordBatch, source: str) -> tuple["Batch", dict[str, np.ndarray]]:
+        """:meth:`__call__`, and which rows of ``table`` were left out under ``"skip"``: a
+        mask over ``table``'s rows per problem (``"<column>: <problem>"``), empty when every
+        row is in the batch (``tzrec-run predict`` lists the rows it could not score)."""
         import torch
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
@@ -217,7 +223,7 @@ class BatchBuilder:
             keep = ~dropped
             rows_in, rows = rows, int(np.count_nonzero(keep))
             if rows == 0:
-                return self.padding(skipped)
+                return self.padding(skipped), bad.masks
             values = [_kept(ids, lens, keep, rows_in) for ids, lens in zip(values, lengths)]
             id_weights = [_kept(w, lens, keep, rows_in) for w, lens in zip(id_weights, lengths)]
             lengths = [lens[keep] for lens in lengths]
@@ -240,7 +246,7 @@ class BatchBuilder:
             rows,
             {name: torch.from_numpy(v) for name, v in groups.items()},
             skipped,
-        )
+        ), bad.masks
 
     def padding(self, skipped: "SkippedRows | None" = None) -> "Batch":
         """A one-row batch of weight 0: what a rank with no data left feeds so that every rank
