@@ -76,3 +76,16 @@ def test_base_plus_deltas_equals_the_checkpoint_bit_for_bit_across_a_resume(tmp_
     shutil.rmtree(deltas / "step-3")  # a gap: the tables at 2 cannot reach 6
     with pytest.raises(CheckpointError, match="the dumps between are missing"):
         apply_deltas(checkpoint_tables(model_dir / "checkpoints" / "step-2")[0], deltas, 2)
+
+
+def test_ckpt_apply_deltas_writes_the_tables_at_the_last_dump(tmp_path, criteo_dir):
+    from tests.conftest import run_cli
+
+    model_dir = tmp_path / "run"
+    _train(model_dir, criteo_dir, 4, resume=False)  # dump 3 and, at the last step, 4
+    out = tmp_path / "tables.pt"
+    done = run_cli(["ckpt", "apply-deltas", str(model_dir / "checkpoints" / "step-2"), str(model_dir / "embedding_deltas"),
+                    "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "table(s) at step 4" in done.stdout
+    _equal(torch.load(out, weights_only=True), checkpoint_tables(model_dir / "checkpoints" / "step-4")[0])

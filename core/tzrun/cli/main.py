@@ -122,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt_inspect.add_argument("--no-hashes", action="store_true",
                               help="check file sizes against the manifest, not SHA-256 hashes (faster)")
 
+    apply_deltas = ckpt_sub.add_parser(
+        "apply-deltas", help="a checkpoint's embedding tables plus the embedding_deltas dumps after it: the tables "
+                             "at the last dump, saved as {table: tensor} with torch.save (loads with weights_only=True)")
+    apply_deltas.add_argument("path", metavar="CHECKPOINT", help="the base: a complete checkpoint directory")
+    apply_deltas.add_argument("deltas", metavar="DELTAS_DIR", help="the stage's dumps (model_dir/embedding_deltas)")
+    apply_deltas.add_argument("--out", required=True, metavar="FILE", help="where to write the tables")
+    apply_deltas.add_argument("--upto", type=int, metavar="STEP", help="apply the dumps up to this step only")
+
     check = sub.add_parser(
         "check", help="check a config (both passes) without building a model, and the input files' columns "
                       "from their schemas (Parquet footers, CSV headers; no rows are read)")
