@@ -1,0 +1,308 @@
+"""``tzrec-run export``: a checkpoint -> a directory a serving system loads with torch alone.
+
+The model is rebuilt on one process, on the CPU, without a process group and unsharded; its
+weights are read from the checkpoint through ``torch.distributed.checkpoint`` (which reshards,
+so a checkpoint of any number of ranks loads); its embedding collections become plain torch
+(:mod:`tzrun.serving.plain`); then each of its serving programs is traced by ``torch.export``
+with a dynamic batch dimension and a dynamic id count per feature, and saved with
+``torch.export.save``. Layout of an export::
+
+    <out>/<program>.pt2     one torch.export program per serving program ("model"; a
+                            retrieval model's "user_tower" and "item_tower")
+    <out>/manifest.json     inputs, their dtypes and transforms, outputs, the checkpoint
+    <out>/COMPLETE          written last: without it the directory is not an export
+
+A model chooses its serving programs with an attribute ``serving_programs``: ``{name:
+{"outputs": [...], "features": [...]}}`` (the features a program reads; the others are fed as
+empty inside it). Without it there is one program, ``"model"``, of every output and feature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import attrs
+import torch
+from torch import nn
+
+from tzrun.errors import CheckpointError, TzrunError
+from tzrun.io.files import write_atomic
+from tzrun.io.storage import as_path, is_remote, remove_tree
+from tzrun.serving.manifest import COMPLETE, MANIFEST, FORMAT, input_names, manifest_of
+from tzrun.serving.plain import PlainFeatures, plain_batch, swap_embedding_collections
+
+__all__ = ["ServingProgram", "ServingModule", "load_unsharded", "serving_programs", "export_model",
+           "write_export", "export_checkpoint", "ExportResult"]
+
+log = logging.getLogger("tzrun")
+
+_PREFIX = "model.model."  # DCP key of a model entry (see tzrun.runner.init_from)
+
+
+@attrs.frozen
+class ServingProgram:
+    """One program of an export.
+
+    Attributes:
+        name: its file is ``<name>.pt2``.
+        outputs: the model outputs it returns.
+        features: the features (dense and id) it reads; the others are not its inputs.
+    """
+
+    name: str
+    outputs: tuple[str, ...]
+    features: tuple[str, ...]
+
+
+@attrs.frozen
+class ExportResult:
+    """What :func:`export_checkpoint` wrote.
+
+    Attributes:
+        path: the export directory.
+        checkpoint: the checkpoint it came from.
+        step: that checkpoint's step.
+        programs: the programs written.
+    """
+
+    path: Path
+    checkpoint: Path
+    step: int
+    programs: tuple[ServingProgram, ...]
+
+
+class ServingModule(nn.Module):
+    """The exported function: plain input tensors (see :func:`tzrun.serving.manifest.input_names`)
+    -> the model's outputs. Builds a :class:`~tzrun.data.batch.Batch` of them and calls the
+    model's own forward; the features the program does not read are fed as zeros and empty bags.
+
+    Args:
+        model: the user's model, its embedding collections plain already.
+        specs: the run's feature specs.
+        program: which outputs and features.
+    """
+
+    def __init__(self, model: nn.Module, specs: Any, program: ServingProgram) -> None:
+        super().__init__()
+        self.model = model
+        self.dense = [f.name for f in specs.dense]
+        self.sparse = [f.name for f in specs.sparse]
+        self.weighted = any(t.weighted for t in specs.tables)
+        self.program = program
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        used = set(self.program.features)
+        first = next(iter(inputs))
+        rows = inputs[first].shape[0] if first in self.dense else inputs[first].shape[0]
+        if first not in self.dense:
+            rows = inputs[f"{first.rsplit('.', 1)[0]}.lengths"].shape[0]
+        columns = [inputs[n] if n in used else torch.zeros(rows) for n in self.dense]
+        dense = torch.stack(columns, dim=1) if columns else torch.zeros(rows, 0)
+        sparse = {}
+        for name in self.sparse:
+            if name in used:
+                ids, lengths = inputs[f"{name}.ids"], inputs[f"{name}.lengths"]
+                weights = inputs[f"{name}.weights"] if self.weighted else None
+            else:
+                ids, lengths = torch.zeros(0, dtype=torch.int64), torch.zeros(rows, dtype=torch.int64)
+                weights = torch.zeros(0) if self.weighted else None
+            sparse[name] = (ids, lengths, weights)
+        outputs = self.model(plain_batch(dense, PlainFeatures(sparse)))
+        return {name: outputs[name].float() for name in self.program.outputs}
+
+
+def serving_programs(model: nn.Module, outputs: Sequence[str], specs: Any) -> list[ServingProgram]:
+    """The programs ``model`` declares (its ``serving_programs`` attribute), or one ``"model"``
+    program of every output and feature.
+
+    Raises:
+        TzrunError: when a declared program names an unknown output or feature.
+    """
+    features = tuple(f.name for f in specs.dense) + tuple(f.name for f in specs.sparse)
+    declared = getattr(model, "serving_programs", None)
+    if not declared:
+        return [ServingProgram("model", tuple(outputs), features)]
+    programs = []
+    for name, spec in declared.items():
+        unknown = [o for o in spec["outputs"] if o not in outputs] + [f for f in spec["features"] if f not in features]
+        if unknown:
+            raise TzrunError(f"{type(model).__name__}.serving_programs[{name!r}] names {', '.join(unknown)}, "
+                             f"which the model does not have (outputs: {', '.join(outputs)})")
+        wanted = set(spec["features"])
+        programs.append(ServingProgram(name, tuple(spec["outputs"]), tuple(f for f in features if f in wanted)))
+    return programs
+
+
+def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
+    """The user's model built on the CPU, unsharded, with the checkpoint's weights (the EMA
+    averages where evaluation uses them), in eval mode. Needs no process group.
+
+    Raises:
+        CheckpointError: when the checkpoint does not hold the model's tensors, or their shapes differ.
+    """
+    from tzrun.interfaces import ModelContext
+    from tzrun.runner.checkpoint import Blob
+    from tzrun.runner.dcp_storage import load_state, storage_reader
+
+    cfg, specs = facts.cfg, facts.specs
+    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels))
+    model = facts.registries["model"].get(cfg.model.type, "model.type").build(cfg.model.config, ctx)
+    state = model.state_dict()
+    saved = storage_reader(checkpoint / "state").read_metadata().state_dict_metadata
+    problems = [f"'{k}' is not in it" for k in state if _PREFIX + k not in saved]
+    problems += [f"'{k}' has shape {list(saved[_PREFIX + k].size)} there and {list(v.shape)} here"
+                 for k, v in state.items() if _PREFIX + k in saved and tuple(saved[_PREFIX + k].size) != tuple(v.shape)]
+    if problems:
+        raise CheckpointError(f"{checkpoint}: does not hold this config's model: " + "; ".join(problems[:6])
+                              + ". Export it with the config it was trained with (its config is in meta.json)")
+    load_state(checkpoint / "state", {"model": {"model." + k: v for k, v in state.items()}}, no_dist=True)
+    model.load_state_dict(state)
+    ema = cfg.train.dense_optimizer.ema
+    if ema is not None and ema.use_for_eval:
+        update: dict[str, Any] = {}
+        load_state(checkpoint / "state", {"update": Blob(dict, update.update)}, no_dist=True)
+        averages = (update.get("ema") or {}).get("averages")
+        if not averages:
+            raise CheckpointError(f"{checkpoint} holds no EMA averages, but the config evaluates with them "
+                                  "(train.dense_optimizer.ema.use_for_eval); remove the ema option to export its weights")
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in averages.items():
+                params[name.removeprefix("model.")].copy_(value)
+    return model.eval()
+
+
+def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[str, torch.Tensor]:
+    """Inputs to trace with: ``rows`` rows, ids in range (sizes of 0 and 1 are avoided: torch.export
+    would specialize on them)."""
+    generator = torch.Generator().manual_seed(0)
+    weighted = any(t.weighted for t in specs.tables)
+    sizes = {f.name: f.num_embeddings for f in specs.sparse}
+    inputs: dict[str, torch.Tensor] = {}
+    for name in input_names(specs, program.features):
+        feature, _, part = name.rpartition(".")
+        if not part or feature == "" or name in {f.name for f in specs.dense}:
+            inputs[name] = torch.rand(rows, generator=generator)
+        elif part == "ids":
+            inputs[name] = torch.randint(0, sizes[feature], (rows + 1,), generator=generator)
+        elif part == "lengths":
+            inputs[name] = torch.tensor([2] + [1] * (rows - 2) + [0], dtype=torch.int64)
+        else:
+            inputs[name] = torch.rand(rows + 1, generator=generator) if weighted else torch.ones(rows + 1)
+    return inputs
+
+
+def _batch_of(module: ServingModule, inputs: dict[str, torch.Tensor]) -> Any:
+    """What ``module`` hands the model for ``inputs`` (to list a model's outputs)."""
+    captured: list[Any] = []
+    inner = module.model
+    module.model = lambda batch: captured.append(batch) or {}  # type: ignore[assignment]
+    try:
+        module(inputs)
+    finally:
+        module.model = inner
+    return captured[0]
+
+
+def _dynamic_shapes(inputs: Mapping[str, torch.Tensor], specs: Any) -> dict[str, Any]:
+    from torch.export import Dim
+
+    batch = Dim("batch", min=1, max=2**31 - 2)
+    shapes: dict[str, Any] = {}
+    ids: dict[str, Any] = {}
+    for name in inputs:
+        feature, _, part = name.rpartition(".")
+        if part in ("ids", "weights") and feature in {f.name for f in specs.sparse}:
+            dim = ids.setdefault(feature, Dim(f"ids_{len(ids)}", min=0, max=2**31 - 2))
+            shapes[name] = {0: dim}
+        else:
+            shapes[name] = {0: batch}
+    return {"inputs": shapes}
+
+
+def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[ServingProgram, Any]:
+    """Swap ``model``'s embedding collections for plain torch and ``torch.export`` each of its
+    serving programs. Returns ``{program: ExportedProgram}``."""
+    swap_embedding_collections(model)
+    model.eval()
+    if not outputs:  # the model declares none: what its forward returns
+        everything = ServingProgram("model", (), tuple(f.name for f in (*specs.dense, *specs.sparse)))
+        with torch.no_grad():
+            outputs = list(model(_batch_of(ServingModule(model, specs, everything), _example_inputs(specs, everything))))
+    programs = serving_programs(model, outputs, specs)
+    exported = {}
+    for program in programs:
+        module = ServingModule(model, specs, program).eval()
+        inputs = _example_inputs(specs, program)
+        with torch.no_grad():
+            exported[program] = torch.export.export(module, (inputs,), dynamic_shapes=_dynamic_shapes(inputs, specs),
+                                                    strict=False)
+    return exported
+
+
+def _digest(checkpoint: Path) -> str:
+    """SHA-256 of the checkpoint's completion marker (which records its manifest's hash)."""
+    from tzrun.runner.manifest import MARKER
+
+    return hashlib.sha256((as_path(checkpoint) / MARKER).read_bytes()).hexdigest()
+
+
+def write_export(out: Path, exported: Mapping[ServingProgram, Any], manifest: Mapping[str, Any]) -> Path:
+    """Write the programs, then the manifest, then (last) the completion marker into ``out``
+    (local or an object store). A directory that exists is replaced only if it is an export
+    or empty.
+
+    Raises:
+        TzrunError: when ``out`` holds something that is not an export.
+    """
+    out = as_path(out)
+    if out.exists() and any(out.iterdir()):
+        if not (out / MANIFEST).exists() and not any(p.name.endswith(".pt2") for p in out.iterdir()):
+            raise TzrunError(f"--out {out}: the directory holds files that are not an export; name an empty or new directory")
+        remove_tree(out) if is_remote(out) else shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for program, ep in exported.items():
+        target = out / f"{program.name}.pt2"
+        if is_remote(target):
+            import io
+
+            buffer = io.BytesIO()
+            torch.export.save(ep, buffer)
+            with target.open("wb") as f:
+                f.write(buffer.getvalue())
+        else:
+            torch.export.save(ep, str(target))
+    files = {f"{p.name}.pt2": hashlib.sha256((out / f"{p.name}.pt2").read_bytes()).hexdigest() for p in exported}
+    body = json.dumps({**manifest, "files": files}, indent=2).encode()
+    write_atomic(out / MANIFEST, body)
+    write_atomic(out / COMPLETE, json.dumps({"format": FORMAT, "manifest_sha256": hashlib.sha256(body).hexdigest()}).encode())
+    return out
+
+
+def export_checkpoint(facts: Any, checkpoint: Path, out: Path) -> ExportResult:
+    """Export the complete checkpoint at ``checkpoint`` into ``out`` (one process, no GPU, no
+    process group). The checkpoint is checked against its manifest first.
+
+    Raises:
+        CheckpointError: for a damaged checkpoint or one of another model.
+    """
+    from tzrun.runner.checkpoint import read_meta, verify_checkpoint
+
+    checkpoint = as_path(checkpoint)
+    verify_checkpoint(checkpoint)
+    meta = read_meta(checkpoint)
+    model = load_unsharded(facts, checkpoint)
+    entry = facts.registries["model"].get(facts.cfg.model.type, "model.type")
+    declare = entry.extras.get("outputs")
+    outputs = list(declare(facts.cfg.model.config)) if declare is not None else []
+    exported = export_model(model, facts.specs, outputs)
+    source = {"path": str(checkpoint), "step": int(meta["step"]), "marker_sha256": _digest(checkpoint),
+              "world_size": meta.get("world_size")}
+    manifest = manifest_of(facts, list(exported), source)
+    path = write_export(out, exported, manifest)
+    return ExportResult(path, checkpoint, int(meta["step"]), tuple(exported))

@@ -1,0 +1,196 @@
+"""The Python face of an export: raw rows in, the model's outputs out.
+
+:class:`Predictor` reads an export's manifest, turns raw columns into the program's inputs with
+the core's own feature code (the same that made the training batches: hashing, vocabularies,
+boundaries, dense fill/log1p/standardization, ``data.on_bad_row``), and runs the program that
+``torch.export.load`` gives back. It is what ``tzrec-run predict --export`` uses and what a
+Python serving process imports::
+
+    from tzrun.serving import Predictor
+
+    predictor = Predictor("exports/latest")         # or a version directory
+    scores = predictor.predict({"int_0": [3.0, None], "cat_0": [17, 4], ...})
+    scores["probs"]                                  # numpy float32, one per row, in order
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Mapping
+
+import attrs
+import numpy as np
+import pyarrow as pa
+
+from tzrun.errors import TzrunError
+from tzrun.interfaces import DenseFeature, EmbeddingTable, SparseFeature
+from tzrun.io.storage import as_path
+from tzrun.serving.manifest import read_manifest
+
+__all__ = ["Predictor", "Scored", "resolve_export"]
+
+_ROW = "__tzrun_row__"  # the input row index, carried through the batch builder as a group key
+LATEST = "latest"
+
+
+@attrs.frozen
+class Scored:
+    """What :meth:`Predictor.score` returns.
+
+    Attributes:
+        outputs: each output of the program, one row per scored row (numpy float32).
+        rows: the input row index of each scored row (int64; all rows unless some were bad).
+        skipped: the rows left out under ``on_bad_row="skip"``, and why
+            (:class:`~tzrun.data.batch.SkippedRows`).
+    """
+
+    outputs: dict[str, np.ndarray]
+    rows: np.ndarray
+    skipped: Any
+
+
+def resolve_export(path: str | Path) -> Path:
+    """The export directory ``path`` names: a complete export, or a directory of versions
+    whose ``latest`` file names one (see :mod:`tzrun.serving.publish`)."""
+    path = as_path(path)
+    pointer = path / LATEST
+    if pointer.exists() and not (path / "manifest.json").exists():
+        return path / pointer.read_text(encoding="utf-8").strip()
+    return path
+
+
+class Predictor:
+    """Scores raw rows with an export.
+
+    Args:
+        export_dir: a complete export (``tzrec-run export --out``), or a directory of versions
+            with a ``latest`` pointer (the best-model exports of training); local or a URL.
+        program: which program to run (``"model"``; a retrieval model's ``"user_tower"`` or
+            ``"item_tower"``); default: the only one, or ``"model"``.
+        on_bad_row: ``"error"`` (a bad value raises :class:`~tzrun.errors.DataError` naming the
+            column) or ``"skip"`` (bad rows are left out and reported).
+
+    Raises:
+        TzrunError: when ``export_dir`` is not a complete export or has no such program.
+    """
+
+    def __init__(self, export_dir: str | Path, program: str | None = None, on_bad_row: str = "error") -> None:
+        import torch
+
+        self.path = resolve_export(export_dir)
+        self.manifest = read_manifest(self.path)
+        programs = self.manifest["programs"]
+        if program is None:
+            program = next(iter(programs)) if len(programs) == 1 else "model"
+        if program not in programs:
+            raise TzrunError(f"{self.path}: no program {program!r} (programs: {', '.join(programs)})")
+        self.program = program
+        self.spec = programs[program]
+        self.inputs = [i["name"] for i in self.spec["inputs"]]
+        self.outputs = [o["name"] for o in self.spec["outputs"]]
+        with (self.path / self.spec["file"]).open("rb") as f:
+            self.exported = torch.export.load(io.BytesIO(f.read()))
+        self._module = self.exported.module()
+        self._builder = _builder(self.manifest, self.spec["features"], on_bad_row)
+
+    def encode(self, data: pa.Table | pa.RecordBatch | Mapping[str, Any], source: str = "<rows>") -> tuple[dict[str, Any], np.ndarray, Any]:
+        """The program's inputs for ``data`` (raw columns by name): ``(inputs, rows, skipped)``,
+        ``rows`` the input row index of each encoded row.
+
+        Raises:
+            DataError: for a missing column, a column of the wrong type, or (``on_bad_row =
+                "error"``) a bad value, naming ``source`` and the column.
+        """
+        import torch
+
+        table = data if isinstance(data, (pa.Table, pa.RecordBatch)) else pa.table(dict(data))
+        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        table = table.append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        batch = self._builder(table, source)
+        rows = batch.groups[_ROW].numpy()[: batch.num_rows]
+        sparse = batch.sparse
+        lengths = sparse.lengths().to(torch.int64).view(len(sparse.keys()), -1) if sparse.keys() else None
+        starts = np.concatenate([[0], np.cumsum(lengths.sum(dim=1).numpy())]) if lengths is not None else []
+        inputs: dict[str, Any] = {}
+        dense = {f.name: j for j, f in enumerate(self._builder.specs.dense)}
+        for name in self.inputs:
+            feature, _, part = name.rpartition(".")
+            if name in dense:
+                inputs[name] = batch.dense[:, dense[name]].contiguous()
+                continue
+            k = sparse.keys().index(feature)
+            lo, hi = int(starts[k]), int(starts[k + 1])
+            if part == "ids":
+                inputs[name] = sparse.values()[lo:hi].to(torch.int64)
+            elif part == "lengths":
+                inputs[name] = lengths[k].contiguous()
+            else:
+                inputs[name] = sparse.weights()[lo:hi].to(torch.float32)
+        if batch.num_rows == 0:  # every row was bad: the builder's padding row is no row
+            inputs = {}
+        return inputs, rows, batch.skipped
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run the program on encoded ``inputs`` (see :meth:`encode`)."""
+        import torch
+
+        with torch.no_grad():
+            out = self._module({name: inputs[name] for name in self.inputs})
+        return {name: out[name].numpy() for name in self.outputs}
+
+    def score(self, data: pa.Table | pa.RecordBatch | Mapping[str, Any], source: str = "<rows>",
+              batch_size: int = 65536) -> Scored:
+        """Score ``data`` in batches of ``batch_size`` rows: the outputs of its good rows,
+        their row indices and what was skipped."""
+        from tzrun.data.batch import SkippedRows
+
+        table = data if isinstance(data, (pa.Table, pa.RecordBatch)) else pa.table(dict(data))
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
+        rows: list[np.ndarray] = []
+        skipped = SkippedRows()
+        for start in range(0, max(table.num_rows, 1), batch_size):
+            inputs, kept, bad = self.encode(table.slice(start, batch_size), source)
+            skipped.add(bad)
+            if not inputs:
+                continue
+            rows.append(kept + start)
+            for name, value in self.run(inputs).items():
+                parts[name].append(value)
+        outputs = {name: np.concatenate(v) if v else np.zeros((0,), np.float32) for name, v in parts.items()}
+        return Scored(outputs, np.concatenate(rows) if rows else np.zeros(0, np.int64), skipped)
+
+    def predict(self, data: pa.Table | pa.RecordBatch | Mapping[str, Any], batch_size: int = 65536) -> dict[str, np.ndarray]:
+        """The outputs for every row of ``data``, in input order (float32; ``[rows]`` for a
+        score, ``[rows, dim]`` for an embedding). Under ``on_bad_row="skip"`` a bad row's
+        outputs are NaN (see :meth:`score` for which rows and why)."""
+        table = data if isinstance(data, (pa.Table, pa.RecordBatch)) else pa.table(dict(data))
+        scored = self.score(table, batch_size=batch_size)
+        if len(scored.rows) == table.num_rows:
+            return scored.outputs
+        full = {}
+        for name, value in scored.outputs.items():
+            out = np.full((table.num_rows, *value.shape[1:]), np.nan, dtype=np.float32)
+            out[scored.rows] = value
+            full[name] = out
+        return full
+
+
+def _builder(manifest: Mapping[str, Any], features: list[str], on_bad_row: str) -> Any:
+    """The core's batch builder for the manifest's features that a program reads."""
+    from tzrun.data.features import BatchBuilder, FeatureSpecs
+
+    wanted = set(features)
+    f = manifest["features"]
+    dense = tuple(DenseFeature(**d) for d in f["dense"] if d["name"] in wanted)
+    sparse = []
+    for s in f["sparse"]:
+        if s["name"] not in wanted:
+            continue
+        fields = {k: v for k, v in s.items() if k not in ("num_embeddings", "oov_id")}
+        for key in ("vocab", "boundaries"):
+            if fields.get(key) is not None:
+                fields[key] = tuple(fields[key])
+        sparse.append(SparseFeature(**fields))
+    tables = tuple(EmbeddingTable(s.name, s.num_embeddings, 0, (s.name,), s.pooling, bool(f["weighted"])) for s in sparse)
+    return BatchBuilder(FeatureSpecs(dense, tuple(sparse), tables), (), None, (_ROW,), on_bad_row=on_bad_row)
