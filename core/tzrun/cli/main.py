@@ -1,6 +1,6 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
-Commands: ``train``, ``evaluate``, ``predict``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
+Commands: ``train``, ``evaluate``, ``predict``, ``export``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
 ``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``help``. Every command exits with one of the codes of
 :mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
 commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
@@ -109,6 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_predict_parser(sub, config_args)
+
+    export = sub.add_parser(
+        "export", help="write a checkpoint as a torch.export program and a manifest of its inputs, for serving "
+                       "(one process, no GPU; tzrec-run help serving)")
+    config_args(export)
+    export.add_argument("--checkpoint", default="latest", metavar="latest|best|PATH",
+                        help="latest (default), best (eval.best_metric), a checkpoint directory, or step-N")
+    export.add_argument("--out", required=True, metavar="DIR", help="the export directory to write (local or a URL)")
+    export.add_argument("--model-dir", help="the model dir to read instead of the config's model_dir")
 
     ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
     ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="CKPT_COMMAND")
@@ -358,6 +367,16 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    session = prepare(args.config, _overrides_with_model_dir(args), args.strict)
+    from tzrun.serving.export import export_command
+
+    done = export_command(session, args.checkpoint, args.out)
+    programs = ", ".join(p.name for p in done.programs)
+    print(f"exported {redact_url(str(done.checkpoint))} (step {done.step}) to {redact_url(str(done.path))}: {programs}")
+    return 0
+
+
 def _print_evaluation(done: Any) -> None:
     """Print a :class:`~tzrun.runner.checkpoint_eval.CheckpointEvaluation` (rank 0)."""
     values = ", ".join(f"{k}={v:.6f}" for k, v in done.result.metrics.items())
@@ -411,7 +430,7 @@ def console_main() -> None:
     from tzrun.runner.launch import record_exit_code
 
     record_exit_code(code)
-    if _command_of(argv) in ("train", "evaluate", "predict"):
+    if _command_of(argv) in ("train", "evaluate", "predict", "export"):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -450,7 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     _setup_logging(level)
-    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate, "predict": cmd_predict}  # these may start torchrun with argv
+    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate, "predict": cmd_predict,
+                "export": _cmd_export}  # these may start torchrun with argv, or take --model-dir
     try:
         if args.command in launches:
             return launches[args.command](args, argv)

@@ -33,7 +33,7 @@ from torch import nn
 from tzrun.errors import CheckpointError, TzrunError
 from tzrun.io.files import write_atomic
 from tzrun.io.storage import as_path, is_remote, remove_tree
-from tzrun.serving.manifest import COMPLETE, MANIFEST, FORMAT, input_names, manifest_of
+from tzrun.serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of
 from tzrun.serving.plain import PlainFeatures, plain_batch, swap_embedding_collections
 
 __all__ = ["ServingProgram", "ServingModule", "load_unsharded", "serving_programs", "export_model",
@@ -77,9 +77,10 @@ class ExportResult:
 
 
 class ServingModule(nn.Module):
-    """The exported function: plain input tensors (see :func:`tzrun.serving.manifest.input_names`)
+    """The exported function: the program's input tensors (see :mod:`tzrun.serving.manifest`)
     -> the model's outputs. Builds a :class:`~tzrun.data.batch.Batch` of them and calls the
-    model's own forward; the features the program does not read are fed as zeros and empty bags.
+    model's own forward; the features the program does not read are fed as zeros (dense) and
+    rows without ids.
 
     Args:
         model: the user's model, its embedding collections plain already.
@@ -87,32 +88,33 @@ class ServingModule(nn.Module):
         program: which outputs and features.
     """
 
+    dense_index: torch.Tensor
+    sparse_index: torch.Tensor
+
     def __init__(self, model: nn.Module, specs: Any, program: ServingProgram) -> None:
         super().__init__()
         self.model = model
-        self.dense = [f.name for f in specs.dense]
+        used = set(program.features)
+        self.num_dense = len(specs.dense)
         self.sparse = [f.name for f in specs.sparse]
         self.weighted = any(t.weighted for t in specs.tables)
+        dense = [i for i, f in enumerate(specs.dense) if f.name in used]
+        sparse = [i for i, f in enumerate(specs.sparse) if f.name in used]
+        self.has_dense, self.all_sparse = bool(dense), len(sparse) == len(self.sparse)
+        self.register_buffer("dense_index", torch.tensor(dense, dtype=torch.int64), persistent=False)
+        self.register_buffer("sparse_index", torch.tensor(sparse, dtype=torch.int64), persistent=False)
         self.program = program
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        used = set(self.program.features)
-        first = next(iter(inputs))
-        rows = inputs[first].shape[0] if first in self.dense else inputs[first].shape[0]
-        if first not in self.dense:
-            rows = inputs[f"{first.rsplit('.', 1)[0]}.lengths"].shape[0]
-        columns = [inputs[n] if n in used else torch.zeros(rows) for n in self.dense]
-        dense = torch.stack(columns, dim=1) if columns else torch.zeros(rows, 0)
-        sparse = {}
-        for name in self.sparse:
-            if name in used:
-                ids, lengths = inputs[f"{name}.ids"], inputs[f"{name}.lengths"]
-                weights = inputs[f"{name}.weights"] if self.weighted else None
-            else:
-                ids, lengths = torch.zeros(0, dtype=torch.int64), torch.zeros(rows, dtype=torch.int64)
-                weights = torch.zeros(0) if self.weighted else None
-            sparse[name] = (ids, lengths, weights)
-        outputs = self.model(plain_batch(dense, PlainFeatures(sparse)))
+        lengths = inputs["lengths"]
+        rows = lengths.shape[1]
+        dense = torch.zeros(rows, self.num_dense)
+        if self.has_dense:
+            dense = dense.index_copy(1, self.dense_index, inputs["dense"])
+        if not self.all_sparse:
+            lengths = torch.zeros(len(self.sparse), rows, dtype=torch.int64).index_copy(0, self.sparse_index, lengths)
+        weights = inputs["weights"] if self.weighted else None
+        outputs = self.model(plain_batch(dense, PlainFeatures(self.sparse, inputs["ids"], lengths, weights)))
         return {name: outputs[name].float() for name in self.program.outputs}
 
 
@@ -178,22 +180,21 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
 
 
 def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[str, torch.Tensor]:
-    """Inputs to trace with: ``rows`` rows, ids in range (sizes of 0 and 1 are avoided: torch.export
-    would specialize on them)."""
+    """Inputs to trace with: ``rows`` rows, ids in range (sizes of 0 and 1 are avoided:
+    torch.export would specialize on them)."""
     generator = torch.Generator().manual_seed(0)
-    weighted = any(t.weighted for t in specs.tables)
-    sizes = {f.name: f.num_embeddings for f in specs.sparse}
-    inputs: dict[str, torch.Tensor] = {}
-    for name in input_names(specs, program.features):
-        feature, _, part = name.rpartition(".")
-        if not part or feature == "" or name in {f.name for f in specs.dense}:
-            inputs[name] = torch.rand(rows, generator=generator)
-        elif part == "ids":
-            inputs[name] = torch.randint(0, sizes[feature], (rows + 1,), generator=generator)
-        elif part == "lengths":
-            inputs[name] = torch.tensor([2] + [1] * (rows - 2) + [0], dtype=torch.int64)
-        else:
-            inputs[name] = torch.rand(rows + 1, generator=generator) if weighted else torch.ones(rows + 1)
+    used = set(program.features)
+    sparse = [f for f in specs.sparse if f.name in used]
+    lengths = torch.tensor([[2] + [1] * (rows - 2) + [0] for _ in sparse], dtype=torch.int64)
+    ids = torch.cat([torch.randint(0, f.num_embeddings, (rows,), generator=generator) for f in sparse])
+    inputs = {}
+    dense = [f for f in specs.dense if f.name in used]
+    if dense:
+        inputs["dense"] = torch.rand(rows, len(dense), generator=generator)
+    inputs["ids"] = ids
+    inputs["lengths"] = lengths
+    if any(t.weighted for t in specs.tables):
+        inputs["weights"] = torch.rand(ids.shape[0], generator=generator)
     return inputs
 
 
@@ -209,26 +210,19 @@ def _batch_of(module: ServingModule, inputs: dict[str, torch.Tensor]) -> Any:
     return captured[0]
 
 
-def _dynamic_shapes(inputs: Mapping[str, torch.Tensor], specs: Any) -> dict[str, Any]:
+def _dynamic_shapes(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     from torch.export import Dim
 
     batch = Dim("batch", min=1, max=2**31 - 2)
-    shapes: dict[str, Any] = {}
-    ids: dict[str, Any] = {}
-    for name in inputs:
-        feature, _, part = name.rpartition(".")
-        if part in ("ids", "weights") and feature in {f.name for f in specs.sparse}:
-            dim = ids.setdefault(feature, Dim(f"ids_{len(ids)}", min=0, max=2**31 - 2))
-            shapes[name] = {0: dim}
-        else:
-            shapes[name] = {0: batch}
-    return {"inputs": shapes}
+    ids = Dim("ids", min=0, max=2**31 - 2)
+    axes = {"dense": {0: batch}, "ids": {0: ids}, "lengths": {1: batch}, "weights": {0: ids}}
+    return {"inputs": {name: axes[name] for name in inputs}}
 
 
 def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[ServingProgram, Any]:
     """Swap ``model``'s embedding collections for plain torch and ``torch.export`` each of its
     serving programs. Returns ``{program: ExportedProgram}``."""
-    swap_embedding_collections(model)
+    swap_embedding_collections(model, [f.name for f in specs.sparse])
     model.eval()
     if not outputs:  # the model declares none: what its forward returns
         everything = ServingProgram("model", (), tuple(f.name for f in (*specs.dense, *specs.sparse)))
@@ -240,7 +234,7 @@ def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[S
         module = ServingModule(model, specs, program).eval()
         inputs = _example_inputs(specs, program)
         with torch.no_grad():
-            exported[program] = torch.export.export(module, (inputs,), dynamic_shapes=_dynamic_shapes(inputs, specs),
+            exported[program] = torch.export.export(module, (inputs,), dynamic_shapes=_dynamic_shapes(inputs),
                                                     strict=False)
     return exported
 
@@ -306,3 +300,27 @@ def export_checkpoint(facts: Any, checkpoint: Path, out: Path) -> ExportResult:
     manifest = manifest_of(facts, list(exported), source)
     path = write_export(out, exported, manifest)
     return ExportResult(path, checkpoint, int(meta["step"]), tuple(exported))
+
+
+def export_command(session: Any, which: str, out: str | Path) -> ExportResult:
+    """``tzrec-run export``: export the checkpoint ``which`` names (``latest``, ``best``, a
+    path or ``step-N``) of the session's model dir into ``out``, on this process alone.
+
+    Raises:
+        CheckpointError: for a missing, incomplete or damaged checkpoint, or one written with
+            another ``[model]`` or ``[[features]]`` than the session's config.
+    """
+    from tzrun.runner.checkpoint import read_meta
+    from tzrun.runner.checkpoint_eval import resolve_checkpoint
+    from tzrun.runner.records import config_differences
+
+    session.check()
+    path = resolve_checkpoint(session.model_dir, which)
+    differences = config_differences(read_meta(path).get("config", {}), session.raw.data)
+    if differences:
+        raise CheckpointError(
+            f"{path} was written with another model or features than {session.raw.source}:\n"
+            + "\n".join(f"  {d}" for d in differences)
+            + "\nExport it with the config it was trained with (its config is in meta.json), or pass --set to match."
+        )
+    return export_checkpoint(session.facts, path, as_path(out))

@@ -13,15 +13,26 @@ Format (``"format": "tzrun-export/1"``)::
                     "separator", "weight_column", "pooling", "num_embeddings"}],
         "weighted": false
       },
-      "programs": {"model": {"file": "model.pt2", "inputs": [{"name", "dtype", "shape", "feature", "kind"}],
-                             "outputs": [{"name", "dtype", "shape", "kind", "label"}]}},
+      "programs": {"model": {"file": "model.pt2", "features": [...],
+                             "inputs": [{"name", "dtype", "shape", "features"}],
+                             "outputs": [{"name", "dtype", "kind", "label"}]}},
       "files": {"model.pt2": "<sha256>"}
     }
 
-An input is a dense feature's ``[batch]`` float32 column (named as the feature), or an id
-feature's ``<name>.ids`` (int64 ``[n]``, the row's ids one row after another), ``<name>.lengths``
-(int64 ``[batch]``, ids per row) and, in a weighted run, ``<name>.weights`` (float32 ``[n]``).
-Programs take one dict of them, in the manifest's order.
+A program takes one dict of tensors (in the manifest's order):
+
+* ``dense``: float32 ``[batch, D]``, the program's dense features (``features``) after their
+  transforms, in that order (absent when it reads none);
+* ``ids``: int64 ``[n]``, every id of the program's id features: feature after feature, and
+  within a feature row after row (TorchRec's KeyedJaggedTensor layout);
+* ``lengths``: int64 ``[F, batch]``, how many of them each row has, per feature;
+* ``weights``: float32 ``[n]``, per-id weights (only in a run where some feature has a
+  ``weight_column``: the weight, divided by the row's id count for a ``mean`` feature; 1 for a
+  feature without weights).
+
+``batch`` and ``n`` are dynamic. Outputs are float32: ``[batch]`` for a score, ``[batch, dim]``
+for an embedding; ``kind`` is ``probability``, ``logit``, ``embedding`` or ``value``, and
+``label`` the label a loss trained it against (or null).
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ import attrs
 
 from tzrun.errors import TzrunError
 
-__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "input_names", "manifest_of", "read_manifest", "output_kind"]
+__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "manifest_of", "read_manifest", "output_kind"]
 
 FORMAT = "tzrun-export/1"
 MANIFEST = "manifest.json"
@@ -42,16 +53,19 @@ MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
 
 
-def input_names(specs: Any, features: Sequence[str]) -> list[str]:
-    """The inputs of a program that reads ``features``, in order: dense features first (in
-    ``features.dense`` order), then each id feature's ``ids``, ``lengths`` (and ``weights``)."""
+def program_inputs(specs: Any, features: Sequence[str]) -> list[dict[str, Any]]:
+    """The inputs of a program that reads ``features``, in the order it takes them."""
     wanted = set(features)
-    weighted = any(t.weighted for t in specs.tables)
-    names = [f.name for f in specs.dense if f.name in wanted]
-    for f in specs.sparse:
-        if f.name in wanted:
-            names += [f"{f.name}.ids", f"{f.name}.lengths"] + ([f"{f.name}.weights"] if weighted else [])
-    return names
+    dense = [f.name for f in specs.dense if f.name in wanted]
+    sparse = [f.name for f in specs.sparse if f.name in wanted]
+    inputs = []
+    if dense:
+        inputs.append({"name": "dense", "dtype": "float32", "shape": ["batch", len(dense)], "features": dense})
+    inputs.append({"name": "ids", "dtype": "int64", "shape": ["ids"], "features": sparse})
+    inputs.append({"name": "lengths", "dtype": "int64", "shape": [len(sparse), "batch"], "features": sparse})
+    if any(t.weighted for t in specs.tables):
+        inputs.append({"name": "weights", "dtype": "float32", "shape": ["ids"], "features": sparse})
+    return inputs
 
 
 def output_kind(name: str) -> str:
@@ -63,16 +77,6 @@ def output_kind(name: str) -> str:
     if head == "logits":
         return "logit"
     return "embedding" if name.endswith("embedding") else "value"
-
-
-def _input(name: str, specs: Any) -> dict[str, Any]:
-    dense = {f.name for f in specs.dense}
-    if name in dense:
-        return {"name": name, "dtype": "float32", "shape": ["batch"], "feature": name, "kind": "dense"}
-    feature, _, part = name.rpartition(".")
-    dtype = "float32" if part == "weights" else "int64"
-    shape = ["batch"] if part == "lengths" else [f"ids({feature})"]
-    return {"name": name, "dtype": dtype, "shape": shape, "feature": feature, "kind": part}
 
 
 def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,7 +108,7 @@ def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, An
             p.name: {
                 "file": f"{p.name}.pt2",
                 "features": list(p.features),
-                "inputs": [_input(n, specs) for n in input_names(specs, p.features)],
+                "inputs": program_inputs(specs, p.features),
                 "outputs": [{"name": o, "dtype": "float32", "kind": output_kind(o), "label": labels.get(o)}
                             for o in p.outputs],
             }

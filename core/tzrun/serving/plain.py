@@ -3,10 +3,10 @@
 
 How a model leaves TorchRec (the mechanism, for every model plugin alike): every
 ``EmbeddingBagCollection`` of the model is swapped for a :class:`PlainEmbeddingBagCollection`
-holding the same tables as ``nn.EmbeddingBag`` modules (weights copied); the model's forward is
-then called, unchanged, with a :class:`~tzrun.data.batch.Batch` whose ``sparse`` is a
-:class:`PlainFeatures` (per feature: flat ids, lengths, weights) instead of a
-``KeyedJaggedTensor``. The swapped collections return a :class:`PlainKeyedTensor`, which answers
+holding the same tables (weights copied) looked up with ``torch.nn.functional.embedding_bag``;
+the model's forward is then called, unchanged, with a :class:`~tzrun.data.batch.Batch` whose
+``sparse`` is a :class:`PlainFeatures` (flat ids, lengths per feature and row, weights) instead
+of a ``KeyedJaggedTensor``. The swapped collections return a :class:`PlainKeyedTensor`, which answers
 what models ask of TorchRec's ``KeyedTensor``: ``keys()``, ``values()``, ``to_dict()``,
 ``[key]``, ``length_per_key()``, ``offset_per_key()``. No TorchRec type is traced, so the
 exported graph holds only aten operators.
@@ -27,23 +27,30 @@ __all__ = ["PlainFeatures", "PlainKeyedTensor", "PlainEmbeddingBagCollection", "
 
 
 class PlainFeatures:
-    """What ``batch.sparse`` is in an exported model: each id feature's flat ``ids`` (int64),
-    ``lengths`` (int64, ids per row) and per-id ``weights`` (float32, or None), by name.
+    """What ``batch.sparse`` is in an exported model: every id feature's ids in one flat tensor,
+    feature after feature and row after row within a feature (TorchRec's KeyedJaggedTensor
+    layout), with ``lengths[f, row]`` ids per row and, in a weighted run, per-id ``weights``.
 
     Args:
-        features: ``{name: (ids, lengths, weights)}`` in the run's feature order.
+        keys: the run's id features, in order.
+        ids: int64 ``[n]``.
+        lengths: int64 ``[len(keys), rows]``.
+        weights: float32 ``[n]``, or None.
     """
 
-    def __init__(self, features: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]) -> None:
-        self.features = dict(features)
+    def __init__(self, keys: Sequence[str], ids: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None) -> None:
+        self._keys = list(keys)
+        self.ids = ids
+        self.lengths = lengths
+        self.weights = weights
 
     def keys(self) -> list[str]:
         """The feature names, in order."""
-        return list(self.features)
+        return list(self._keys)
 
     def stride(self) -> int:
         """Rows in the batch."""
-        return next(iter(self.features.values()))[1].shape[0]
+        return self.lengths.shape[1]
 
 
 class PlainKeyedTensor:
@@ -77,39 +84,72 @@ class PlainKeyedTensor:
 
 
 class PlainEmbeddingBagCollection(nn.Module):
-    """An ``EmbeddingBagCollection`` of plain ``nn.EmbeddingBag`` tables.
+    """An ``EmbeddingBagCollection`` in plain torch: the tables of one width are stacked into
+    one weight and looked up by one ``embedding_bag`` over every feature's ids (what FBGEMM's
+    table-batched kernels do), the features of other tables masked by a per-id weight of 0;
+    ``mean`` pooling is a sum with per-id weights ``1 / ids in the row``.
 
     Args:
         tables: ``(name, weight, feature names, pooling)`` per table, in the collection's
             order; ``pooling`` is ``"sum"`` or ``"mean"``.
-        is_weighted: the features carry per-id weights (summed with ``per_sample_weights``).
+        is_weighted: the features carry per-id weights.
+        features: the run's id features, in order (the rows of ``PlainFeatures.lengths``).
     """
 
-    def __init__(self, tables: Sequence[tuple[str, torch.Tensor, Sequence[str], str]], is_weighted: bool) -> None:
+    def __init__(self, tables: Sequence[tuple[str, torch.Tensor, Sequence[str], str]], is_weighted: bool,
+                 features: Sequence[str]) -> None:
         super().__init__()
         self.is_weighted = is_weighted
-        self.embedding_bags = nn.ModuleDict()
-        self.table_features: list[tuple[str, list[str]]] = []
-        for name, weight, features, pooling in tables:
-            bag = nn.EmbeddingBag(weight.shape[0], weight.shape[1], mode=pooling, include_last_offset=False)
-            with torch.no_grad():
-                bag.weight.copy_(weight.detach().to("cpu", torch.float32))
-            self.embedding_bags[name] = bag
-            self.table_features.append((name, list(features)))
+        self.num_features = len(features)
+        self.keys = [name for _, _, names, _ in tables for name in names]
+        index = {name: i for i, name in enumerate(features)}
+        dims = sorted({int(w.shape[1]) for _, w, _, _ in tables})
+        self.weights = nn.ParameterList()
+        self.picks: list[list[tuple[str, int]]] = []  # per width: (feature, its row in lengths)
+        for g, dim in enumerate(dims):
+            members = [t for t in tables if int(t[1].shape[1]) == dim]
+            base = torch.zeros(len(features), dtype=torch.int64)
+            mask = torch.zeros(len(features))
+            mean = torch.zeros(len(features))
+            row = 0
+            picks = []
+            for _, weight, names, pooling in members:
+                for name in names:
+                    base[index[name]] = row
+                    mask[index[name]] = 1.0
+                    mean[index[name]] = 1.0 if pooling == "mean" else 0.0
+                    picks.append((name, index[name]))
+                row += int(weight.shape[0])
+            self.weights.append(nn.Parameter(torch.cat([w.detach().to("cpu", torch.float32) for _, w, _, _ in members]),
+                                             requires_grad=False))
+            self.register_buffer(f"base_{g}", base, persistent=False)
+            self.register_buffer(f"mask_{g}", mask, persistent=False)
+            self.register_buffer(f"mean_{g}", mean, persistent=False)
+            self.picks.append(picks)
 
     def forward(self, features: PlainFeatures) -> PlainKeyedTensor:
-        keys, parts = [], []
-        for table, names in self.table_features:
-            bag = self.embedding_bags[table]
-            for name in names:
-                ids, lengths, weights = features.features[name]
-                offsets = torch.cumsum(lengths, 0) - lengths
-                parts.append(bag(ids, offsets, per_sample_weights=weights if self.is_weighted else None))
-                keys.append(name)
-        return PlainKeyedTensor(keys, parts)
+        ids, lengths = features.ids, features.lengths
+        rows = lengths.shape[1]
+        flat = lengths.reshape(-1)
+        offsets = torch.cumsum(flat, 0) - flat
+        n = ids.shape[0]
+        feature_of_id = torch.repeat_interleave(torch.arange(self.num_features), lengths.sum(dim=1), output_size=n)
+        row_scale = torch.repeat_interleave(1.0 / flat.clamp(min=1).float(), flat, output_size=n)
+        pooled: dict[str, torch.Tensor] = {}
+        for g, weight in enumerate(self.weights):
+            mask, mean = getattr(self, f"mask_{g}")[feature_of_id], getattr(self, f"mean_{g}")[feature_of_id]
+            rows_of_ids = torch.where(mask > 0, ids + getattr(self, f"base_{g}")[feature_of_id], 0)
+            per_id = mask * (1.0 + mean * (row_scale - 1.0))  # 1, or 1/len for mean pooling
+            if self.is_weighted and features.weights is not None:
+                per_id = per_id * features.weights
+            out = torch.nn.functional.embedding_bag(rows_of_ids, weight, offsets, mode="sum", per_sample_weights=per_id)
+            out = out.view(self.num_features, rows, -1)
+            for name, i in self.picks[g]:
+                pooled[name] = out[i]
+        return PlainKeyedTensor(self.keys, [pooled[name] for name in self.keys])
 
 
-def _plain_of(module: nn.Module) -> nn.Module:
+def _plain_of(module: nn.Module, features: Sequence[str]) -> nn.Module:
     """The plain twin of one unsharded TorchRec collection."""
     from torchrec import EmbeddingBagCollection
 
@@ -121,12 +161,13 @@ def _plain_of(module: nn.Module) -> nn.Module:
         (t.name, module.embedding_bags[t.name].weight, list(t.feature_names), t.pooling.name.lower())
         for t in module.embedding_bag_configs()
     ]
-    return PlainEmbeddingBagCollection(tables, module.is_weighted())
+    return PlainEmbeddingBagCollection(tables, module.is_weighted(), features)
 
 
-def swap_embedding_collections(model: nn.Module) -> list[str]:
+def swap_embedding_collections(model: nn.Module, features: Sequence[str]) -> list[str]:
     """Replace, in place, every TorchRec embedding collection of an unsharded ``model`` by its
-    plain-torch twin (weights copied). Returns the swapped modules' names.
+    plain-torch twin (weights copied); ``features`` are the run's id features in order.
+    Returns the swapped modules' names.
 
     Raises:
         NotImplementedError: for a collection kind that has no twin yet (``EmbeddingCollection``).
@@ -139,7 +180,7 @@ def swap_embedding_collections(model: nn.Module) -> list[str]:
             continue
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, _plain_of(module))
+        setattr(parent, child, _plain_of(module, features))
         swapped.append(name)
     return swapped
 

@@ -108,27 +108,21 @@ class Predictor:
         table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
         table = table.append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
         batch = self._builder(table, source)
-        rows = batch.groups[_ROW].numpy()[: batch.num_rows]
-        sparse = batch.sparse
-        lengths = sparse.lengths().to(torch.int64).view(len(sparse.keys()), -1) if sparse.keys() else None
-        starts = np.concatenate([[0], np.cumsum(lengths.sum(dim=1).numpy())]) if lengths is not None else []
-        inputs: dict[str, Any] = {}
-        dense = {f.name: j for j, f in enumerate(self._builder.specs.dense)}
-        for name in self.inputs:
-            feature, _, part = name.rpartition(".")
-            if name in dense:
-                inputs[name] = batch.dense[:, dense[name]].contiguous()
-                continue
-            k = sparse.keys().index(feature)
-            lo, hi = int(starts[k]), int(starts[k + 1])
-            if part == "ids":
-                inputs[name] = sparse.values()[lo:hi].to(torch.int64)
-            elif part == "lengths":
-                inputs[name] = lengths[k].contiguous()
-            else:
-                inputs[name] = sparse.weights()[lo:hi].to(torch.float32)
         if batch.num_rows == 0:  # every row was bad: the builder's padding row is no row
-            inputs = {}
+            return {}, np.zeros(0, np.int64), batch.skipped
+        rows = batch.groups[_ROW].numpy()
+        sparse = batch.sparse
+        keys = sparse.keys()
+        inputs: dict[str, Any] = {}
+        for name in self.inputs:
+            if name == "dense":
+                inputs[name] = batch.dense
+            elif name == "ids":
+                inputs[name] = sparse.values().to(torch.int64)
+            elif name == "lengths":
+                inputs[name] = sparse.lengths().to(torch.int64).view(len(keys), batch.num_rows)
+            else:
+                inputs[name] = sparse.weights().to(torch.float32)
         return inputs, rows, batch.skipped
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -149,7 +143,7 @@ class Predictor:
         parts: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
         rows: list[np.ndarray] = []
         skipped = SkippedRows()
-        for start in range(0, max(table.num_rows, 1), batch_size):
+        for start in range(0, table.num_rows, batch_size):
             inputs, kept, bad = self.encode(table.slice(start, batch_size), source)
             skipped.add(bad)
             if not inputs:

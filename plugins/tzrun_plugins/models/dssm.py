@@ -137,6 +137,11 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             self.ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), is_weighted=ctx.is_weighted, device=ctx.embedding_device)
             self.user_tower = Tower(cfg.user_features, cfg.user_hidden_units)
             self.item_tower = Tower(cfg.item_features, cfg.item_hidden_units)
+            # what `tzrec-run export` writes: each tower alone (items embedded offline, users online)
+            self.serving_programs = {
+                "user_tower": {"outputs": ["user_embedding"], "features": list(cfg.user_features)},
+                "item_tower": {"outputs": ["item_embedding"], "features": list(cfg.item_features)},
+            }
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             embedded = self.ebc(batch.sparse)
