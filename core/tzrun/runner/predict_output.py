@@ -13,7 +13,7 @@ whole one.
   ``OUTPUT`` (a temporary file renamed, or one PUT on an object store) and removes the parts.
 
 Rows left out under ``data.on_bad_row = "skip"`` are listed in ``_skipped.parquet`` (a
-directory) or ``OUTPUT.skipped.parquet`` (one file): the input row number (0-based, in the
+directory) or ``NAME.skipped.parquet`` next to ``NAME.parquet`` (one file): the input row number (0-based, in the
 reader's order of the input's files) and the problem(s), written before the marker or file.
 A leftover ``OUTPUT.partial/`` (a killed run) is removed by the next run.
 """
@@ -42,7 +42,9 @@ SKIPPED = "_skipped.parquet"
 
 def skipped_path(output: str) -> Path:
     """Where the rows left out of ``output`` are listed."""
-    return as_path(output) / SKIPPED if not _single(output) else as_path(output + ".skipped.parquet")
+    if not _single(output):
+        return as_path(output) / SKIPPED
+    return as_path(output.rstrip("/").removesuffix(".parquet") + ".skipped.parquet")
 
 
 def _single(output: str) -> bool:

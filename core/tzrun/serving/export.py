@@ -164,7 +164,7 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
                               + ". Export it with the config it was trained with (its config is in meta.json)")
     load_state(checkpoint / "state", {"model": {"model." + k: v for k, v in state.items()}}, no_dist=True)
     model.load_state_dict(state)
-    ema = cfg.train.dense_optimizer.ema
+    ema = cfg.train.dense_optimizer.fields.ema
     if ema is not None and ema.use_for_eval:
         update: dict[str, Any] = {}
         load_state(checkpoint / "state", {"update": Blob(dict, update.update)}, no_dist=True)
