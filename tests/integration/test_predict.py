@@ -150,3 +150,30 @@ def test_predict_reads_and_writes_an_object_store(trained, s3_bucket):
     assert fs.exists(f"{base}/out/_SUCCESS")
     with fs.open(f"{base}/out/part-00000.parquet", "rb") as f:
         np.testing.assert_array_equal(pq.read_table(f).column("rid").to_numpy(), np.arange(3001))
+
+
+def test_predict_with_the_export_agrees_with_the_checkpoint(trained, criteo_dir, tmp_path):
+    root, config, unlabelled = trained
+    export = tmp_path / "export"
+    made = run_cli(["export", str(config), "--checkpoint", "latest", "--out", str(export)])
+    assert made.returncode == 0, made.stderr[-3000:]
+    out = tmp_path / "scores.parquet"
+    done = run_cli(["predict", str(config), "--export", str(export), "--input", str(unlabelled), "--output", str(out),
+                    "--keep-columns", "rid"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = pq.read_table(root / "run" / "predictions" / "step-4" / "rank-0.parquet")
+    scores = pq.read_table(out)
+    assert scores.column_names == ["logits", "probs", "rid"]
+    np.testing.assert_array_equal(scores.column("rid").to_numpy(), np.arange(3001))
+    # the exported program's bound against the training model's forward: 1e-6 (float32 resolution)
+    np.testing.assert_allclose(scores.column("probs").to_numpy(), saved.column("probs").to_numpy(), rtol=0, atol=1e-6)
+
+    bad = _unlabelled(criteo_dir / "eval", tmp_path / "bad", bad_every=97)
+    skipped = run_cli(["predict", str(config), "--export", str(export), "--input", str(bad), "--output",
+                       str(tmp_path / "bad.parquet"), "--keep-columns", "rid", "--set", 'data.on_bad_row="skip"'])
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    listed = pq.read_table(tmp_path / "bad.skipped.parquet")
+    np.testing.assert_array_equal(listed.column("row").to_numpy(), np.arange(0, 3001, 97))
+    assert set(listed.column("problem").to_pylist()) == {"cat_0: id outside [0, 1000)"}
+    kept = pq.read_table(tmp_path / "bad.parquet").column("rid").to_numpy()
+    np.testing.assert_array_equal(kept, np.setdiff1d(np.arange(3001), np.arange(0, 3001, 97)))
