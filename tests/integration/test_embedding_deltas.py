@@ -89,3 +89,30 @@ def test_ckpt_apply_deltas_writes_the_tables_at_the_last_dump(tmp_path, criteo_d
     assert done.returncode == 0, done.stderr[-3000:]
     assert "table(s) at step 4" in done.stdout
     _equal(torch.load(out, weights_only=True), checkpoint_tables(model_dir / "checkpoints" / "step-4")[0])
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("sharding", ["table_wise", "column_wise"])
+def test_two_ranks_dump_the_rows_of_their_own_shards(tmp_path, criteo_dir, sharding):
+    from tests.conftest import run_cli
+
+    model_dir = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    # tables 256 wide: TorchRec cuts column-wise shards of 128 columns
+    config.write_text(tiny_config_text(criteo_dir, model_dir).replace("embedding_dim = 8",
+                                                                      "embedding_dim = 256"))
+    sets = ["train.num_steps=5", "train.save_checkpoints_steps=2", "train.keep_checkpoint_max=10",
+            'train.stages=[{type = "embedding_deltas", every_n_steps = 2}]',
+            f'train.global_embedding_constraints={{sharding_types = ["{sharding}"]}}']
+    done = run_cli(["train", str(config), *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    deltas = model_dir / "embedding_deltas"
+    assert [s for s, _ in list_dumps(deltas)] == [2, 4, 5]
+    dumps = [read_dump(p) for _, p in list_dumps(deltas)]
+    assert all(len(d["parts"]) == 2 for d in dumps)
+    offsets = {piece["col_offset"] for part in dumps[0]["parts"] for pieces in part["tables"].values() for piece in pieces}
+    assert (offsets != {0}) == (sharding == "column_wise")  # column shards put their columns back in place
+    base, step = checkpoint_tables(model_dir / "checkpoints" / "step-2")
+    applied, upto = apply_deltas(base, deltas, step)
+    assert upto == 5
+    _equal(applied, checkpoint_tables(model_dir / "checkpoints" / "step-5")[0])
