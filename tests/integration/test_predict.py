@@ -177,3 +177,27 @@ def test_predict_with_the_export_agrees_with_the_checkpoint(trained, criteo_dir,
     assert set(listed.column("problem").to_pylist()) == {"cat_0: id outside [0, 1000)"}
     kept = pq.read_table(tmp_path / "bad.parquet").column("rid").to_numpy()
     np.testing.assert_array_equal(kept, np.setdiff1d(np.arange(3001), np.arange(0, 3001, 97)))
+
+
+def test_csv_rows_with_a_malformed_line_are_scored_and_the_line_listed(trained, tmp_path):
+    root, config, unlabelled = trained
+    table = pq.read_table(unlabelled).slice(0, 600)
+    csv = tmp_path / "rows"
+    csv.mkdir()
+    columns = ["int_0", "cat_0", "cat_5", "cat_8", "rid"]
+    lines = [",".join(columns)]
+    for i, row in enumerate(table.select(columns).to_pylist()):
+        lines.append("1,2,3,4,5,6,7" if i == 10 else ",".join("" if row[c] is None else str(row[c]) for c in columns))
+    (csv / "rows.csv").write_text("\n".join(lines) + "\n")
+    reader = 'data.reader={type="csv", column_types={int_0="float32", cat_0="int64", cat_5="int64", cat_8="int64", rid="int64"}}'
+    out = tmp_path / "scores"
+    done = _predict(config, "--input", str(csv), "--output", str(out), "--keep-columns", "rid",
+                    "--set", reader, "--set", 'data.on_bad_row="skip"')
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = pq.read_table(out / "_skipped.parquet").to_pylist()
+    assert [r["row"] for r in listed] == [10] and "malformed" in listed[0]["problem"]
+    scores = pq.read_table(out)
+    np.testing.assert_array_equal(scores.column("rid").to_numpy(), np.delete(np.arange(600), 10))
+    saved = pq.read_table(root / "run" / "predictions" / "step-4" / "rank-0.parquet")  # the same rows, from Parquet
+    np.testing.assert_allclose(scores.column("probs").to_numpy(), np.delete(saved.column("probs").to_numpy()[:600], 10),
+                               rtol=0, atol=1e-6)
