@@ -86,7 +86,7 @@ class OutputColumns:
     def add(self, outputs: dict[str, Any], rows: int) -> None:
         """Take the first ``rows`` rows of each chosen output (tensors or arrays)."""
         if self.names is None:
-            self.names = self._choose(outputs, rows)
+            self.names = self._choose(outputs)
         for name in self.names:
             value = outputs[name]
             value = value[:rows].detach().float().cpu().numpy() if hasattr(value, "detach") else np.asarray(value[:rows], dtype=np.float32)
@@ -97,13 +97,13 @@ class OutputColumns:
                                 "(or one vector) per row; pass --outputs with the outputs to write")
             self.values.setdefault(name, []).append(value)
 
-    def _choose(self, outputs: dict[str, Any], rows: int) -> tuple[str, ...]:
+    def _choose(self, outputs: dict[str, Any]) -> tuple[str, ...]:
         if self.wanted:
             unknown = [n for n in self.wanted if n not in outputs]
             if unknown:
                 raise DataError(f"--outputs {','.join(unknown)}: not an output of the model (outputs: {', '.join(outputs)})")
             return self.wanted
-        scalar = tuple(n for n, v in outputs.items() if tuple(v.shape) in ((rows,), (rows, 1)))
+        scalar = tuple(n for n, v in outputs.items() if len(v.shape) == 1 or (len(v.shape) == 2 and v.shape[1] == 1))
         if not scalar:
             raise DataError(f"the model has no output with one value per row (outputs: {', '.join(outputs)}); "
                             "pass --outputs with the outputs to write (vectors are written as lists)")
