@@ -34,7 +34,7 @@ from tzrun.errors import NonFiniteLossError
 from tzrun.interfaces import EvalResult, StepInfo
 from tzrun.kernel.plugins import call_lifecycle, plugin_infos
 from tzrun.runner.checkpoint import (
-    Blob, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
+    Blob, checkpoint_dir, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
 )
 from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation, told_already
@@ -130,6 +130,9 @@ class Trainer:
                         break
             if self.last_checkpoint is None:  # resumed at the very end: nothing left to train
                 self.last_checkpoint = latest_checkpoint(self.session.model_dir)
+            export = self.cfg.export
+            if export is not None and export.at_end and self.stopped_by is None and self.last_checkpoint is not None:
+                self.publish_export(self.last_checkpoint)
             call_lifecycle(self.pm, "tzrun_after_train", run=self.run, step=self.step)
         except BaseException as error:
             fail_collectively(error)  # the other ranks stop within seconds
@@ -437,9 +440,22 @@ class Trainer:
 
     def record_best(self, result: EvalResult) -> None:
         """Record the best checkpoint by ``eval.best_metric`` (rank 0 writes; then prunes)."""
-        record_best(self.session.model_dir, self.step, result.metrics, self.cfg.eval.best_metric,
-                    self.cfg.eval.best_mode, write=self.info.rank == 0)
+        best = record_best(self.session.model_dir, self.step, result.metrics, self.cfg.eval.best_metric,
+                           self.cfg.eval.best_mode, write=self.info.rank == 0)
+        export = self.cfg.export
+        if export is not None and export.on_best and best is not None and best.step == self.step:
+            self.publish_export(checkpoint_dir(self.session.model_dir, self.step))
         self.prune()
+
+    def publish_export(self, checkpoint: Path) -> None:
+        """Export ``checkpoint`` for serving as ``[export]`` says (rank 0, from the complete
+        checkpoint on storage; the other ranks wait at the next collective)."""
+        if self.info.rank != 0:
+            return
+        from tzrun.serving.publish import export_root, publish_export
+
+        version = publish_export(self.session.facts, checkpoint, export_root(self.cfg), self.cfg.export.keep)
+        self._log0("exported %s for serving: %s", checkpoint.name, version)
 
     def prune(self) -> None:
         """Remove the checkpoints ``train.keep_checkpoint_max`` does not keep (rank 0)."""

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,7 +31,7 @@ import attrs
 import torch
 from torch import nn
 
-from tzrun.errors import CheckpointError, TzrunError
+from tzrun.errors import CheckpointError, TzrunError, WriteError
 from tzrun.io.files import write_atomic
 from tzrun.io.storage import as_path, is_remote, remove_tree
 from tzrun.serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of
@@ -162,7 +163,9 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
     if problems:
         raise CheckpointError(f"{checkpoint}: does not hold this config's model: " + "; ".join(problems[:6])
                               + ". Export it with the config it was trained with (its config is in meta.json)")
-    load_state(checkpoint / "state", {"model": {"model." + k: v for k, v in state.items()}}, no_dist=True)
+    with warnings.catch_warnings():  # DCP notes that it loads on one process: that is the point here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        load_state(checkpoint / "state", {"model": {"model." + k: v for k, v in state.items()}}, no_dist=True)
     model.load_state_dict(state)
     ema = cfg.train.dense_optimizer.fields.ema
     if ema is not None and ema.use_for_eval:
@@ -252,12 +255,12 @@ def write_export(out: Path, exported: Mapping[ServingProgram, Any], manifest: Ma
     or empty.
 
     Raises:
-        TzrunError: when ``out`` holds something that is not an export.
+        WriteError: when ``out`` holds something that is not an export.
     """
     out = as_path(out)
     if out.exists() and any(out.iterdir()):
         if not (out / MANIFEST).exists() and not any(p.name.endswith(".pt2") for p in out.iterdir()):
-            raise TzrunError(f"--out {out}: the directory holds files that are not an export; name an empty or new directory")
+            raise WriteError(f"--out {out}: the directory holds files that are not an export; name an empty or new directory")
         remove_tree(out) if is_remote(out) else shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     for program, ep in exported.items():

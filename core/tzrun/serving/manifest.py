@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from tzrun.errors import TzrunError
+from tzrun.errors import CheckpointError
 
 __all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "manifest_of", "read_manifest", "output_kind"]
 
@@ -82,7 +82,7 @@ def output_kind(name: str) -> str:
 def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest of an export of ``programs`` (:class:`~tzrun.serving.export.ServingProgram`)."""
     specs = facts.specs
-    labels = {s.prediction: s.label for s in facts.loss_slots}
+    labels = {s.prediction: s.label for s in (*facts.metric_slots, *facts.loss_slots)}
     sparse = []
     for f in specs.sparse:
         entry = {k: v for k, v in attrs.asdict(f).items() if v is not None}
@@ -121,13 +121,13 @@ def read_manifest(export_dir: Path) -> dict[str, Any]:
     """The manifest of a complete export.
 
     Raises:
-        TzrunError: when ``export_dir`` is not a complete export (no marker) or its manifest is
-            of another format.
+        CheckpointError: when ``export_dir`` is not a complete export (no marker) or its
+            manifest is of another format.
     """
     if not (export_dir / COMPLETE).exists():
-        raise TzrunError(f"{export_dir}: not a complete export (no {COMPLETE} marker); export again, or use "
+        raise CheckpointError(f"{export_dir}: not a complete export (no {COMPLETE} marker); export again, or use "
                          "another version")
     manifest = json.loads((export_dir / MANIFEST).read_text(encoding="utf-8"))
     if manifest.get("format") != FORMAT:
-        raise TzrunError(f"{export_dir / MANIFEST}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+        raise CheckpointError(f"{export_dir / MANIFEST}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest

@@ -35,6 +35,8 @@ TOPICS: Mapping[str, tuple[str, Sequence[tuple[str, str | None]]]] = {
     "fine-tuning": ("Fine-tuning from another run", [("checkpoints.md", "Fine-tuning from another run")]),
     "checkpoint-trust": ("What a checkpoint may hold, and what loading trusts", [("checkpoints.md", "Trust")]),
     "rank-failure": ("When a rank fails", [("howto/multi_process.md", "When a rank fails")]),
+    "serving": ("Exports for serving, the manifest and the predictor",
+                [("serving.md", None), ("serving.md", "Export"), ("serving.md", "What a serving system must implement itself")]),
     "migration": ("Migrating from TorchEasyRec",
                   [("migration.md", None), ("migration.md", "Convert a TorchEasyRec config")]),
 }
