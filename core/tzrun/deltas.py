@@ -31,7 +31,7 @@ from tzrun.errors import CheckpointError
 from tzrun.io.files import write_atomic
 from tzrun.io.storage import as_path, remove_tree
 
-__all__ = ["MANIFEST", "MARKER", "dump_dir", "write_part", "publish_dump", "list_dumps", "read_dump",
+__all__ = ["MANIFEST", "MARKER", "DeltaDumps", "dump_dir", "write_part", "publish_dump", "list_dumps", "read_dump",
            "apply_deltas", "checkpoint_tables", "remove_dumps_after"]
 
 MANIFEST = "manifest.json"
@@ -159,6 +159,39 @@ def _apply_part(tables: dict[str, Any], part: Mapping[str, Any], path: Path) -> 
         if name not in tables:
             raise CheckpointError(f"{path}: table {name!r} is not in the base (tables: {', '.join(sorted(tables))})")
         tables[name].copy_(whole)
+
+
+class DeltaDumps:
+    """The dumps under one directory, as a stage writes them (public: ``tzrun.DeltaDumps``).
+
+    Args:
+        root: the directory (a path or URL; :func:`tzrun.under` makes one relative to the model dir).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = as_path(root)
+
+    def dir(self, step: int) -> Path:
+        """The directory of the dump of ``step``."""
+        return dump_dir(self.root, step)
+
+    def clear(self, step: int) -> None:
+        """Remove what a crashed run left of the dump of ``step`` (before writing it again; one rank)."""
+        remove_tree(self.dir(step))
+
+    def write_part(self, step: int, rank: int, tables: Mapping[str, Sequence[Mapping[str, Any]]],
+                   full: Mapping[str, Any]) -> None:
+        """Write rank ``rank``'s rows of the dump of ``step`` (see the module docstring)."""
+        write_part(self.dir(step), rank, tables, full)
+
+    def publish(self, step: int, previous: int, world_size: int, shapes: Mapping[str, Sequence[int]]) -> None:
+        """Write the manifest and, last, the marker of the dump of ``step`` (one rank, after every
+        rank wrote its part)."""
+        publish_dump(self.dir(step), step, previous, world_size, shapes)
+
+    def remove_after(self, step: int) -> list[Path]:
+        """Remove the dumps after ``step`` (see :func:`remove_dumps_after`)."""
+        return remove_dumps_after(self.root, step)
 
 
 def checkpoint_tables(checkpoint: str | Path, names: Sequence[str] | None = None) -> tuple[dict[str, Any], int]:

@@ -28,7 +28,8 @@ from tzrun.errors import ConfigError, ConfigProblem, DataError
 from tzrun.runner.predict_input import Chunk, Skipped, drop_reader_marked, drop_rows, mapped, prefetched, rank_split, read_chunks
 from tzrun.runner.predict_output import PredictionSink
 
-__all__ = ["PredictRequest", "PredictResult", "OutputColumns", "predict_checkpoint", "write_predictions"]
+__all__ = ["PredictRequest", "PredictResult", "OutputColumns", "RankScores", "predict_checkpoint", "prepared_sink",
+           "write_predictions"]
 
 log = logging.getLogger("tzrun")
 
@@ -196,7 +197,7 @@ def predict_checkpoint(session: Any, which: str, request: PredictRequest) -> Pre
     if info.rank == 0:
         log.info("predicting %s with %s (step %s) over %d rank(s)%s", request.input, path, meta.get("step"),
                  info.world_size, " with the EMA weights" if ema else "")
-    sink = _prepared_sink(request, info.rank)
+    sink = prepared_sink(request, info.rank)
     model = session.built.model.module.model  # the user's model inside DMP and its losses
     autocast = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.train.mixed_precision]
     scores = RankScores(OutputColumns(request.outputs))
@@ -234,7 +235,7 @@ def _collect(scores: RankScores, scored: _Scored, outputs: dict[str, Any], keep:
     scores.rows += rows
 
 
-def _prepared_sink(request: PredictRequest, rank: int) -> PredictionSink:
+def prepared_sink(request: PredictRequest, rank: int) -> PredictionSink:
     """The output, cleared by rank 0 before any rank writes (collective)."""
     sink = PredictionSink(request.output, request.overwrite)
     _on_rank0(rank, sink.prepare)

@@ -17,7 +17,7 @@ import numpy as np
 
 from tzrun.data.origin import located
 from tzrun.errors import DataError
-from tzrun.runner.predict import OutputColumns, PredictRequest, PredictResult, RankScores, _prepared_sink, write_predictions
+from tzrun.runner.predict import OutputColumns, PredictRequest, PredictResult, RankScores, prepared_sink, write_predictions
 from tzrun.runner.predict_input import Chunk, drop_reader_marked, drop_rows, mapped, prefetched, rank_split, read_chunks
 
 __all__ = ["predict_export"]
@@ -46,7 +46,7 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
     split = rank_split(session.reader, request.input, batch_size, info.rank, info.world_size)
     if info.rank == 0:
         log.info("predicting %s with the export %s over %d rank(s)", request.input, predictor.path, info.world_size)
-    sink = _prepared_sink(request, info.rank)
+    sink = prepared_sink(request, info.rank)
     columns = read_columns(session.reader, _raw_columns(predictor, request), d.on_bad_row)
     scores = RankScores(OutputColumns(request.outputs))
 

@@ -23,7 +23,7 @@ from tzrun.data.pieces import group_pieces, read_pieces
 from tzrun.data.schemas import SchemaUnifier
 from tzrun.interfaces import BAD_ROW_COLUMN, BAD_ROW_SEPARATOR, Reader
 
-__all__ = ["Chunk", "Skipped", "rank_split", "read_chunks", "drop_rows"]
+__all__ = ["Chunk", "Skipped", "rank_split", "read_chunks", "drop_reader_marked", "drop_rows", "prefetched", "mapped"]
 
 
 @attrs.define

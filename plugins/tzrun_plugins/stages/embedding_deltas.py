@@ -1,5 +1,5 @@
 """The ``embedding_deltas`` stage: every ``every_n_steps`` steps, write only the embedding rows
-changed since its previous dump, per table (format and applying: :mod:`tzrun.deltas`).
+changed since its previous dump, per table (format and applying: ``tzrun.deltas``, written through :class:`tzrun.DeltaDumps`).
 
 Which rows changed is tracked from the ids each training step looks up (a forward pre-hook on
 every sharded embedding collection, in training mode only): FBGEMM's fused optimizers update
@@ -23,8 +23,6 @@ from typing import Any
 import attrs
 
 import tzrun
-from tzrun.deltas import dump_dir, publish_dump, remove_dumps_after, write_part
-from tzrun.io.storage import remove_tree, under
 
 __all__ = ["EmbeddingDeltasConfig", "EmbeddingDeltasStage", "build_embedding_deltas", "embedding_deltas_outputs"]
 
@@ -144,14 +142,14 @@ class EmbeddingDeltasStage:
                 tables[name] = [piece for shard in value.local_shards() if (piece := _rows(shard, mine)) is not None]
             elif run.is_rank0:  # replicated (data-parallel): whole
                 full[name] = value.detach().cpu().clone()
-        path = dump_dir(under(run.model_dir, self.cfg.dir), step)
-        if run.is_rank0 and path.exists():  # a dump of this step a crashed run left
-            remove_tree(path)
+        dumps = tzrun.DeltaDumps(tzrun.under(run.model_dir, self.cfg.dir))
+        if run.is_rank0:
+            dumps.clear(step)  # what a crashed run left of this step's dump
         _barrier(run)
-        write_part(path, run.rank, tables, full)
+        dumps.write_part(step, run.rank, tables, full)
         _barrier(run)
         if run.is_rank0:
-            publish_dump(path, step, self.last_dump, run.world_size, shapes)
+            dumps.publish(step, self.last_dump, run.world_size, shapes)
         self.last_dump = step
         self.pending = []
 
@@ -165,7 +163,7 @@ class EmbeddingDeltasStage:
     @tzrun.hookimpl
     def tzrun_after_checkpoint_load(self, run: tzrun.RunContext, step: int, state: dict[str, Any]) -> None:
         if run.is_rank0:
-            removed = remove_dumps_after(under(run.model_dir, self.cfg.dir), step)
+            removed = tzrun.DeltaDumps(tzrun.under(run.model_dir, self.cfg.dir)).remove_after(step)
             if removed:
                 log.info("embedding_deltas: removed %d dump(s) after step %d (written again)", len(removed), step)
 
