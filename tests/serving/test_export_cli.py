@@ -22,43 +22,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_cli
+from tests.serving.conftest import EMA
 
 pytestmark = pytest.mark.slow
 
 BOUND = 1e-5
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The tiny config (its eval input: 600 rows) and its data directory."""
-    from tzrun.testing import tiny_config_text
-    from tzrun.tools.synth import synth_criteo
-
-    root = tmp_path_factory.mktemp("export_cli")
-    synth_criteo(root / "data", rows=1024, eval_rows=600, seed=2, rows_per_file=1024, row_group_size=256)
-    config = root / "tiny.toml"
-    config.write_text(tiny_config_text(root / "data", root / "unused"), encoding="utf-8")
-    return config, root / "data"
-
-
-def _train_evaluate_export(config: Path, model_dir: Path, out: Path, *launch: str) -> np.ndarray:
-    """Train on ``launch``'s ranks, evaluate the latest checkpoint on one process with saved
-    predictions (the final evaluation of a 1-rank run), export it; returns the evaluated
-    probabilities, in eval-input order."""
-    where = ["--model-dir", str(model_dir)]
-    save = ["--set", "eval.save_predictions=true"]
-    two = "--nproc-per-node" in launch
-    proc = run_cli(["train", str(config), *where, "--overwrite", *launch, *([] if two else save)])
+def _export(config: Path, model_dir: Path, out: Path, *sets: str) -> None:
+    proc = run_cli(["export", str(config), "--model-dir", str(model_dir), "--checkpoint", "latest", "--out", str(out),
+                    *[a for s in sets for a in ("--set", s)]])
     assert proc.returncode == 0, proc.stderr[-4000:]
-    if two:  # each rank saved its share: evaluate the 2-rank checkpoint on one process, in input order
-        proc = run_cli(["evaluate", str(config), *where, "--checkpoint", "latest", *save])
-        assert proc.returncode == 0, proc.stderr[-4000:]
-    proc = run_cli(["export", str(config), *where, "--checkpoint", "latest", "--out", str(out),
-                    *([] if two else launch)])
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "exported" in proc.stdout and "step 4" in proc.stdout
-    [saved] = (model_dir / "predictions").glob("step-*/rank-0.parquet")
-    return pq.read_table(saved)["probs"].to_numpy()
+    assert "exported" in proc.stdout and "(step 4)" in proc.stdout
+
+
+def _saved_probs(model_dir: Path) -> np.ndarray:
+    """The probabilities the evaluation of step 4 saved on one process, in eval-input order."""
+    return pq.read_table(model_dir / "predictions" / "step-4" / "rank-0.parquet")["probs"].to_numpy()
 
 
 def _eval_rows(data: Path) -> pa.Table:
@@ -66,20 +46,27 @@ def _eval_rows(data: Path) -> pa.Table:
 
 
 @pytest.mark.multiproc
-def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny, tmp_path):
+def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny_run, tmp_path):
+    """One rank (evaluated with the EMA averages, which the export must hold too) and two
+    ranks (evaluated again on one process, so that the saved rows are in input order)."""
     from tzrun.serving import Predictor
 
-    config, data = tiny
-    rows = _eval_rows(data)
-    # one rank: evaluation (and so the export) uses the EMA averages of the dense weights
-    ema = ("--set", 'train.dense_optimizer={type="sgd", lr=0.1, ema={decay=0.5, use_for_eval=true}}')
-    for ranks in (1, 2):
-        launch = ("--nproc-per-node", "2") if ranks == 2 else ema
-        evaluated = _train_evaluate_export(config, tmp_path / f"run{ranks}", tmp_path / f"export{ranks}", *launch)
+    root = tiny_run.model_dir.parent
+    config, rows = root / "tiny.toml", _eval_rows(root / "tiny_data")
+    _export(config, tiny_run.model_dir, tmp_path / "export1", EMA)
+    two = tmp_path / "run2"
+    proc = run_cli(["train", str(config), "--model-dir", str(two), "--nproc-per-node", "2"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_cli(["evaluate", str(config), "--model-dir", str(two), "--checkpoint", "latest",
+                    "--set", "eval.save_predictions=true"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _export(config, two, tmp_path / "export2")
+    for ranks, model_dir in ((1, tiny_run.model_dir), (2, two)):
         manifest = json.loads((tmp_path / f"export{ranks}" / "manifest.json").read_text())
         assert manifest["checkpoint"]["world_size"] == ranks and manifest["checkpoint"]["step"] == 4
         assert [o["kind"] for o in manifest["programs"]["model"]["outputs"]] == ["logit", "probability"]
         got = Predictor(tmp_path / f"export{ranks}").predict(rows)["probs"]
+        evaluated = _saved_probs(model_dir)
         assert got.shape == evaluated.shape == (rows.num_rows,)
         np.testing.assert_allclose(got, evaluated, rtol=0, atol=BOUND)
     _fresh_venv_runs_the_export(tmp_path / "export2", rows, tmp_path)

@@ -43,3 +43,11 @@ def test_the_predictor_refuses_an_export_without_its_marker(tmp_path):
     (tmp_path / "manifest.json").write_text("{}")
     with pytest.raises(CheckpointError, match="not a complete export"):
         Predictor(tmp_path)
+
+
+def test_exporting_on_the_best_metric_needs_one(config, capsys):
+    from tzrun.errors import EXIT_CONFIG
+
+    code = main(["check", str(config), "--no-plan", "--no-data", "--set", "export={on_best=true}"])
+    assert code == EXIT_CONFIG
+    assert "export.on_best: needs eval.best_metric" in capsys.readouterr().err

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+import tzrun
+
 from tests.conftest import REPO
 
 #: example -> its data set (the examples of tests/integration/test_models.py, each model once or more)
@@ -124,3 +126,91 @@ def _one_row_and_a_row_without_ids(model, session, table, predictor) -> None:
         got = predictor.predict(rows)
         for name in predictor.outputs:
             np.testing.assert_allclose(got[name], want[name].float().numpy(), rtol=BOUND, atol=BOUND)
+
+
+class _ThirdPartyModels:
+    """A model plugin written against the public API only, declaring no outputs, reading one
+    feature's pooled embedding by key and the collection's values."""
+
+    @staticmethod
+    def build(cfg, ctx):
+        from torch import nn
+        from torchrec import EmbeddingBagCollection
+
+        class Scorer(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), is_weighted=ctx.is_weighted,
+                                                  device=ctx.embedding_device)
+                width = sum(t.embedding_dim * len(t.feature_names) for t in ctx.tables)
+                self.linear = nn.Linear(width + len(ctx.dense_features), 1)
+
+            def forward(self, batch):
+                pooled = self.ebc(batch.sparse)
+                first = pooled[ctx.sparse_features[0].name]
+                x = torch.cat([batch.dense, pooled.values()], dim=1)
+                return {"score": self.linear(x).squeeze(-1) + first.sum(dim=1)}
+
+        return Scorer()
+
+    @tzrun.hookimpl
+    def tzrun_register_models(self, register):
+        import attrs
+
+        @attrs.frozen
+        class ScorerConfig:
+            pass
+
+        register("scorer", config=ScorerConfig, build=self.build, description="a third party's model")
+
+
+def test_a_third_party_model_exports_through_the_public_api(datasets, tmp_path):
+    """Nothing in export knows the model: its outputs are what its forward returns."""
+    import copy
+
+    from tzrun.config.load import parse_config
+    from tzrun.data.features import BatchBuilder
+    from tzrun.runner.session import Session
+    from tzrun.serving import Predictor
+    from tzrun.serving.export import export_model, write_export
+    from tzrun.serving.manifest import manifest_of
+    from tzrun.testing import tiny_config_text
+
+    plugin = _ThirdPartyModels()
+    text = tiny_config_text(datasets["criteo"], tmp_path / "run")
+    overrides = ['model={type="scorer"}', 'losses=[{type="binary_cross_entropy", prediction="score"}]',
+                 'metrics=[{type="auc", prediction="score"}]']
+    session = Session.from_raw(parse_config(text, "<tiny>", overrides), [("third_party", plugin)])
+    model = _model(session)
+    exported = export_model(copy.deepcopy(model), session.specs, [])
+    assert [p.outputs for p in exported] == [("score",)]
+    write_export(tmp_path / "export", exported, manifest_of(session.facts, list(exported), {"step": 0}))
+    table = _rows(session, datasets["criteo"] / "eval")
+    with torch.no_grad():
+        want = model(BatchBuilder(session.specs, (), None)(table, "eval"))["score"].numpy()
+    np.testing.assert_allclose(Predictor(tmp_path / "export").predict(table)["score"], want, rtol=BOUND, atol=BOUND)
+    _bad_rows_are_reported_in_place(tmp_path / "export", table)
+
+
+def _bad_rows_are_reported_in_place(export, table) -> None:
+    """An id outside num_buckets: an error naming the column, or under "skip" the row left out
+    (scored rows keep their input indices; predict gives NaN in its place)."""
+    import pyarrow as pa
+
+    from tzrun.errors import DataError
+    from tzrun.serving import Predictor
+
+    rows = table.slice(0, 5)
+    cat_5 = rows["cat_5"].to_pylist()
+    cat_5[2] = 999  # cat_5 has num_buckets = 24
+    bad = rows.set_column(rows.schema.get_field_index("cat_5"), "cat_5", pa.array(cat_5, rows.schema.field("cat_5").type))
+    with pytest.raises(DataError, match="cat_5"):
+        Predictor(export).predict(bad)
+    skipping = Predictor(export, on_bad_row="skip")
+    scored = skipping.score(bad)
+    assert scored.rows.tolist() == [0, 1, 3, 4] and scored.skipped.rows == 1
+    good = Predictor(export).predict(rows)["score"]
+    np.testing.assert_allclose(scored.outputs["score"], good[[0, 1, 3, 4]], rtol=BOUND, atol=BOUND)  # 4 rows, not 5
+    predicted = skipping.predict(bad)["score"]
+    assert np.isnan(predicted[2])
+    np.testing.assert_allclose(np.delete(predicted, 2), good[[0, 1, 3, 4]], rtol=BOUND, atol=BOUND)

@@ -16,25 +16,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tzrun.testing import run_tiny_training
+from tests.serving.conftest import EMA
 
 pytestmark = pytest.mark.slow
 
-OVERRIDES = ['eval.best_metric="auc"', "train.save_checkpoints_steps=2", "train.keep_checkpoint_max=5",
-             "export={on_best=true, at_end=true, keep=2}"]
-
-
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("publish")
-    run = run_tiny_training(root, overrides=OVERRIDES)
-    return run, root
+def trained(tiny_run):
+    return tiny_run, tiny_run.model_dir.parent
 
 
 def _session(run):
     from tzrun.runner.session import Session
 
-    return Session.from_config(run.model_dir.parent / "tiny.toml", [f'model_dir="{run.model_dir}"'])
+    return Session.from_config(run.model_dir.parent / "tiny.toml", [f'model_dir="{run.model_dir}"', EMA])
 
 
 def _rows(root: Path) -> pa.Table:
@@ -72,7 +66,7 @@ def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, t
         from tzrun.runner.session import Session
         from tzrun.serving.publish import publish_export
 
-        session = Session.from_config({str(run.model_dir.parent / "tiny.toml")!r}, ['model_dir="{run.model_dir}"'])
+        session = Session.from_config({str(run.model_dir.parent / "tiny.toml")!r}, ['model_dir="{run.model_dir}"', {EMA!r}])
 
         def killed(program, target, **kwargs):  # half a program written, then the process dies
             with open(target, "wb") as f:

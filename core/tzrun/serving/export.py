@@ -107,6 +107,11 @@ class ServingModule(nn.Module):
         self.program = program
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        outputs = self.model(self.batch(inputs))
+        return {name: outputs[name].float() for name in self.program.outputs}
+
+    def batch(self, inputs: dict[str, torch.Tensor]) -> Any:
+        """The :class:`~tzrun.data.batch.Batch` the model receives for ``inputs``."""
         lengths = inputs["lengths"]
         rows = lengths.shape[1]
         dense = torch.zeros(rows, self.num_dense)
@@ -115,8 +120,7 @@ class ServingModule(nn.Module):
         if not self.all_sparse:
             lengths = torch.zeros(len(self.sparse), rows, dtype=torch.int64).index_copy(0, self.sparse_index, lengths)
         weights = inputs["weights"] if self.weighted else None
-        outputs = self.model(plain_batch(dense, PlainFeatures(self.sparse, inputs["ids"], lengths, weights)))
-        return {name: outputs[name].float() for name in self.program.outputs}
+        return plain_batch(dense, PlainFeatures(self.sparse, inputs["ids"], lengths, weights))
 
 
 def serving_programs(model: nn.Module, outputs: Sequence[str], specs: Any) -> list[ServingProgram]:
@@ -150,7 +154,7 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
     """
     from tzrun.interfaces import ModelContext
     from tzrun.runner.checkpoint import Blob
-    from tzrun.runner.dcp_storage import load_state, storage_reader
+    from tzrun.runner.dcp_storage import storage_reader
 
     cfg, specs = facts.cfg, facts.specs
     ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels))
@@ -163,14 +167,12 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
     if problems:
         raise CheckpointError(f"{checkpoint}: does not hold this config's model: " + "; ".join(problems[:6])
                               + ". Export it with the config it was trained with (its config is in meta.json)")
-    with warnings.catch_warnings():  # DCP notes that it loads on one process: that is the point here
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        load_state(checkpoint / "state", {"model": {"model." + k: v for k, v in state.items()}}, no_dist=True)
+    _load_on_one_process(checkpoint, {"model": {"model." + k: v for k, v in state.items()}})
     model.load_state_dict(state)
     ema = cfg.train.dense_optimizer.fields.ema
     if ema is not None and ema.use_for_eval:
         update: dict[str, Any] = {}
-        load_state(checkpoint / "state", {"update": Blob(dict, update.update)}, no_dist=True)
+        _load_on_one_process(checkpoint, {"update": Blob(dict, update.update)})
         averages = (update.get("ema") or {}).get("averages")
         if not averages:
             raise CheckpointError(f"{checkpoint} holds no EMA averages, but the config evaluates with them "
@@ -180,6 +182,15 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
             for name, value in averages.items():
                 params[name.removeprefix("model.")].copy_(value)
     return model.eval()
+
+
+def _load_on_one_process(checkpoint: Path, state: dict[str, Any]) -> None:
+    """DCP's load of ``state`` from the checkpoint, without a process group."""
+    from tzrun.runner.dcp_storage import load_state
+
+    with warnings.catch_warnings():  # DCP notes that it loads on one process: that is the point here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        load_state(checkpoint / "state", state, no_dist=True)
 
 
 def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[str, torch.Tensor]:
@@ -201,18 +212,6 @@ def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[
     return inputs
 
 
-def _batch_of(module: ServingModule, inputs: dict[str, torch.Tensor]) -> Any:
-    """What ``module`` hands the model for ``inputs`` (to list a model's outputs)."""
-    captured: list[Any] = []
-    inner = module.model
-    module.model = lambda batch: captured.append(batch) or {}  # type: ignore[assignment]
-    try:
-        module(inputs)
-    finally:
-        module.model = inner
-    return captured[0]
-
-
 def _dynamic_shapes(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     from torch.export import Dim
 
@@ -230,7 +229,7 @@ def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[S
     if not outputs:  # the model declares none: what its forward returns
         everything = ServingProgram("model", (), tuple(f.name for f in (*specs.dense, *specs.sparse)))
         with torch.no_grad():
-            outputs = list(model(_batch_of(ServingModule(model, specs, everything), _example_inputs(specs, everything))))
+            outputs = list(model(ServingModule(model, specs, everything).batch(_example_inputs(specs, everything))))
     programs = serving_programs(model, outputs, specs)
     exported = {}
     for program in programs:
