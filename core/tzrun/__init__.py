@@ -82,10 +82,12 @@ __all__ = [
     "ClosedFormLR",
     "RowMetric",
     "Batch",
+    "DeltaDumps",
 ]
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from tzrun.data.batch import Batch
+    from tzrun.deltas import DeltaDumps
     from tzrun.data.hashing import is_hashable
     from tzrun.lr_schedule import ClosedFormLR
     from tzrun.row_metric import RowMetric
@@ -97,6 +99,7 @@ _LAZY = {
     "ClosedFormLR": "tzrun.lr_schedule",
     "RowMetric": "tzrun.row_metric",
     "Batch": "tzrun.data.batch",
+    "DeltaDumps": "tzrun.deltas",
 }
 
 

@@ -273,9 +273,29 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
         else:
             print(f"{args.model_dir}: no checkpoints", file=sys.stderr)
         return 0
+    if args.ckpt_command == "apply-deltas":
+        return apply_deltas_command(args)
     described = describe_checkpoint(args.path, hashes=not args.no_hashes)
     print(json.dumps(described, indent=2) if args.json else format_description(described))
     return 0 if described["manifest"]["state"] == "ok" else EXIT_CHECKPOINT
+
+
+def apply_deltas_command(args: argparse.Namespace) -> int:
+    """``tzrec-run ckpt apply-deltas``: see :func:`tzrun.deltas.apply_deltas`."""
+    import io
+
+    import torch
+
+    from tzrun.deltas import apply_deltas, checkpoint_tables
+    from tzrun.io.files import write_atomic
+
+    base, step = checkpoint_tables(args.path)
+    tables, at = apply_deltas(base, args.deltas, step, args.upto)
+    buffer = io.BytesIO()
+    torch.save(tables, buffer)
+    write_atomic(args.out, buffer.getvalue())
+    print(f"{args.out}: {len(tables)} table(s) at step {at} ({args.path} at step {step} plus the dumps of {args.deltas})")
+    return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

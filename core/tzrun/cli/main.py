@@ -1,6 +1,6 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
-Commands: ``train``, ``evaluate``, ``export``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
+Commands: ``train``, ``evaluate``, ``predict``, ``export``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
 ``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``completion``, ``help``. Every command exits with one of the codes of
 :mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
 commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
@@ -24,6 +24,7 @@ from tzrun.io.storage import redact_url
 from tzrun.cli.install_commands import add_parsers as add_install_parsers
 from tzrun.cli.results import print_evaluation, print_train
 from tzrun.cli.completion import SHELLS
+from tzrun.cli.predict_command import add_predict_parser, cmd_predict
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -113,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--json", action="store_true", help="print the result as JSON (tzrec-run help json)")
 
+    add_predict_parser(sub, config_args)
+
     export = sub.add_parser(
         "export", help="write a checkpoint as a torch.export program and a manifest of its inputs, for serving "
                        "(one process, no GPU; tzrec-run help serving)")
@@ -133,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt_inspect.add_argument("--json", action="store_true", help="print JSON")
     ckpt_inspect.add_argument("--no-hashes", action="store_true",
                               help="check file sizes against the manifest, not SHA-256 hashes (faster)")
+
+    apply_deltas = ckpt_sub.add_parser(
+        "apply-deltas", help="a checkpoint's embedding tables plus the embedding_deltas dumps after it: the tables "
+                             "at the last dump, saved as {table: tensor} with torch.save (loads with weights_only=True)")
+    apply_deltas.add_argument("path", metavar="CHECKPOINT", help="the base: a complete checkpoint directory")
+    apply_deltas.add_argument("deltas", metavar="DELTAS_DIR", help="the stage's dumps (model_dir/embedding_deltas)")
+    apply_deltas.add_argument("--out", required=True, metavar="FILE", help="where to write the tables")
+    apply_deltas.add_argument("--upto", type=int, metavar="STEP", help="apply the dumps up to this step only")
 
     check = sub.add_parser(
         "check", help="check a config (both passes) without building a model, and the input files' columns "
@@ -407,7 +418,7 @@ def console_main() -> None:
     killed by SIGPIPE): standard output is pointed at ``/dev/null`` so that the interpreter's
     final flush cannot fail again (as Python's documentation of SIGPIPE recommends).
 
-    After ``train`` and ``evaluate`` (the commands that start torch.distributed, TorchRec and
+    After ``train``, ``evaluate`` and ``predict`` (the commands that start torch.distributed, TorchRec and
     FBGEMM), the process ends with ``os._exit`` once its output is flushed and the process
     group is destroyed, skipping the interpreter's teardown: native objects that survive to
     it (gloo's worker threads, TorchRec's and FBGEMM's caches) were seen to abort a finished
@@ -431,7 +442,7 @@ def console_main() -> None:
     from tzrun.runner.launch import record_exit_code
 
     record_exit_code(code)
-    if _command_of(argv) in ("train", "evaluate", "export"):
+    if _command_of(argv) in ("train", "evaluate", "predict", "export"):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -470,7 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     _setup_logging(level)
-    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate, "export": _cmd_export}  # these take --model-dir
+    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate, "predict": cmd_predict,
+                "export": _cmd_export}  # these may start torchrun with argv, or take --model-dir
     try:
         if args.command in launches:
             return launches[args.command](args, argv)

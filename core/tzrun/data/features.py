@@ -215,6 +215,12 @@ class BatchBuilder:
             DataError: naming ``source`` and the column, when a column is missing or has the
                 wrong type, or (``on_bad_row = "error"``) a row holds a bad value.
         """
+        return self.build_rows(table, source)[0]
+
+    def build_rows(self, table: pa.Table | pa.RecordBatch, source: str) -> tuple["Batch", dict[str, np.ndarray]]:
+        """:meth:`__call__`, and which rows of ``table`` were left out under ``"skip"``: a
+        mask over ``table``'s rows per problem (``"<column>: <problem>"``), empty when every
+        row is in the batch (``tzrec-run predict`` lists the rows it could not score)."""
         import torch
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
@@ -254,7 +260,7 @@ class BatchBuilder:
             keep = ~dropped
             rows_in, rows = rows, int(np.count_nonzero(keep))
             if rows == 0:
-                return self.padding(skipped)
+                return self.padding(skipped), bad.masks
             values = [_kept(ids, lens, keep, rows_in) for ids, lens in zip(values, lengths)]
             id_weights = [_kept(w, lens, keep, rows_in) for w, lens in zip(id_weights, lengths)]
             lengths = [lens[keep] for lens in lengths]
@@ -284,7 +290,7 @@ class BatchBuilder:
                 lengths=torch.from_numpy(np.concatenate([j.lengths for j in sequence]) if sequence else np.zeros(0, np.int32)),
                 stride=rows,
             ),
-        )
+        ), bad.masks
 
     def _sequences(self, table: pa.Table | pa.RecordBatch, source: str, bad: _BadRows) -> list[JaggedIds]:
         """Each sequence's ids, truncated to its group's last ``max_len``; rows whose aligned

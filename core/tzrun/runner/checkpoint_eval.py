@@ -38,7 +38,7 @@ from tzrun.runner.records import config_differences
 from tzrun.runner.retention import BEST_FILE, read_best
 from tzrun.io.storage import as_path
 
-__all__ = ["CheckpointEvaluation", "resolve_checkpoint", "evaluate_checkpoint"]
+__all__ = ["CheckpointEvaluation", "resolve_checkpoint", "restore_checkpoint", "evaluate_checkpoint"]
 
 log = logging.getLogger("tzrun")
 
@@ -109,6 +109,29 @@ def evaluate_checkpoint(session: Session, which: str) -> CheckpointEvaluation:
     cfg, raw = session.cfg, session.raw
     if cfg.data.eval_input is None:
         raise ConfigError(raw.source, [ConfigProblem("data.eval_input", "tzrec-run evaluate needs an eval input; set it (or --set data.eval_input=\"...\")")])
+    path, meta, ema = restore_checkpoint(session, which)
+    step, info = int(meta["step"]), session.info
+    if info.rank == 0:
+        log.info("evaluating %s (step %d) on %s over %d rank(s)%s", path, step, cfg.data.eval_input, info.world_size,
+                 " with the EMA weights" if ema else "")
+    result = session.evaluate(session.run_context(), step,
+                              lambda r: _record(session.model_dir, CheckpointEvaluation(path, r, ema)))
+    return CheckpointEvaluation(path, result, ema)
+
+
+def restore_checkpoint(session: Session, which: str) -> tuple[Path, dict[str, Any], bool]:
+    """Start ``session`` (collective) and load into its model the weights of the checkpoint
+    ``which`` names, as ``evaluate`` does (any world size; the EMA averages when the config
+    evaluates with them): what ``evaluate`` and ``predict --checkpoint`` share.
+
+    Returns:
+        ``(checkpoint directory, its meta.json, whether the EMA averages are used)``.
+
+    Raises:
+        CheckpointError: for a missing, incomplete or damaged checkpoint, or one written with
+            another ``[model]`` or ``[[features]]``.
+    """
+    raw = session.raw
     session.start()
     path = resolve_checkpoint(session.model_dir, which)
     verify_checkpoint(path)
@@ -118,16 +141,9 @@ def evaluate_checkpoint(session: Session, which: str) -> CheckpointEvaluation:
         raise CheckpointError(
             f"{path} was written with another model or features than {raw.source}:\n"
             + "\n".join(f"  {d}" for d in differences)
-            + "\nEvaluate it with the config it was trained with (its config is in meta.json), or pass --set to match."
+            + "\nUse it with the config it was trained with (its config is in meta.json), or pass --set to match."
         )
-    ema = _load_weights(session, path)
-    step, info = int(meta["step"]), session.info
-    if info.rank == 0:
-        log.info("evaluating %s (step %d) on %s over %d rank(s)%s", path, step, cfg.data.eval_input, info.world_size,
-                 " with the EMA weights" if ema else "")
-    result = session.evaluate(session.run_context(), step,
-                              lambda r: _record(session.model_dir, CheckpointEvaluation(path, r, ema)))
-    return CheckpointEvaluation(path, result, ema)
+    return path, meta, _load_weights(session, path)
 
 
 def _record(model_dir: Path, done: CheckpointEvaluation) -> None:

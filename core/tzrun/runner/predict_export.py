@@ -1,0 +1,113 @@
+"""``tzrec-run predict --export DIR``: score with an export's program through
+:class:`tzrun.serving.Predictor` (the manifest's transforms, then the ``torch.export`` program),
+reading and writing exactly as ``predict --checkpoint`` does (:mod:`.predict`).
+
+The config gives the reader, ``data.on_bad_row`` and the batch size (``data.eval_batch_size``,
+else ``data.batch_size``); the features come from the export's manifest. Each rank scores its
+share with no collective but the final gather.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from tzrun.data.origin import located
+from tzrun.errors import DataError
+from tzrun.runner.predict import OutputColumns, PredictRequest, PredictResult, RankScores, prepared_sink, write_predictions
+from tzrun.runner.predict_input import Chunk, drop_reader_marked, drop_rows, mapped, prefetched, rank_split, read_chunks
+
+__all__ = ["predict_export"]
+
+log = logging.getLogger("tzrun")
+
+
+def predict_export(session: Any, export_dir: str, request: PredictRequest) -> PredictResult:
+    """Score ``request.input`` with the export at ``export_dir`` (a complete export, or a
+    directory of versions with a ``latest`` pointer) and write the scores (collective: every
+    rank of the job calls it; it starts ``session``).
+
+    Raises:
+        TzrunError: when ``export_dir`` is not a complete export.
+        DataError: as for :func:`~tzrun.runner.predict.predict_checkpoint`.
+        WriteError: when the output exists (without ``overwrite``).
+    """
+    from tzrun.data.reader_bad_rows import read_columns
+    from tzrun.serving import Predictor
+
+    started = time.perf_counter()
+    session.start()
+    info, d = session.info, session.cfg.data
+    predictor = Predictor(export_dir, on_bad_row=d.on_bad_row)
+    batch_size = d.eval_batch_size or d.batch_size
+    split = rank_split(session.reader, request.input, batch_size, info.rank, info.world_size)
+    if info.rank == 0:
+        log.info("predicting %s with the export %s over %d rank(s)", request.input, predictor.path, info.world_size)
+    sink = prepared_sink(request, info.rank)
+    columns = read_columns(session.reader, _raw_columns(predictor, request), d.on_bad_row)
+    scores = RankScores(OutputColumns(request.outputs))
+
+    def score(chunk: Chunk) -> tuple[Chunk, dict[str, np.ndarray] | None]:
+        chunk = drop_reader_marked(chunk, scores.skipped)
+        if chunk.table.num_rows == 0:
+            return chunk, None
+        try:
+            inputs, kept, _ = predictor.encode(chunk.table, chunk.source)
+        except DataError as exc:
+            raise located(exc, chunk.origin, session.reader) from None
+        dropped = np.ones(chunk.table.num_rows, dtype=bool)
+        dropped[kept] = False
+        chunk = drop_rows(chunk, dropped, skipped=scores.skipped, masks=_problems(session, chunk, dropped))
+        return chunk, predictor.run(inputs) if inputs else None
+
+    for chunk, outputs in prefetched(mapped(read_chunks(session.reader, split, batch_size, columns), score),
+                                     d.prefetch_batches, d.reader_nice):
+        if outputs is None or chunk.table.num_rows == 0:
+            continue
+        scores.outputs.add(outputs, chunk.table.num_rows)
+        if request.keep_columns:
+            scores.kept.append(chunk.table.select(list(request.keep_columns)))
+        scores.rows += chunk.table.num_rows
+    return write_predictions(sink, scores, request, str(predictor.path), started, info.rank, info.world_size)
+
+
+def _raw_columns(predictor: Any, request: PredictRequest) -> list[str]:
+    """The raw columns the export's features read, and the kept ones."""
+    f = predictor.manifest["features"]
+    wanted = set(predictor.spec["features"])
+    names = [x["column"] for x in f["dense"] if x["name"] in wanted]
+    for s in f["sparse"]:
+        if s["name"] in wanted:
+            names.append(s["column"])
+            if s.get("weight_column"):
+                names.append(s["weight_column"])
+    return list(dict.fromkeys([*names, *request.keep_columns]))
+
+
+def _problems(session: Any, chunk: Chunk, dropped: np.ndarray) -> dict[str, np.ndarray]:
+    """Why each row the export left out was bad, as the config's features see it (problem ->
+    mask over the chunk's rows); rows it finds no problem with are named as the export's."""
+    from tzrun.data.features import BatchBuilder
+
+    if not dropped.any():
+        return {}
+    import pyarrow as pa
+
+    rows = np.flatnonzero(dropped)
+    try:
+        _, masks = BatchBuilder(session.specs, (), None, (), on_bad_row="skip").build_rows(
+            chunk.table.take(pa.array(rows)), chunk.source)
+    except Exception:  # naming the problem is a courtesy; the rows are listed either way
+        masks = {}
+    out = {}
+    for problem, mask in masks.items():
+        full = np.zeros(len(dropped), dtype=bool)
+        full[rows[mask]] = True
+        out[problem] = full
+    named = np.logical_or.reduce(list(out.values())) if out else np.zeros(len(dropped), dtype=bool)
+    if (dropped & ~named).any():
+        out["a bad value for the export's transforms"] = dropped & ~named
+    return out

@@ -1,0 +1,150 @@
+"""Where ``tzrec-run predict`` writes, so that a half-written prediction set is never taken for a
+whole one.
+
+``--output`` ending in ``.parquet`` is one file; anything else is a directory of parts
+(``part-00000.parquet``, one per rank that scored rows, in rank order: input order) with
+``_SUCCESS`` (JSON: rows, skipped rows, parts, columns, what scored them) written last.
+
+* A local directory is written under ``OUTPUT.partial/`` and renamed to ``OUTPUT`` once whole:
+  ``OUTPUT`` never exists half-written.
+* A directory on an object store (no rename there) is written in place; it is whole when
+  ``_SUCCESS`` exists (one PUT, written last), as Spark and Hadoop jobs mark theirs.
+* One file: each rank writes its part under ``OUTPUT.partial/``; rank 0 joins them into
+  ``OUTPUT`` (a temporary file renamed, or one PUT on an object store) and removes the parts.
+
+Rows left out under ``data.on_bad_row = "skip"`` are listed in ``_skipped.parquet`` (a
+directory) or ``NAME.skipped.parquet`` next to ``NAME.parquet`` (one file): the input row number (0-based, in the
+reader's order of the input's files) and the problem(s), written before the marker or file.
+A leftover ``OUTPUT.partial/`` (a killed run) is removed by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tzrun.errors import WriteError
+from tzrun.io.files import write_atomic
+from tzrun.io.storage import as_path, exists, is_remote, remove_tree
+
+__all__ = ["SUCCESS", "SKIPPED", "PredictionSink", "skipped_path"]
+
+#: The completion marker of a directory of predictions.
+SUCCESS = "_SUCCESS"
+#: The rows left out of a directory of predictions.
+SKIPPED = "_skipped.parquet"
+
+
+def skipped_path(output: str) -> Path:
+    """Where the rows left out of ``output`` are listed."""
+    if not _single(output):
+        return as_path(output) / SKIPPED
+    return as_path(output.rstrip("/").removesuffix(".parquet") + ".skipped.parquet")
+
+
+def _single(output: str) -> bool:
+    return output.rstrip("/").endswith(".parquet")
+
+
+def _write_table(path: Path, table: pa.Table) -> None:
+    if is_remote(path):
+        with path.open("wb") as f:  # one object, visible once its upload completes
+            pq.write_table(table, f)
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+class PredictionSink:
+    """The output of one ``predict`` (see the module docstring).
+
+    Args:
+        output: ``--output``.
+        overwrite: replace a complete output that is there already.
+    """
+
+    def __init__(self, output: str, overwrite: bool) -> None:
+        self.output = output.rstrip("/") if not is_remote(output) else output
+        self.overwrite = overwrite
+        self.single = _single(output)
+        self.staging = as_path(self.output + ".partial")
+        self.final = as_path(self.output)
+        # where the parts go: in place for a directory on an object store
+        self.parts = self.final if (not self.single and is_remote(output)) else self.staging
+
+    def prepare(self) -> None:
+        """Refuse an existing output (unless ``overwrite``) and clear what a killed run left
+        (rank 0, before any rank writes).
+
+        Raises:
+            WriteError: when the output exists and ``overwrite`` is not set.
+        """
+        if exists(self.output):
+            if not self.overwrite:
+                raise WriteError(f"{self.output}: exists already; pass --overwrite to replace it, or another --output")
+            if self.parts == self.final:  # in place: no longer complete from here on
+                marker = self.final / SUCCESS
+                if exists(marker):
+                    marker.unlink()
+                remove_tree(self.final)
+        remove_tree(self.staging)
+        if not is_remote(self.output):
+            self.parts.mkdir(parents=True, exist_ok=True)
+
+    def part(self, rank: int) -> Path:
+        """Where rank ``rank`` writes its rows."""
+        return self.parts / f"part-{rank:05d}.parquet"
+
+    def write_part(self, rank: int, table: pa.Table) -> str | None:
+        """Write this rank's rows (none written for no rows); returns the part's name or None."""
+        if table.num_rows == 0:
+            return None
+        path = self.part(rank)
+        if is_remote(path):
+            with path.open("wb") as f:
+                pq.write_table(table, f)
+        else:
+            pq.write_table(table, path)
+        return path.name
+
+    def publish(self, parts: Sequence[str], skipped: pa.Table, record: Mapping[str, Any]) -> str:
+        """Make the output whole (rank 0, after every rank wrote its part); returns where the
+        skipped rows are listed, or "" for none."""
+        listing = ""
+        if self.single:
+            listing = self._publish_file(parts, skipped)
+        else:
+            if skipped.num_rows:
+                _write_table(self.parts / SKIPPED, skipped)
+                listing = str(self.final / SKIPPED)
+            marker = {**record, "parts": list(parts), "skipped_rows": skipped.num_rows}
+            write_atomic(self.parts / SUCCESS, json.dumps(marker, indent=2).encode())
+            if self.parts != self.final:
+                if exists(self.output):
+                    remove_tree(self.final)
+                os.replace(self.staging, self.final)
+        return listing
+
+    def _publish_file(self, parts: Sequence[str], skipped: pa.Table) -> str:
+        tables = [pq.read_table(self.parts / name) if not is_remote(self.parts) else _read_remote(self.parts / name)
+                  for name in parts]
+        whole = pa.concat_tables(tables) if tables else pa.table({})
+        listing = skipped_path(self.output)
+        if skipped.num_rows:
+            _write_table(listing, skipped)
+        elif exists(listing):
+            listing.unlink()
+        _write_table(self.final, whole)
+        remove_tree(self.staging)
+        return str(listing) if skipped.num_rows else ""
+
+
+def _read_remote(path: Path) -> pa.Table:
+    with path.open("rb") as f:
+        return pq.read_table(f)
