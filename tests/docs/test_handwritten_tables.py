@@ -61,6 +61,8 @@ HEADING_TARGETS: Mapping[tuple[str, str], str] = {
     ("optimizers.md", "Gradient clipping"): "train.grad_clipping",
     ("losses.md", "Losses"): "losses",
     ("sparse_optimizers.md", "Options"): "sparse_optimizer:*",
+    # the same [[model.sequence_encoders]] table of dssm and mmoe (one class)
+    ("models.md", "Sequence encoders (dssm, mmoe)"): "model:dssm",
 }
 
 #: Tables with a ``default`` column that describe no config class of tzrec-run, by (page,
