@@ -28,6 +28,7 @@ __all__ = [
     "DenseFeature",
     "SparseFeature",
     "EmbeddingTable",
+    "SequenceGroup",
     "ModelContext",
     "RowGroup",
     "Reader",
@@ -211,16 +212,43 @@ class EmbeddingTable:
 
 
 @attrs.frozen
+class SequenceGroup:
+    """A ``[[features.sequence]]`` group: aligned id sequences of one behaviour, fed unpooled as
+    keys of ``batch.sequence`` (see :mod:`tzrun.sequence` for the padded ``[B, L, D]`` view).
+
+    Attributes:
+        name: the group's name.
+        max_len: the longest sequence a row carries: a longer input row kept its last
+            ``max_len`` ids (the end of a list is its most recent entry).
+        features: the aligned sequences (each a key of ``batch.sequence``); ``separator`` is
+            the group's and ``pooling`` means nothing here.
+        query: the names of the candidate's ``[[features.sparse]]`` features, one per entry of
+            ``features`` (same widths), or ``()``.
+    """
+
+    name: str
+    max_len: int
+    features: tuple[SparseFeature, ...]
+    query: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class ModelContext:
     """What a model plugin's ``build(cfg, ctx)`` receives.
 
     Attributes:
         dense_features: float features, in the column order of ``batch.dense``.
-        sparse_features: id features, the keys of ``batch.sparse``.
-        tables: embedding tables for the sparse features.
+        sparse_features: every ``[[features.sparse]]`` feature; those of
+            :meth:`unpooled_sparse_features` are keys of ``batch.sequence``, the others of
+            ``batch.sparse``.
+        tables: the pooled embedding tables (an ``EmbeddingBagCollection``'s: see
+            :meth:`embedding_bag_configs`).
         embedding_device: device to build embedding collections on (``meta``: TorchRec's
             sharding materializes them on the right rank).
         labels: label names, in the order of ``batch.labels``' keys.
+        sequence_groups: the ``[[features.sequence]]`` groups (``()`` without sequences).
+        sequence_tables: the tables looked up unpooled (an ``EmbeddingCollection``'s: see
+            :meth:`embedding_configs`): every table a sequence or a group's query reads.
     """
 
     dense_features: tuple[DenseFeature, ...]
@@ -228,6 +256,30 @@ class ModelContext:
     tables: tuple[EmbeddingTable, ...]
     embedding_device: Any
     labels: tuple[str, ...]
+    sequence_groups: tuple[SequenceGroup, ...] = ()
+    sequence_tables: tuple[EmbeddingTable, ...] = ()
+
+    def unpooled_sparse_features(self) -> tuple[str, ...]:
+        """The ``[[features.sparse]]`` features whose table is looked up unpooled (it is shared
+        with a sequence, or the feature is a query): keys of ``batch.sequence``, not of
+        ``batch.sparse``; get their pooled embedding with
+        :meth:`tzrun.sequence.SequenceFeatures.pooled`."""
+        unpooled = {name for t in self.sequence_tables for name in t.feature_names}
+        return tuple(f.name for f in self.sparse_features if f.name in unpooled)
+
+    def embedding_configs(self) -> list[Any]:
+        """TorchRec ``EmbeddingConfig``s for :attr:`sequence_tables`, ready for an
+        ``EmbeddingCollection(tables=..., device=ctx.embedding_device)`` (TorchRec wants one
+        width per collection: :class:`tzrun.sequence.SequenceEmbeddings` builds one per width)."""
+        from torchrec import EmbeddingConfig
+
+        return [
+            EmbeddingConfig(
+                name=t.name, num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim,
+                feature_names=list(t.feature_names),
+            )
+            for t in self.sequence_tables
+        ]
 
     @property
     def is_weighted(self) -> bool:

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 
 from tzrun.config.schema import RunConfig, SparseFeatureConfig
+from tzrun.config.sequences import ID_KINDS, check_sequences, resolved_sequences
 from tzrun.data.vocab import check_vocab, read_vocab_file
 from tzrun.errors import ConfigProblem
 
@@ -55,10 +56,12 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
     if cfg.metrics and data.eval_input is None:
         add("data.eval_input", "metrics are configured but there is no eval input")
 
-    for i, feature in enumerate(cfg.features.sparse):
+    id_features = [(f"features.sparse[{i}]", f) for i, f in enumerate(cfg.features.sparse)]
+    id_features += [(path, f) for path, _, f in resolved_sequences(cfg.features)]
+    for path, feature in id_features:
         table = feature.table or f"{feature.name}_emb"
         if table in _RESERVED_TABLE_NAMES:
-            where = f"features.sparse[{i}].table" if feature.table else f"features.sparse[{i}].name"
+            where = f"{path}.table" if feature.table else f"{path}.name"
             add(where, f"the table name '{table}' clashes with a method of TorchRec's embedding collections "
                        f"({', '.join(sorted(_RESERVED_TABLE_NAMES))} cannot be table names); name the table otherwise")
 
@@ -69,6 +72,14 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
             if feature.name in names:
                 add(f"{path}.name", f"'{feature.name}' is already the name of {names[feature.name]}")
             names.setdefault(feature.name, path)
+    for g, group in enumerate(cfg.features.sequence):
+        entries = [(f"features.sequence[{g}]", group.name)]
+        entries += [(f"features.sequence[{g}].features[{j}]", f.name) for j, f in enumerate(group.features)]
+        for path, name in entries:
+            if name in names:
+                add(f"{path}.name", f"'{name}' is already the name of {names[name]}")
+            names.setdefault(name, path)
+    problems.extend(check_sequences(cfg.features, cfg.data.sampler is not None))
     if not names:
         add("features", "declare at least one [[features.dense]] or [[features.sparse]]")
 
@@ -84,8 +95,15 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
     updates: dict[str, list[tuple[str, object]]] = defaultdict(list)
     constraints: dict[str, list[tuple[str, object]]] = defaultdict(list)
     poolings: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for i, feature in enumerate(cfg.features.sparse):
-        path = f"features.sparse[{i}]"
+    owned = {f.table or f"{f.name}_emb" for f in cfg.features.sparse}
+    for path, feature in id_features:
+        table = feature.table or f"{feature.name}_emb"
+        if path.startswith("features.sequence") and table in owned:
+            # what it takes from the table's owner is checked there (and agreement in check_sequences)
+            tables[table].append((path, _table_size(feature), feature.embedding_dim))
+            updates[table].append((path, _update(feature)))
+            constraints[table].append((path, feature.embedding_constraints))
+            continue
         kinds = [k for k in _ID_KINDS if getattr(feature, k) is not None]
         if len(kinds) != 1:
             given = f" (given: {', '.join(kinds)})" if kinds else ""
@@ -104,13 +122,12 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
                 f"(FBGEMM's fused embedding kernels need one); use {lower} or {lower + FBGEMM_DIM_MULTIPLE}",
             )
         size = _table_size(feature)
-        table = feature.table or f"{feature.name}_emb"
         tables[table].append((path, size, dim))
-        poolings[table].append((path, feature.pooling))
+        if path.startswith("features.sparse"):
+            poolings[table].append((path, feature.pooling))
         if not feature.trainable and feature.sparse_optimizer is not None:
             add(f"{path}.sparse_optimizer", f"feature '{feature.name}' has trainable = false: its table is never updated; remove sparse_optimizer")
-        optimizer = None if feature.sparse_optimizer is None else (feature.sparse_optimizer.type, dict(feature.sparse_optimizer.raw))
-        updates[table].append((path, (feature.trainable, optimizer)))
+        updates[table].append((path, _update(feature)))
         constraints[table].append((path, feature.embedding_constraints))
     for table, users in tables.items():
         if len({(size, dim) for _, size, dim in users}) > 1:
@@ -140,8 +157,13 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
     return problems
 
 
-#: The keys that say how a sparse feature's values become ids; exactly one is set.
-_ID_KINDS = ("num_buckets", "hash_bucket_size", "vocab", "vocab_file", "boundaries")
+_ID_KINDS = ID_KINDS
+
+
+def _update(feature: SparseFeatureConfig) -> tuple[bool, object]:
+    """How a feature's table is updated, comparable across the features sharing it."""
+    optimizer = None if feature.sparse_optimizer is None else (feature.sparse_optimizer.type, dict(feature.sparse_optimizer.raw))
+    return feature.trainable, optimizer
 
 
 def _check_derived_labels(cfg: RunConfig) -> list[ConfigProblem]:

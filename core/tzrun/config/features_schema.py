@@ -10,8 +10,8 @@ import attrs
 from tzrun.config.base import Component, _non_empty_text, _positive
 from tzrun.errors import did_you_mean
 
-__all__ = ["DenseFeatureConfig", "EmbeddingConstraintsConfig", "SparseFeatureConfig", "FeaturesConfig",
-           "SHARDING_TYPES", "COMPUTE_KERNELS"]
+__all__ = ["DenseFeatureConfig", "EmbeddingConstraintsConfig", "SparseFeatureConfig", "SequenceFeatureConfig",
+           "SequenceGroupConfig", "FeaturesConfig", "SHARDING_TYPES", "COMPUTE_KERNELS"]
 
 
 @attrs.frozen
@@ -151,13 +151,70 @@ class SparseFeatureConfig:
 
 
 @attrs.frozen
+class SequenceFeatureConfig:
+    """``[[features.sequence.features]]``: one id sequence of a sequence group, looked up unpooled.
+
+    The keys mean what they mean on ``[[features.sparse]]`` (no ``pooling`` or
+    ``weight_column``: a sequence is not pooled). When its ``table`` is also a
+    ``[[features.sparse]]`` feature's, the sequence takes that feature's id source
+    (``num_buckets`` ... ``boundaries``), ``embedding_dim``, ``trainable``, ``sparse_optimizer``
+    and ``embedding_constraints`` (the table is declared once); any of them it sets itself must
+    agree. Otherwise it sets exactly one id source, and ``embedding_dim`` defaults to 16.
+
+    Attributes:
+        name: the sequence's name (its key in ``batch.sequence``).
+        column: its input column (default: ``name``): a list of integers or strings, or a
+            string split on the group's ``separator``; a null row is an empty sequence.
+    """
+
+    name: str
+    column: Optional[str] = None
+    num_buckets: Optional[int] = None
+    hash_bucket_size: Optional[int] = None
+    vocab: Optional[tuple[str, ...]] = None
+    vocab_file: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
+    boundaries: Optional[tuple[float, ...]] = None
+    embedding_dim: Optional[int] = None
+    table: Optional[str] = None
+    sparse_optimizer: Optional[Component] = None
+    trainable: Optional[bool] = None
+    embedding_constraints: Optional[EmbeddingConstraintsConfig] = None
+
+
+@attrs.frozen
+class SequenceGroupConfig:
+    """``[[features.sequence]]``: aligned id sequences of one behaviour (the clicked items, their
+    categories, their brands), looked up unpooled through a sharded ``EmbeddingCollection``.
+
+    Attributes:
+        name: the group's name (models refer to it).
+        max_len: the longest sequence kept: a longer row keeps its LAST ``max_len`` ids (a
+            list's end is its most recent entry). TorchEasyRec's ``sequence_length``.
+        separator: a string column holds the ids separated by it (``"1;2;3"``); empty pieces
+            are ignored. List columns need none.
+        query: the candidate's ``[[features.sparse]]`` features, one per entry of
+            ``features`` and in that order (target attention's query); may be empty.
+        features: the group's sequences; every row has the same length in each (a row
+            where they differ is a bad row, see ``data.on_bad_row``).
+    """
+
+    name: str
+    max_len: int
+    features: tuple[SequenceFeatureConfig, ...] = ()
+    separator: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
+    query: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class FeaturesConfig:
     """``[features]``: the model's inputs.
 
     Attributes:
         dense: ``[[features.dense]]``, the float inputs, in the order models see them.
         sparse: ``[[features.sparse]]``, the categorical id inputs, each with an embedding table.
+        sequence: ``[[features.sequence]]``, groups of aligned id sequences, looked up unpooled.
     """
 
     dense: tuple[DenseFeatureConfig, ...] = ()
     sparse: tuple[SparseFeatureConfig, ...] = ()
+    sequence: tuple[SequenceGroupConfig, ...] = ()

@@ -17,6 +17,8 @@ from tzrun.config.features_schema import (
     DenseFeatureConfig,
     EmbeddingConstraintsConfig,
     FeaturesConfig,
+    SequenceFeatureConfig,
+    SequenceGroupConfig,
     SparseFeatureConfig,
 )
 
@@ -36,6 +38,8 @@ __all__ = [
     "DataConfig",
     "DenseFeatureConfig",
     "SparseFeatureConfig",
+    "SequenceFeatureConfig",
+    "SequenceGroupConfig",
     "FeaturesConfig",
     "TrainConfig",
     "EvalConfig",

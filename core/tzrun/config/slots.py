@@ -58,6 +58,10 @@ COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
         "lr_schedule": "per-table sparse optimizers share ``train.sparse_optimizer.lr_schedule``, "
                        "applied to their own ``lr``",
     }),
+    "features.sequence.features.sparse_optimizer": Slot("sparse_optimizer", SparseOptimizerFields, {
+        "lr_schedule": "per-table sparse optimizers share ``train.sparse_optimizer.lr_schedule``, "
+                       "applied to their own ``lr``",
+    }),
     "losses": Slot("loss", LossFields),
     "metrics": Slot("metric", MetricFields),
     "train_metrics": Slot("metric", TrainMetricFields),

@@ -87,6 +87,11 @@ class Batch(Pipelineable):
             strings are FNV-1a 64 hashes.
         skipped: input rows left out of this batch for bad values (none unless
             ``data.on_bad_row = "skip"``); not counted in ``num_rows``.
+        sequence: the ids looked up unpooled, one key per sequence of every
+            ``[[features.sequence]]`` group (each row's last ``max_len`` ids, oldest first),
+            then one per sparse feature of ``ModelContext.unpooled_sparse_features()``; one row
+            per row of ``weights``. An empty KeyedJaggedTensor when the run has no sequences.
+            :class:`tzrun.sequence.SequenceEmbeddings` looks it up.
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class Batch(Pipelineable):
         num_rows: int,
         groups: Mapping[str, torch.Tensor] | None = None,
         skipped: SkippedRows | None = None,
+        sequence: KeyedJaggedTensor | None = None,
     ) -> None:
         self.dense = dense
         self.sparse = sparse
@@ -106,6 +112,7 @@ class Batch(Pipelineable):
         self.num_rows = num_rows
         self.groups = dict(groups or {})
         self.skipped = skipped if skipped is not None else SkippedRows()
+        self.sequence = sequence if sequence is not None else _no_sequences(int(weights.shape[0]), weights.device)
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
         """This batch on ``device``."""
@@ -117,6 +124,7 @@ class Batch(Pipelineable):
             self.num_rows,
             {k: v.to(device, non_blocking=non_blocking) for k, v in self.groups.items()},
             self.skipped,
+            self.sequence.to(device, non_blocking=non_blocking),
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -128,6 +136,7 @@ class Batch(Pipelineable):
         self.weights.record_stream(stream)
         for v in self.groups.values():
             v.record_stream(stream)
+        self.sequence.record_stream(stream)
 
     def pin_memory(self) -> "Batch":
         """This batch in pinned host memory."""
@@ -139,9 +148,20 @@ class Batch(Pipelineable):
             self.num_rows,
             {k: v.pin_memory() for k, v in self.groups.items()},
             self.skipped,
+            self.sequence.pin_memory(),
         )
 
     @property
     def batch_size(self) -> int:
         """Rows in this batch, padding included."""
         return int(self.weights.shape[0])
+
+
+def _no_sequences(rows: int, device: torch.device) -> KeyedJaggedTensor:
+    """The ``sequence`` of a batch without sequences: no keys, ``rows`` rows."""
+    return KeyedJaggedTensor(
+        keys=[],
+        values=torch.zeros(0, dtype=torch.int64, device=device),
+        lengths=torch.zeros(0, dtype=torch.int32, device=device),
+        stride=rows,
+    )

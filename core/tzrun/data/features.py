@@ -33,13 +33,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tzrun.config.schema import FeaturesConfig
+from tzrun.config.schema import FeaturesConfig, SparseFeatureConfig
+from tzrun.config.sequences import resolved_sequences, table_name, unpooled_tables
 from tzrun.data.hashing import fnv1a_64, hash_to_buckets, is_hashable
 from tzrun.data.ids import JaggedIds, jagged_ids
 from tzrun.data.labels import DerivedLabel, LabelDomain, derive, violations
 from tzrun.data.vocab import read_vocab_file
 from tzrun.errors import BadRowError, DataError
-from tzrun.interfaces import DenseFeature, EmbeddingTable, SparseFeature
+from tzrun.interfaces import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature
 
 if TYPE_CHECKING:
     from tzrun.data.batch import Batch, SkippedRows
@@ -49,59 +50,93 @@ __all__ = ["FeatureSpecs", "feature_specs", "BatchBuilder"]
 
 @attrs.frozen
 class FeatureSpecs:
-    """The features of a run, derived from ``[features]``."""
+    """The features of a run, derived from ``[features]``.
+
+    Attributes:
+        dense, sparse: the ``[[features.dense]]`` and ``[[features.sparse]]`` features.
+        tables: the pooled tables (``batch.sparse``'s).
+        sequence_groups: the ``[[features.sequence]]`` groups.
+        sequence_tables: the tables looked up unpooled (``batch.sequence``'s): those a sequence
+            or a query reads; their sparse features are :attr:`unpooled`.
+    """
 
     dense: tuple[DenseFeature, ...]
     sparse: tuple[SparseFeature, ...]
     tables: tuple[EmbeddingTable, ...]
+    sequence_groups: tuple[SequenceGroup, ...] = ()
+    sequence_tables: tuple[EmbeddingTable, ...] = ()
+
+    @property
+    def unpooled(self) -> tuple[SparseFeature, ...]:
+        """The sparse features looked up unpooled (keys of ``batch.sequence``)."""
+        names = {n for t in self.sequence_tables for n in t.feature_names}
+        return tuple(f for f in self.sparse if f.name in names)
+
+    @property
+    def pooled(self) -> tuple[SparseFeature, ...]:
+        """The sparse features looked up pooled (keys of ``batch.sparse``)."""
+        names = {n for t in self.sequence_tables for n in t.feature_names}
+        return tuple(f for f in self.sparse if f.name not in names)
 
     def columns(self, labels: Sequence[str], sample_weight: str | None, groups: Sequence[str] = ()) -> list[str]:
         """Every input column a batch needs, each once, in a stable order."""
         names = [f.column for f in self.dense] + [f.column for f in self.sparse]
-        names += [f.weight_column for f in self.sparse if f.weight_column] + list(labels)
+        names += [f.weight_column for f in self.sparse if f.weight_column]
+        names += [f.column for g in self.sequence_groups for f in g.features] + list(labels)
         if sample_weight:
             names.append(sample_weight)
         names.extend(groups)
         return list(dict.fromkeys(names))
 
 
+def _sparse_spec(f: SparseFeatureConfig) -> SparseFeature:
+    """One id feature's spec (its ``vocab_file`` read).
+
+    Raises:
+        DataError: when the ``vocab_file`` cannot be read.
+    """
+    vocab = f.vocab
+    if f.vocab_file is not None:
+        try:
+            vocab = read_vocab_file(f.vocab_file)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{f.vocab_file}: the vocab_file of feature '{f.name}' cannot be read: {exc}") from None
+    return SparseFeature(
+        f.name, f.column or f.name, table_name(f), f.num_buckets, f.hash_bucket_size, vocab,
+        f.boundaries, f.separator, f.weight_column, f.pooling,
+    )
+
+
 def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
     """Derive dense/sparse feature specs and embedding tables from a checked config.
 
     A ``vocab_file`` is read here (the specs carry its tokens). When any feature has a
-    ``weight_column`` every table is weighted and sum-pooled (see
-    :attr:`tzrun.interfaces.EmbeddingTable.weighted`).
+    ``weight_column`` every pooled table is weighted and sum-pooled (see
+    :attr:`tzrun.interfaces.EmbeddingTable.weighted`). A table a sequence or a query reads is
+    a sequence table (looked up unpooled), with every feature reading it: its sequences first,
+    in config order, then its sparse features.
 
     Raises:
         DataError: when a ``vocab_file`` cannot be read.
     """
     dense = tuple(DenseFeature(f.name, f.column or f.name, f.fill_value, f.log1p, f.mean, f.std) for f in cfg.dense)
     weighted = any(f.weight_column is not None for f in cfg.sparse)
-    sparse = []
+    unpooled = unpooled_tables(cfg)
+    sequences = [(g, _sparse_spec(f), f.embedding_dim) for _, g, f in resolved_sequences(cfg)]
+    sparse = [(_sparse_spec(f), f.embedding_dim, f.pooling) for f in cfg.sparse]
     tables: dict[str, tuple[int, int, list[str], str]] = {}
-    for f in cfg.sparse:
-        table = f.table or f"{f.name}_emb"
-        vocab = f.vocab
-        if f.vocab_file is not None:
-            try:
-                vocab = read_vocab_file(f.vocab_file)
-            except (OSError, UnicodeDecodeError) as exc:
-                raise DataError(f"{f.vocab_file}: the vocab_file of feature '{f.name}' cannot be read: {exc}") from None
-        spec = SparseFeature(
-            f.name, f.column or f.name, table, f.num_buckets, f.hash_bucket_size, vocab,
-            f.boundaries, f.separator, f.weight_column, f.pooling,
-        )
-        sparse.append(spec)
-        size, dim, users, pooling = tables.setdefault(table, (spec.num_embeddings, f.embedding_dim, [], f.pooling))
-        users.append(f.name)
-    return FeatureSpecs(
-        dense,
-        tuple(sparse),
-        tuple(
-            EmbeddingTable(n, s, d, tuple(u), "sum" if weighted else p, weighted)
-            for n, (s, d, u, p) in tables.items()
-        ),
+    for spec, dim, pooling in [(s, d, "sum") for _, s, d in sequences] + sparse:
+        tables.setdefault(spec.table, (spec.num_embeddings, dim, [], pooling))[2].append(spec.name)
+    pooled = tuple(
+        EmbeddingTable(n, s, d, tuple(u), "sum" if weighted else p, weighted)
+        for n, (s, d, u, p) in tables.items() if n not in unpooled
     )
+    groups = tuple(
+        SequenceGroup(group.name, group.max_len, tuple(s for g, s, _ in sequences if g == i), tuple(group.query))
+        for i, group in enumerate(cfg.sequence)
+    )
+    sequence_tables = tuple(EmbeddingTable(n, s, d, tuple(u)) for n, (s, d, u, _) in tables.items() if n in unpooled)
+    return FeatureSpecs(dense, tuple(spec for spec, _, _ in sparse), pooled, groups, sequence_tables)
 
 
 class _BadRows:
@@ -168,7 +203,8 @@ class BatchBuilder:
         self.label_domains = {k: tuple(v) for k, v in (label_domains or {}).items()}
         self.derived_labels = {d.name: d for d in derived_labels}
         self._weighted = any(t.weighted for t in specs.tables)
-        self._poolings = tuple(f.pooling for f in specs.sparse)
+        self._pooled = specs.pooled
+        self._sequence_keys = [f.name for g in specs.sequence_groups for f in g.features] + [f.name for f in specs.unpooled]
         # feature name -> (the last dictionary seen, its buckets): see _hashed_dictionary
         self._dictionary_buckets: dict[str, tuple[pa.Array, np.ndarray]] = {}
 
@@ -197,12 +233,13 @@ class BatchBuilder:
             if feature.mean != 0.0 or feature.std != 1.0:
                 dense[:, j] = (dense[:, j] - np.float32(feature.mean)) / np.float32(feature.std)
         values, lengths, id_weights = [], [], []
-        for feature, pooling in zip(self.specs.sparse, self._poolings):
+        for feature in self._pooled:
             jagged = self._ids(table, feature, source, bad)
             values.append(jagged.ids)
             lengths.append(jagged.lengths)
             if self._weighted:
-                id_weights.append(_kjt_weights(jagged, pooling))
+                id_weights.append(_kjt_weights(jagged, feature.pooling))
+        sequence = self._sequences(table, source, bad) + [self._ids(table, f, source, bad) for f in self.specs.unpooled]
         labels = {name: self._label(table, name, source, bad) for name in self.labels}
         if self.sample_weight:
             weights = self._checked(table, self.sample_weight, " (sample_weight)", source, bad, negative=True)
@@ -221,12 +258,13 @@ class BatchBuilder:
             values = [_kept(ids, lens, keep, rows_in) for ids, lens in zip(values, lengths)]
             id_weights = [_kept(w, lens, keep, rows_in) for w, lens in zip(id_weights, lengths)]
             lengths = [lens[keep] for lens in lengths]
+            sequence = [JaggedIds(_kept(j.ids, j.lengths, keep, rows_in), j.lengths[keep]) for j in sequence]
             dense = dense[keep]
             labels = {name: v[keep] for name, v in labels.items()}
             weights = weights[keep]
             groups = {name: v[keep] for name, v in groups.items()}
         sparse = KeyedJaggedTensor(
-            keys=[f.name for f in self.specs.sparse],
+            keys=[f.name for f in self._pooled],
             values=torch.from_numpy(np.concatenate(values) if values else np.zeros(0, np.int64)),
             lengths=torch.from_numpy(np.concatenate(lengths) if lengths else np.zeros(0, np.int32)),
             weights=torch.from_numpy(np.concatenate(id_weights)) if self._weighted else None,
@@ -240,7 +278,34 @@ class BatchBuilder:
             rows,
             {name: torch.from_numpy(v) for name, v in groups.items()},
             skipped,
+            KeyedJaggedTensor(
+                keys=self._sequence_keys,
+                values=torch.from_numpy(np.concatenate([j.ids for j in sequence]) if sequence else np.zeros(0, np.int64)),
+                lengths=torch.from_numpy(np.concatenate([j.lengths for j in sequence]) if sequence else np.zeros(0, np.int32)),
+                stride=rows,
+            ),
         )
+
+    def _sequences(self, table: pa.Table | pa.RecordBatch, source: str, bad: _BadRows) -> list[JaggedIds]:
+        """Each sequence's ids, truncated to its group's last ``max_len``; rows whose aligned
+        sequences differ in length are bad (reported before truncation)."""
+        out = []
+        for group in self.specs.sequence_groups:
+            jagged = [self._ids(table, f, source, bad) for f in group.features]
+            first, base = group.features[0], jagged[0].lengths
+            for feature, other in zip(group.features[1:], jagged[1:]):
+                differ = other.lengths != base
+                if differ.any():
+                    row = int(np.flatnonzero(differ)[0])
+                    bad.found(
+                        f"{group.name}: sequences of different lengths",
+                        differ,
+                        lambda n, f=feature, o=other, r=row: f"column '{f.column}' (sequence '{f.name}' of group "
+                        f"'{group.name}') has {o.lengths[r]} id(s) where column '{first.column}' has {base[r]} "
+                        f"({n} of {bad.rows} rows of this batch differ); a group's sequences must be aligned",
+                    )
+            out += [_truncated(j, group.max_len) for j in jagged]
+        return out
 
     def padding(self, skipped: "SkippedRows | None" = None) -> "Batch":
         """A one-row batch of weight 0: what a rank with no data left feeds so that every rank
@@ -251,11 +316,11 @@ class BatchBuilder:
 
         from tzrun.data.batch import Batch
 
-        n = len(self.specs.sparse)
+        n = len(self._pooled)
         return Batch(
             torch.zeros(1, len(self.specs.dense)),
             KeyedJaggedTensor(
-                keys=[f.name for f in self.specs.sparse],
+                keys=[f.name for f in self._pooled],
                 values=torch.zeros(0, dtype=torch.int64),
                 lengths=torch.zeros(n, dtype=torch.int32),
                 weights=torch.zeros(0, dtype=torch.float32) if self._weighted else None,
@@ -266,6 +331,12 @@ class BatchBuilder:
             0,
             {name: torch.zeros(1, dtype=torch.int64) for name in self.groups},
             skipped,
+            KeyedJaggedTensor(
+                keys=self._sequence_keys,
+                values=torch.zeros(0, dtype=torch.int64),
+                lengths=torch.zeros(len(self._sequence_keys), dtype=torch.int32),
+                stride=1,
+            ),
         )
 
     def _hashed_dictionary(self, column: pa.DictionaryArray, feature: SparseFeature) -> JaggedIds:
@@ -460,6 +531,17 @@ def _kjt_weights(jagged: JaggedIds, pooling: str) -> np.ndarray:
     if pooling == "mean" and weights.size:
         weights = weights / np.repeat(jagged.lengths, jagged.lengths).astype(np.float32)
     return weights
+
+
+def _truncated(jagged: JaggedIds, max_len: int) -> JaggedIds:
+    """The last ``max_len`` ids of each row (a list's end is its most recent entry)."""
+    lengths = jagged.lengths
+    if not lengths.size or int(lengths.max()) <= max_len:
+        return jagged
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    position = np.arange(jagged.ids.size) - starts
+    keep = position >= np.repeat(lengths, lengths) - max_len
+    return JaggedIds(jagged.ids[keep], np.minimum(lengths, max_len).astype(np.int32))
 
 
 def _kept(values: np.ndarray, lengths: np.ndarray, keep: np.ndarray, rows: int) -> np.ndarray:

@@ -9,6 +9,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.interfaces import ModelContext
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.slots import LossSlot
@@ -132,13 +133,27 @@ def dense_parameter_names(model: nn.Module) -> list[str]:
     return [name for name, p in model.named_parameters() if id(p) not in embedding]
 
 
+def _check_reads_sequences(model: nn.Module, ctx: ModelContext, model_type: str) -> None:
+    """A model on a config with sequence tables must look them up (else they would be
+    silently dropped: sequences, and the candidate features sharing their tables)."""
+    from torchrec import EmbeddingCollection
+
+    if ctx.sequence_tables and not any(isinstance(m, EmbeddingCollection) for m in model.modules()):
+        raise ConfigError("model", [ConfigProblem(
+            "model.type", f"model '{model_type}' does not read [[features.sequence]] (it built no EmbeddingCollection; "
+                          "tables: " + ", ".join(t.name for t in ctx.sequence_tables) + "); pick a model that reads "
+                          "sequences (see docs/models.md, Sequence models) or remove [[features.sequence]]")])
+
+
 def build_model(facts: RunFacts, device: torch.device, loss_scale: LossScale | None = None) -> TrainModel:
     """The user's model and its losses (the run's resolved loss slots), with embedding
     collections on ``device``."""
     cfg, registries, specs = facts.cfg, facts.registries, facts.specs
-    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, device, tuple(cfg.data.labels))
+    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, device, tuple(cfg.data.labels),
+                       specs.sequence_groups, specs.sequence_tables)
     model_entry = registries["model"].get(cfg.model.type, "model.type")
     model = model_entry.build(cfg.model.config, ctx)
+    _check_reads_sequences(model, ctx, cfg.model.type)
     slots = facts.loss_slots
     losses = {
         slot.name: registries["loss"].get(c.type, f"losses[{i}].type").build(c.config)

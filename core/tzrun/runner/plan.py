@@ -32,6 +32,7 @@ import attrs
 import torch
 
 from tzrun.config.schema import RunConfig
+from tzrun.config.sequences import id_features
 from tzrun.errors import PlanError
 from tzrun.kernel.registry import Registries
 from tzrun.runner.build import assign_parts
@@ -324,11 +325,11 @@ def _recorder() -> Any:
     return PlanRecorder()
 
 
-def _readers(cfg: RunConfig, modules: Sequence[Any]) -> dict[str, list[tuple[int, str, int]]]:
-    """``table -> [(index in features.sparse, feature name, its embedding_dim)]`` of the
-    features reading it."""
+def _readers(cfg: RunConfig, modules: Sequence[Any]) -> dict[str, list[tuple[str, str, int]]]:
+    """``table -> [(the feature's TOML path, its name, its embedding_dim)]`` of the features
+    reading it (sequences included)."""
 
-    index = {f.name: (i, f.embedding_dim) for i, f in enumerate(cfg.features.sparse)}
+    index = {name: (path, f.embedding_dim) for name, (path, f) in id_features(cfg.features).items()}
     return {table.name: [(index[n][0], n, index[n][1]) for n in table.feature_names if n in index]
             for module in modules for table, _ in embedding_tables(module)}
 
@@ -359,7 +360,7 @@ def _shard_parts(option: Any, shard: Any, device: str) -> dict[str, dict[str, in
     return parts
 
 
-def _table_plan(option: Any, readers: Mapping[str, list[tuple[int, str, int]]], device: str) -> TablePlan:
+def _table_plan(option: Any, readers: Mapping[str, list[tuple[str, str, int]]], device: str) -> TablePlan:
     shards = []
     weights = optimizer = 0
     for shard in option.shards:

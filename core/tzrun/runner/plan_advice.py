@@ -64,7 +64,7 @@ class _Room:
                 f"{self.share:.0%} margin and {format_gib(self.fixed)} for the dense part and input batches)")
 
 
-def diagnose(planner_message: str, recorder: Any, setup: Any, readers: Mapping[str, list[tuple[int, str, int]]],
+def diagnose(planner_message: str, recorder: Any, setup: Any, readers: Mapping[str, list[tuple[str, str, int]]],
              request: Any) -> "PlanFailure":
     """A :class:`PlanFailure` for a planner that raised ``planner_message``.
 
@@ -105,7 +105,7 @@ def _size(options: Mapping[str, list[Any]], name: str) -> int:
 
 
 def _fits_nowhere(alone: list[str], options: Mapping[str, list[Any]], room: _Room,
-                  readers: Mapping[str, list[tuple[int, str, int]]], request: Any) -> tuple[str, str, Any, str, int, int]:
+                  readers: Mapping[str, list[tuple[str, str, int]]], request: Any) -> tuple[str, str, Any, str, int, int]:
     """``(kind, table, its cheapest sharding, message, ranks, per rank)`` when tables fit on no
     rank alone: the biggest of them is named."""
     name = max(alone, key=lambda n: _size(options, n))
@@ -120,7 +120,7 @@ def _fits_nowhere(alone: list[str], options: Mapping[str, list[Any]], room: _Roo
     return "table", name, best, message, ranks, room.need(best)
 
 
-def _fits_not_together(options: Mapping[str, list[Any]], room: _Room, readers: Mapping[str, list[tuple[int, str, int]]],
+def _fits_not_together(options: Mapping[str, list[Any]], room: _Room, readers: Mapping[str, list[tuple[str, str, int]]],
                        request: Any, setup: Any, planner_message: str) -> tuple[str, str, Any, str, int, int] | PlanFailure:
     """As :func:`_fits_nowhere` when every table fits alone: their total is too much for the
     ranks, or else the planner's own error names the table (a :class:`PlanFailure` when it
@@ -211,16 +211,16 @@ def _shape(option: Any) -> str:
     return f"{rows:,} x {dim}"
 
 
-def _read_by(name: str, readers: Mapping[str, list[tuple[int, str, int]]]) -> str:
+def _read_by(name: str, readers: Mapping[str, list[tuple[str, str, int]]]) -> str:
     users = readers.get(name, [])
     return f", read by {', '.join(u[1] for u in users)}" if users else ""
 
 
-def _advice(name: str, best: Any, setup: Any, readers: Mapping[str, list[tuple[int, str, int]]], request: Any, tier: str,
+def _advice(name: str, best: Any, setup: Any, readers: Mapping[str, list[tuple[str, str, int]]], request: Any, tier: str,
             budget: int, need: Any) -> list[str]:
     allowed = setup.constraints[name]
     users = readers.get(name, [])
-    where = (f"features.sparse[{users[0][0]}].embedding_constraints (or train.global_embedding_constraints for every table)"
+    where = (f"{users[0][0]}.embedding_constraints (or train.global_embedding_constraints for every table)"
              if users else "train.global_embedding_constraints")
     n = request.world_size
     out = []
@@ -247,7 +247,7 @@ def _advice(name: str, best: Any, setup: Any, readers: Mapping[str, list[tuple[i
     rows, dim = best.tensor.shape
     if dim >= 8:
         same = [u for u in users if u[2] == dim]
-        target = f"features.sparse[{same[0][0]}].embedding_dim" if same else "the model option that sets its width"
+        target = f"{same[0][0]}.embedding_dim" if same else "the model option that sets its width"
         out.append(f"a smaller width: {dim // 2} instead of {dim} ({target}) halves its rows; "
                    f"so do fewer rows (num_buckets, hash_bucket_size)")
     multiplier = _multiplier(best.tensor)

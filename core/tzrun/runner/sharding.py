@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from tzrun.config.schema import RunConfig
+from tzrun.config.sequences import id_features
 from tzrun.errors import ConfigError, ConfigProblem, PlanError
 from tzrun.interfaces import SparseOptimizerSpec
 from tzrun.kernel.registry import Registries
@@ -61,17 +62,22 @@ def table_constraints(
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.types import ParameterConstraints
 
-    offered = EmbeddingBagCollectionSharder().sharding_types(device.type)
+    from torchrec import EmbeddingCollection
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
+
+    bag_offered = EmbeddingBagCollectionSharder().sharding_types(device.type)
+    unpooled_offered = EmbeddingCollectionSharder().sharding_types(device.type)
     constraints = fused_constraints(embedding_modules)
-    features = {f.name: (i, f) for i, f in enumerate(cfg.features.sparse)}
+    features = id_features(cfg.features)
     glob = cfg.train.global_embedding_constraints
     problems: list[ConfigProblem] = []
     for module in embedding_modules:
+        offered = unpooled_offered if isinstance(module, EmbeddingCollection) else bag_offered
         for table, _ in embedding_tables(module):
             layers = [("train.global_embedding_constraints", glob)] if glob is not None else []
             layers += [
-                (f"features.sparse[{i}].embedding_constraints", f.embedding_constraints)
-                for i, f in (features[n] for n in table.feature_names if n in features)
+                (f"{path}.embedding_constraints", f.embedding_constraints)
+                for path, f in (features[n] for n in table.feature_names if n in features)
                 if f.embedding_constraints is not None
             ][:1]
             if updates[table.name].data_parallel:
@@ -231,7 +237,7 @@ def plan_table_updates(
     """
     from torchrec.optim.optimizers import SGD
 
-    features = {f.name: (i, f) for i, f in enumerate(cfg.features.sparse)}
+    features = id_features(cfg.features)
     specs: dict[str, Any] = {}
     problems: list[ConfigProblem] = []
     updates: dict[str, TableUpdate] = {}
@@ -239,10 +245,10 @@ def plan_table_updates(
         for table, _ in embedding_tables(module):
             users = [features[name] for name in table.feature_names if name in features]
             component, path, frozen = cfg.train.sparse_optimizer, "train.sparse_optimizer", False
-            for i, feature in users:
+            for where, feature in users:
                 frozen = frozen or not feature.trainable
                 if feature.sparse_optimizer is not None:
-                    component, path = feature.sparse_optimizer, f"features.sparse[{i}].sparse_optimizer"
+                    component, path = feature.sparse_optimizer, f"{where}.sparse_optimizer"
             if frozen:
                 updates[table.name] = TableUpdate(table.name, path, SparseOptimizerSpec(SGD, {"lr": 0.0}, "EXACT_SGD"), frozen=True)
                 continue
