@@ -167,7 +167,7 @@ def test_dssm_towers_must_name_every_feature_once(registries):
     with pytest.raises(ConfigError) as excinfo:
         _build(registries, "dssm", _ctx(), user_features=("a", "sequ", "d0"), item_features=("a", "d0", "d1"))
     text = _problems(excinfo)
-    assert "model.user_features[1]: no feature named 'sequ' in [[features.dense]] or [[features.sparse]]; did you mean 'seq'?" in text
+    assert "model.user_features[1]: no feature named 'sequ' in [[features.dense]], [[features.sparse]] or [[features.sequence]]; did you mean 'seq'?" in text
     assert "model.item_features: a, d0 also in model.user_features; a feature belongs to one tower" in text
     assert "features.sparse[1]: 'b' is in neither tower: add it to model.user_features or model.item_features, or remove it" in text
     assert "features.sparse[2]: 'seq' is in neither tower" in text

@@ -64,12 +64,16 @@ def one_embedding_dim(ctx: ModelContext, model: str, why: str, problems: list[Co
     return dims[0] if dims else 0
 
 
-def unknown_feature_problems(path: str, names: Sequence[str], ctx: ModelContext) -> list[ConfigProblem]:
-    """A problem for each of ``names`` that is neither a dense nor a sparse feature of ``ctx``,
-    or is named twice."""
+def unknown_feature_problems(path: str, names: Sequence[str], ctx: ModelContext, *, sequences: bool = False) -> list[ConfigProblem]:
+    """A problem for each of ``names`` that is neither a dense nor a sparse feature of ``ctx``
+    (nor, with ``sequences``, a sequence group), or is named twice."""
     from tzrun.errors import did_you_mean
 
     known = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
+    kinds = "[[features.dense]] or [[features.sparse]]"
+    if sequences:
+        known += [g.name for g in ctx.sequence_groups]
+        kinds = "[[features.dense]], [[features.sparse]] or [[features.sequence]]"
     problems = []
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -79,7 +83,7 @@ def unknown_feature_problems(path: str, names: Sequence[str], ctx: ModelContext)
             guess = did_you_mean(name, known)
             hint = f"; did you mean '{guess}'?" if guess else ""
             problems.append(ConfigProblem(
-                f"{path}[{i}]", f"no feature named '{name}' in [[features.dense]] or [[features.sparse]]{hint}"
+                f"{path}[{i}]", f"no feature named '{name}' in {kinds}{hint}"
             ))
         seen.add(name)
     return problems

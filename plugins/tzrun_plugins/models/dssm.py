@@ -18,6 +18,11 @@ With ``similarity = "cosine"`` both embeddings are L2-normalised. The outputs:
 
 One embedding collection serves both towers, so a table may be shared across them (an item id
 and a sequence of clicked item ids).
+
+A tower may name ``[[features.sequence]]`` groups among its features: each is encoded into one
+vector by its ``[[model.sequence_encoders]]`` table (``mean`` or ``self_attention``; ``mean``
+for a group without one) and concatenated to the tower's input. ``target_attention`` is refused:
+the user tower never sees the candidate item, so there is no query to attend with.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import attrs
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units, unknown_feature_problems
+from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -53,6 +59,8 @@ class DSSMConfig:
         gather_negatives: with ``[data.sampler]`` on several ranks, score every row against the
             sampled items of every rank (their embeddings are all-gathered, gradients flow back):
             ``sampled_similarity`` is ``[B, 1 + world_size * N]``. The same on one process.
+        sequence_encoders: how each sequence group named in a tower is encoded
+            (``[[model.sequence_encoders]]``; ``mean`` for a group without a table).
     """
 
     user_features: tuple[str, ...] = attrs.field(validator=non_empty)
@@ -63,11 +71,12 @@ class DSSMConfig:
     similarity: Literal["cosine", "inner_product"] = "cosine"
     temperature: float = attrs.field(default=0.1, validator=attrs.validators.gt(0.0))
     gather_negatives: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    sequence_encoders: tuple[SequenceEncoderConfig, ...] = attrs.field(default=(), validator=unique_sequences)
 
 
 def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
-    problems = unknown_feature_problems("model.user_features", cfg.user_features, ctx)
-    problems += unknown_feature_problems("model.item_features", cfg.item_features, ctx)
+    problems = unknown_feature_problems("model.user_features", cfg.user_features, ctx, sequences=True)
+    problems += unknown_feature_problems("model.item_features", cfg.item_features, ctx, sequences=True)
     both = sorted(set(cfg.user_features) & set(cfg.item_features))
     if both:
         problems.append(ConfigProblem("model.item_features", f"{', '.join(both)} also in model.user_features; a feature belongs to one tower"))
@@ -78,7 +87,11 @@ def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
     for i, s in enumerate(ctx.sparse_features):
         if s.name not in assigned:
             problems.append(ConfigProblem(f"features.sparse[{i}]", f"'{s.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
-    sparse = {f.name for f in ctx.sparse_features}
+    for j, g in enumerate(ctx.sequence_groups):
+        if g.name not in assigned:
+            problems.append(ConfigProblem(f"features.sequence[{j}]", f"'{g.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
+    problems += encoder_problems(cfg.sequence_encoders, ctx, model="dssm", query_free=True)
+    sparse = {f.name for f in ctx.sparse_features} | {g.name for g in ctx.sequence_groups}
     for tower in ("user", "item"):
         if not any(name in sparse for name in getattr(cfg, f"{tower}_features")):
             problems.append(ConfigProblem(f"model.{tower}_features", f"the {tower} tower needs at least one id feature"))
@@ -95,35 +108,29 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
     from torch.nn import functional as F
-    from torchrec import EmbeddingBagCollection
 
-    from tzrun_plugins.models import _gather, _order
+    from tzrun_plugins.models import _gather
+    from tzrun_plugins.models._sequence_inputs import FeatureInputs, SequenceInputs, bag_collection, sequence_embeddings
 
     problems = _tower_problems(cfg, ctx)
     if problems:
         raise ConfigError("model", problems)
-    dense_index = {f.name: i for i, f in enumerate(ctx.dense_features)}
-    dims = {name: t.embedding_dim for t in ctx.tables for name in t.feature_names}
+    encoders = encoders_by_group(cfg.sequence_encoders, ctx)
 
     class Tower(nn.Module):
-        """The dense columns and id features of one side, an MLP, a linear layer to ``output_dim``."""
-
-        dense_columns: torch.Tensor
+        """The dense columns, id features and encoded sequence groups of one side, an MLP, a
+        linear layer to ``output_dim``."""
 
         def __init__(self, features: tuple[str, ...], units: tuple[int, ...]) -> None:
             super().__init__()
-            self.sparse_names = [n for n in features if n in dims]
-            dense = [dense_index[n] for n in features if n in dense_index]
-            self.has_dense = bool(dense)
-            self.register_buffer("dense_columns", torch.tensor(dense, dtype=torch.int64), persistent=False)
-            width = len(dense) + sum(dims[n] for n in self.sparse_names)
+            self.inputs = FeatureInputs(ctx, features)
+            self.sequence_inputs = SequenceInputs(ctx, {n: e for n, e in encoders.items() if n in features})
+            width = self.inputs.width + self.sequence_inputs.width
             self.mlp = mlp(width, units)
             self.output = nn.Linear(out_width(width, units), cfg.output_dim)
 
-        def forward(self, dense: torch.Tensor, embedded: Any, rows: Any = None) -> torch.Tensor:
-            x = _order.in_feature_order(embedded, self.sparse_names)
-            if self.has_dense:
-                x = torch.cat([dense.index_select(1, self.dense_columns), x], dim=1)
+        def forward(self, dense: torch.Tensor, bags: Any, sequences: Any, rows: Any = None) -> torch.Tensor:
+            x = torch.cat([self.inputs(dense, bags, sequences), *self.sequence_inputs(sequences)], dim=1)
             if rows is not None:
                 x = x[:rows]
             y = self.output(self.mlp(x))
@@ -134,15 +141,17 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self.ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), is_weighted=ctx.is_weighted, device=ctx.embedding_device)
+            self.ebc = bag_collection(ctx)
+            self.sequences = sequence_embeddings(ctx)
             self.user_tower = Tower(cfg.user_features, cfg.user_hidden_units)
             self.item_tower = Tower(cfg.item_features, cfg.item_hidden_units)
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-            embedded = self.ebc(batch.sparse)
+            bags = self.ebc(batch.sparse) if self.ebc is not None else None
+            sequences = self.sequences(batch) if self.sequences is not None else None
             rows = batch.weights.shape[0]  # the batch's own rows; sampled items follow them
-            user = self.user_tower(batch.dense, embedded, rows)
-            items = self.item_tower(batch.dense, embedded)
+            user = self.user_tower(batch.dense, bags, sequences, rows)
+            items = self.item_tower(batch.dense, bags, sequences)
             item, sampled = items[:rows], items[rows:]
             if cfg.gather_negatives:
                 sampled = _gather.gather_rows(sampled)

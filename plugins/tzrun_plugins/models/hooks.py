@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import deepfm, dlrm, dssm, mmoe, wide_and_deep
+from tzrun_plugins.models import deepfm, din, dlrm, dssm, mmoe, wide_and_deep
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -22,6 +22,9 @@ def _towers(cfg: object) -> tuple[str, ...]:
 def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("deepfm", config=deepfm.DeepFMConfig, build=deepfm.build_deepfm, outputs=_binary,
              description="DeepFM: wide + FM + deep MLP over id and dense features")
+    register("din", config=din.DINConfig, build=din.build_din, outputs=_binary,
+             description="DIN: MLP towers over pooled features, target attention of the candidate over each "
+                         "behaviour sequence, final MLP")
     register("dlrm", config=dlrm.DLRMConfig, build=dlrm.build_dlrm, outputs=_binary,
              description="DLRM: bottom MLP, embeddings, pairwise dot interaction, top MLP")
     register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep, outputs=_binary,

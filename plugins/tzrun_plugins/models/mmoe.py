@@ -5,6 +5,10 @@ a gate ``softmax(linear(gate_mlp(x)))`` over the experts and a tower MLP over th
 their outputs, then a linear layer to one logit. The outputs are ``logits/<task>`` and
 ``probs/<task>`` for each task: a loss or metric names the one it reads with ``prediction`` and
 its label with ``label``.
+
+With ``[[features.sequence]]`` groups, each group is encoded into one vector by its
+``[[model.sequence_encoders]]`` table (``mean``, ``target_attention`` with the group's ``query``
+as the candidate, or ``self_attention``; ``mean`` for a group without one) and appended to ``x``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import attrs
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
+from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -63,6 +68,8 @@ class MMoEConfig:
         gate_hidden_units: layer widths of an MLP before each gate's linear layer (empty: the
             gate is linear in the input, as in the paper).
         tasks: the tasks, each with its tower.
+        sequence_encoders: how each sequence group is encoded (``[[model.sequence_encoders]]``;
+            ``mean`` for a group without a table).
     """
 
     tasks: tuple[MMoETaskConfig, ...] = attrs.field(validator=_unique_tasks)
@@ -71,32 +78,38 @@ class MMoEConfig:
         default=(512, 256, 128), validator=[non_empty, positive_units]
     )
     gate_hidden_units: tuple[int, ...] = attrs.field(default=(), validator=positive_units)
+    sequence_encoders: tuple[SequenceEncoderConfig, ...] = attrs.field(default=(), validator=unique_sequences)
 
 
 def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
     """Build MMoE for ``ctx``'s features.
 
     Raises:
-        ConfigError: when there is no id feature.
+        ConfigError: when there is no id feature, or a sequence encoder does not fit its group.
     """
     import torch
     from torch import nn
-    from torchrec import EmbeddingBagCollection
 
-    from tzrun_plugins.models import _order
+    from tzrun_plugins.models._sequence_inputs import FeatureInputs, SequenceInputs, bag_collection, sequence_embeddings
 
+    problems = encoder_problems(cfg.sequence_encoders, ctx, model="mmoe")
     if not ctx.sparse_features:
-        raise ConfigError("model", [ConfigProblem("features.sparse", "mmoe needs at least one id feature")])
+        problems.append(ConfigProblem("features.sparse", "mmoe needs at least one id feature"))
+    if problems:
+        raise ConfigError("model", problems)
+    every = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
 
     class MMoE(nn.Module):
         """Shared experts, one gate and one tower per task."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.feature_names = [f.name for f in ctx.sparse_features]
             self.task_names = [t.name for t in cfg.tasks]
-            self.ebc = EmbeddingBagCollection(tables=ctx.embedding_bag_configs(), is_weighted=ctx.is_weighted, device=ctx.embedding_device)
-            width = len(ctx.dense_features) + sum(t.embedding_dim * len(t.feature_names) for t in ctx.tables)
+            self.ebc = bag_collection(ctx)
+            self.sequences = sequence_embeddings(ctx)
+            self.inputs = FeatureInputs(ctx, every)
+            self.sequence_inputs = SequenceInputs(ctx, encoders_by_group(cfg.sequence_encoders, ctx))
+            width = self.inputs.width + self.sequence_inputs.width
             self.experts = nn.ModuleList(mlp(width, cfg.expert_hidden_units) for _ in range(cfg.num_experts))
             self.gates = nn.ModuleList(
                 nn.Sequential(
@@ -113,8 +126,9 @@ def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
             )
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-            embedded = _order.in_feature_order(self.ebc(batch.sparse), self.feature_names)
-            x = torch.cat([batch.dense, embedded], dim=1)
+            bags = self.ebc(batch.sparse) if self.ebc is not None else None
+            sequences = self.sequences(batch) if self.sequences is not None else None
+            x = torch.cat([self.inputs(batch.dense, bags, sequences), *self.sequence_inputs(sequences)], dim=1)
             experts = torch.stack([expert(x) for expert in self.experts], dim=1)  # [B, E, W]
             outputs: dict[str, torch.Tensor] = {}
             for name, gate, tower in zip(self.task_names, self.gates, self.towers):
