@@ -624,3 +624,19 @@ def test_the_worked_example_of_the_migration_page_is_what_convert_writes(tmp_pat
     assert check.returncode == 0, check.stderr
     lines = check.stdout.splitlines()  # then a note on the data, which depends on what this checkout holds
     assert lines[0] == f"{out}: ok (model mmoe; 1 dense and 4 id features; sparse rowwise_adagrad, dense sgd; 2 epochs)"
+
+
+def test_the_din_worked_example_of_the_migration_page_is_what_convert_writes_and_passes_check(tmp_path):
+    if not _sequences_built():
+        pytest.skip("needs [[features.sequence]] and the din model (branches i25-data, i25-models)")
+    page = (REPO / "docs" / "migration.md").read_text()
+    example = page.split("## A worked example: DIN over a click sequence", 1)[1]
+    proto = example.split("```protobuf\n", 1)[1].split("```", 1)[0]
+    shown = example.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert convert_pipeline_config(proto, "din.config").toml == shown
+    assert 'type = "din"' in shown and 'query = ["adgroup_id", "cate_id"]' in shown and "max_len = 50" in shown
+    out = tmp_path / "din.toml"
+    out.write_text(shown)
+    check = _check(out)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.startswith(f"{out}: ok (model din;")
