@@ -48,10 +48,10 @@ def resolved_sequences(cfg: FeaturesConfig) -> list[tuple[str, int, SparseFeatur
     for g, group in enumerate(cfg.sequence):
         for j, s in enumerate(group.features):
             owner = owners.get(table_name(s), (None, None))[1]
-            own_ids = any(getattr(s, k) is not None for k in ID_KINDS)
-            ids = {k: getattr(s if own_ids or owner is None else owner, k) for k in ID_KINDS}
-            taken = {k: getattr(s, k) if getattr(s, k) is not None or owner is None else getattr(owner, k)
-                     for k in _INHERITED}
+            # with an owner, the owner's keys hold (a contradiction is reported by _agreement)
+            source = s if owner is None else owner
+            ids = {k: getattr(source, k) for k in ID_KINDS}
+            taken = {k: getattr(source, k) for k in _INHERITED}
             spec = SparseFeatureConfig(
                 name=s.name, column=s.column or s.name, **ids, separator=group.separator,
                 embedding_dim=DEFAULT_SEQUENCE_DIM if taken["embedding_dim"] is None else taken["embedding_dim"],
