@@ -352,3 +352,18 @@ def test_wide_and_deep_and_deepfm_options_and_mlp_fields_without_equivalent(tzru
     deepfm = convert_pipeline_config(config(features, "deepfm { deep { hidden_units: [16] } }", groups), "d.config")
     assert deepfm.tree["model"] == {"type": "deepfm", "deep_hidden_units": [16], "final_hidden_units": []}
     checked(deepfm, tzrun_pm)
+
+
+def test_batch_cost_size_and_sample_cost_field_become_cost_aware_batches(tzrun_pm):
+    text = DSSM_TAOBAO.replace("num_workers: 8", 'num_workers: 8 batch_cost_size: 5000 sample_cost_field: "n_tokens"')
+    conversion = convert_pipeline_config(text, "d.config")
+    assert (conversion.tree["data"]["batch_cost_size"], conversion.tree["data"]["sample_cost"]) == (5000, "n_tokens")
+    assert "at most batch_size = 8192 rows here" in noted(conversion)["data_config.batch_cost_size"]
+    checked_with_sequences(conversion, tzrun_pm)
+    by_length = convert_pipeline_config(DSSM_TAOBAO.replace("num_workers: 8", "num_workers: 8 batch_cost_size: 5000"),
+                                        "d.config")
+    assert "sample_cost" not in by_length.tree["data"]
+    assert "1 + its sequences' lengths here" in noted(by_length)["data_config.batch_cost_size"]
+    checked_with_sequences(by_length, tzrun_pm)
+    unused = convert_pipeline_config(DSSM_TAOBAO.replace("num_workers: 8", 'num_workers: 8 sample_cost_field: "n"'), "d")
+    assert "unused without batch_cost_size" in reported(unused)["data_config.sample_cost_field"]
