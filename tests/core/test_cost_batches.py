@@ -174,3 +174,33 @@ embedding_dim = 4
         load_config_text(text, tzrun_pm)
     assert problem in str(info.value)
     assert load_config_text(text.replace(extra, 'batch_cost_size = 100\nsample_cost = "c"'), tzrun_pm)
+
+
+def test_the_din_example_with_sequence_length_costs_keeps_each_batchs_sequence_ids_under_the_cap(tmp_path):
+    """The whole chain on `data synth taobao` and the shipped DIN example: the run's cost is 1 +
+    the row's click sequence (at most max_len = 50 ids), and the batches the run reads (their
+    sequence KJT, as the model sees it) never pass the cap."""
+    from tests.conftest import REPO
+    from tzrun.runner.session import Session
+    from tzrun.tools.synth_taobao import synth_taobao
+
+    synth_taobao(tmp_path / "d", rows=1500, eval_rows=500, seed=3, rows_per_file=700, row_group_size=300)
+    overrides = [f'data.train_input="{tmp_path / "d" / "train"}"', f'data.eval_input="{tmp_path / "d" / "eval"}"',
+                 f'model_dir="{tmp_path / "run"}"', "data.batch_size=256", "data.batch_cost_size=2000",
+                 "data.num_workers=0"]
+    session = Session.from_config(REPO / "examples" / "din_taobao.toml", overrides)
+    assert session.batch_cost == BatchCost(2000, "sequence_length", sequences=(SequenceCost("click_50_seq", 50),))
+    from tzrun.runner.distributed import shutdown_distributed
+
+    try:
+        rank_input = session.start().train_data().input_for(session.whole_layout)
+        batches = list(rank_input.one_pass())
+    finally:
+        shutdown_distributed()
+    assert len(batches) > 1500 / 256 + 1  # the cap, not the row count, closes most batches
+    seen = 0
+    for batch in batches:
+        lengths = batch.sequence.to_dict()["click_seq__adgroup_id"].lengths()
+        assert int(lengths.max()) <= 50 and batch.num_rows + int(lengths.sum()) <= 2000
+        seen += batch.num_rows
+    assert seen == 1500
