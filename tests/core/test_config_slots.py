@@ -27,6 +27,8 @@ EVERY_SLOT = [
     'train.dense_optimizer={type = "adam", lr = 0.001, lr_schedule = {type = "constant"}, '
     'parts = [{type = "sgd", lr = 0.1, pattern = "deep\\\\..*", lr_schedule = {type = "constant"}}]}',
     'features.sparse[0].sparse_optimizer={type = "rowwise_adagrad", lr = 0.1}',
+    'features.sequence=[{name = "s", max_len = 2, features = [{name = "s0", column = "c0", num_buckets = 10, '
+    'embedding_dim = 4, sparse_optimizer = {type = "sgd", lr = 0.1}}]}]',
     'train.pipeline={type = "base"}',
     'train.stages=[{type = "progress"}, {type = "metrics_log"}]',
     'train.loss_weighting={type = "sum"}',

@@ -255,3 +255,17 @@ def test_padded_sequences_take_gradients_only_at_real_ids(tzrun_pm):
     grad = module.collections["dim_4"].embeddings["adgroup"].weight.grad
     counts = np.bincount([3, 4, 5, 7, 8], minlength=10)
     assert grad[:, 0].tolist() == counts.astype(float).tolist()
+
+
+def test_check_reads_the_sequence_columns_types(tzrun_pm, tmp_path: Path):
+    from tzrun.data.input_check import check_inputs, column_uses
+
+    cfg = _config(tzrun_pm, text=CONFIG.replace('separator = ";"\n', ""))
+    specs = feature_specs(cfg.features)
+    uses = {u.what: u for u in column_uses(specs, cfg.data, (), ())}
+    use = uses["sequence 'click_seq__adgroup_id' of group 'click_seq' (num_buckets)"]
+    assert (use.column, use.lists, use.accepts) == ("seq_ad", True, frozenset({"int"}))
+    pq.write_table(_table(seq_ad=pa.array([[1.5], [], None, [2.0]], pa.list_(pa.float64()))), tmp_path / "part-0.parquet")
+    reader = ParquetReader(ParquetConfig())
+    report = check_inputs(reader, {"data.train_input": str(tmp_path)}, specs.columns(["label"], None), list(uses.values()))
+    assert any("seq_ad" in p and "click_seq__adgroup_id" in p for p in report.problems), report.problems

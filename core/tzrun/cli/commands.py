@@ -44,7 +44,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     run = "steps" if cfg.train.num_steps is not None else "epochs"
     print(
         f"{args.config}: ok (model {cfg.model.type}; {len(cfg.features.dense)} dense and "
-        f"{len(cfg.features.sparse)} id features; sparse {cfg.train.sparse_optimizer.type}, "
+        f"{len(cfg.features.sparse)} id features{_sequences(cfg)}; sparse {cfg.train.sparse_optimizer.type}, "
         f"dense {cfg.train.dense_optimizer.type}; {cfg.train.num_steps or cfg.train.num_epochs} {run})"
     )
     for note in report.notes if report is not None else ():
@@ -52,6 +52,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.params:
         print_parameters(session, args.device)
     return 0
+
+
+def _sequences(cfg: Any) -> str:
+    """``", 1 sequence group (2 sequences)"`` for check's summary line; ``""`` without any."""
+    groups = cfg.features.sequence
+    if not groups:
+        return ""
+    n = sum(len(g.features) for g in groups)
+    return f", {len(groups)} sequence group{'s' * (len(groups) != 1)} ({n} sequence{'s' * (n != 1)})"
 
 
 def check_plan(session: Any, source: str, nproc: int, device: str | None) -> None:

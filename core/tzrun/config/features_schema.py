@@ -165,6 +165,20 @@ class SequenceFeatureConfig:
         name: the sequence's name (its key in ``batch.sequence``).
         column: its input column (default: ``name``): a list of integers or strings, or a
             string split on the group's ``separator``; a null row is an empty sequence.
+        num_buckets: integer ids in ``[0, num_buckets)`` (as on ``[[features.sparse]]``).
+        hash_bucket_size: values hashed with FNV-1a 64 into this many buckets.
+        vocab: tokens; ``vocab[i]`` is id ``i + 1``, any other token id 0.
+        vocab_file: a UTF-8 file of tokens, one per line, read like ``vocab``.
+        boundaries: numbers bucketized, ``id = #{b in boundaries: b <= x}``.
+        embedding_dim: the embedding width, a positive multiple of 4 (default: the owner's,
+            else 16).
+        table: the embedding table's name (default: ``<name>_emb``); naming a
+            ``[[features.sparse]]`` feature's table shares it.
+        sparse_optimizer: this table's own sparse optimizer (default: the owner's, else
+            ``train.sparse_optimizer``).
+        trainable: false freezes the table (default: the owner's, else true).
+        embedding_constraints: what the sharding planner may choose for the table (default:
+            the owner's).
     """
 
     name: str

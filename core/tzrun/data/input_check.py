@@ -87,8 +87,9 @@ def column_uses(specs: FeatureSpecs, data: DataConfig, groups: Sequence[str], de
         derived: the names of derived labels (their sources take any type the derivation reads).
     """
     uses = [ColumnUse(f.column, f"dense feature '{f.name}'", _NUMBERS, "cast the column to numbers") for f in specs.dense]
-    for f in specs.sparse:
-        what = f"feature '{f.name}'"
+    id_features = [(f, f"feature '{f.name}'") for f in specs.sparse]
+    id_features += [(f, f"sequence '{f.name}' of group '{g.name}'") for g in specs.sequence_groups for f in g.features]
+    for f, what in id_features:
         if f.separator is not None:
             continue  # text is split and parsed per value: the values tell, not the type
         if f.hash_bucket_size is not None:

@@ -142,7 +142,7 @@ def _check_reads_sequences(model: nn.Module, ctx: ModelContext, model_type: str)
         raise ConfigError("model", [ConfigProblem(
             "model.type", f"model '{model_type}' does not read [[features.sequence]] (it built no EmbeddingCollection; "
                           "tables: " + ", ".join(t.name for t in ctx.sequence_tables) + "); pick a model that reads "
-                          "sequences (see docs/models.md, Sequence models) or remove [[features.sequence]]")])
+                          "sequences (such as din) or remove [[features.sequence]]")])
 
 
 def build_model(facts: RunFacts, device: torch.device, loss_scale: LossScale | None = None) -> TrainModel:
