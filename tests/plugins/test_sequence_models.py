@@ -194,3 +194,40 @@ def test_encoder_option_errors_name_the_option():
 def test_din_example_passes_check():
     cfg, _ = load_config_text((REPO / "examples" / "din_taobao.toml").read_text())
     assert cfg.model.type == "din"
+
+
+def test_check_refuses_dssm_with_target_attention_in_one_line(tmp_path, capsys):
+    from tests.integration.test_sequence_models import POOLED_SEQUENCE, SEQUENCE_GROUP
+    from tzrun.cli.main import main
+    from tzrun.errors import EXIT_CONFIG
+
+    group = SEQUENCE_GROUP.replace('type = "self_attention"\nnum_heads = 2\nfeedforward_dim = 16', 'type = "target_attention"')
+    text = (REPO / "examples" / "dssm_taobao.toml").read_text().replace(POOLED_SEQUENCE, group)
+    config = tmp_path / "dssm.toml"
+    config.write_text(text.replace('"click_50_seq", "user_pv_7d"', '"click_seq", "user_pv_7d"'))
+    assert main(["check", str(config)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.splitlines()[1:] == [
+        '  model.sequence_encoders[0].type: dssm cannot use target_attention: its towers never see the candidate item '
+        'together with the user\'s sequence; use "mean" or "self_attention"'
+    ]
+
+
+def test_dssm_keeps_sequences_in_the_user_tower(registries):
+    with pytest.raises(ConfigError) as excinfo:
+        _build(registries, "dssm", _ctx(), user_features=("user", "d0"), item_features=("item", "d1", "clicks"))
+    assert ("model.item_features[2]: 'clicks' is a sequence group: sequences belong to the user tower (sampled negative "
+            "items carry none); move it to model.user_features") in _problems(excinfo)
+
+
+def test_dssm_user_tower_takes_the_batchs_own_rows_before_its_sequences(registries):
+    # with [data.sampler], batch.sparse and batch.dense carry the sampled items after the batch's
+    # rows; batch.sequence (and so the encoded sequences) only the batch's own rows
+    torch.manual_seed(0)
+    model = _build(registries, "dssm", _ctx(), user_features=("user", "d0", "clicks"), item_features=("item", "d1"),
+                   user_hidden_units=(8,), item_hidden_units=(8,), output_dim=4)
+    batch = _batch()
+    sequences = model.sequences(batch)
+    more = KeyedJaggedTensor(keys=["user"], values=torch.arange(ROWS + 2) % 10, lengths=torch.ones(ROWS + 2, dtype=torch.int32))
+    user = model.user_tower(torch.randn(ROWS + 2, 2), model.ebc(more), sequences, ROWS)
+    assert user.shape == (ROWS, 4)

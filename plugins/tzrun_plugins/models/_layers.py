@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from tzrun import ModelContext
 from tzrun.errors import ConfigProblem
 
-__all__ = ["positive_units", "non_empty", "mlp", "out_width", "wide_tables", "one_embedding_dim", "unknown_feature_problems"]
+__all__ = ["positive_units", "non_empty", "each_once", "mlp", "out_width", "wide_tables", "one_embedding_dim", "unknown_feature_problems"]
 
 
 def positive_units(instance: Any, attribute: Any, value: Sequence[int]) -> None:
@@ -20,6 +20,19 @@ def non_empty(instance: Any, attribute: Any, value: Sequence[Any]) -> None:
     """attrs validator: at least one entry."""
     if not value:
         raise ValueError("needs at least one entry", attribute)
+
+
+def each_once(field: str, what: str) -> Any:
+    """attrs validator of a tuple of tables: no two share the value of ``field``
+    (``"<what>; <value> has several"``)."""
+
+    def check(instance: Any, attribute: Any, value: Sequence[Any]) -> None:
+        names = [getattr(v, field) for v in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{what}; {', '.join(twice)} has several", attribute)
+
+    return check
 
 
 def mlp(in_features: int, units: Sequence[int]) -> Any:

@@ -11,9 +11,9 @@ import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigProblem
-from tzrun_plugins.models._layers import positive_units
+from tzrun_plugins.models._layers import each_once, positive_units
 
-__all__ = ["SequenceEncoderConfig", "unique_sequences", "encoder_problems", "encoders_by_group", "build_encoder"]
+__all__ = ["SequenceEncoderConfig", "unique_sequences", "group_width", "encoder_problems", "encoders_by_group", "build_encoder"]
 
 _ONLY = {
     "attention_hidden_units": "target_attention",
@@ -71,12 +71,8 @@ class SequenceEncoderConfig:
     dropout: Optional[float] = attrs.field(default=None, validator=_dropout)
 
 
-def unique_sequences(instance: Any, attribute: Any, value: tuple[SequenceEncoderConfig, ...]) -> None:
-    """attrs validator: each sequence group has at most one encoder table."""
-    names = [e.sequence for e in value]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"one encoder per sequence group; {', '.join(twice)} has several", attribute)
+#: attrs validator of a model's ``sequence_encoders``: one table per group.
+unique_sequences = each_once("sequence", "one encoder per sequence group")
 
 
 def encoder_problems(encoders: Sequence[SequenceEncoderConfig], ctx: ModelContext, *, model: str,

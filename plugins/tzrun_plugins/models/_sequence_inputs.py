@@ -29,7 +29,8 @@ def bag_collection(ctx: ModelContext) -> Optional[nn.Module]:
     configs = ctx.embedding_bag_configs()
     if not configs:
         return None
-    return EmbeddingBagCollection(tables=configs, is_weighted=ctx.is_weighted, device=ctx.embedding_device)
+    collection: nn.Module = EmbeddingBagCollection(tables=configs, is_weighted=ctx.is_weighted, device=ctx.embedding_device)
+    return collection
 
 
 def sequence_embeddings(ctx: ModelContext) -> Optional[nn.Module]:

@@ -73,7 +73,7 @@ class TargetAttention(nn.Module):
     def weights(self, sequence: torch.Tensor, mask: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """The ``[B, L]`` attention weights of the positions for ``query``."""
         q = query.unsqueeze(1).expand_as(sequence)
-        scores = self.score(self.mlp(torch.cat([q, sequence, q - sequence, q * sequence], dim=-1))).squeeze(-1)
+        scores: torch.Tensor = self.score(self.mlp(torch.cat([q, sequence, q - sequence, q * sequence], dim=-1))).squeeze(-1)
         if self.softmax:
             return masked_softmax(scores, mask)
         return scores * mask.to(scores.dtype)

@@ -16,7 +16,7 @@ import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
-from tzrun_plugins.models._layers import mlp, out_width, positive_units, unknown_feature_problems
+from tzrun_plugins.models._layers import each_once, mlp, out_width, positive_units, unknown_feature_problems
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -53,13 +53,6 @@ class DINAttentionConfig:
     softmax: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
 
-def _unique_groups(instance: Any, attribute: Any, value: tuple[DINAttentionConfig, ...]) -> None:
-    names = [t.sequence for t in value]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"one attention tower per sequence group; {', '.join(twice)} has several", attribute)
-
-
 @attrs.frozen
 class DINConfig:
     """Options of the ``din`` model.
@@ -73,7 +66,7 @@ class DINConfig:
     """
 
     towers: tuple[DINTowerConfig, ...] = (DINTowerConfig(),)
-    din_towers: tuple[DINAttentionConfig, ...] = attrs.field(default=(), validator=_unique_groups)
+    din_towers: tuple[DINAttentionConfig, ...] = attrs.field(default=(), validator=each_once("sequence", "one attention tower per sequence group"))
     final_hidden_units: tuple[int, ...] = attrs.field(default=(64,), validator=positive_units)
 
 
@@ -109,7 +102,8 @@ def build_din(cfg: DINConfig, ctx: ModelContext) -> Any:
     from torch import nn
 
     from tzrun_plugins.models._sequence_config import group_width
-    from tzrun_plugins.models._sequence_inputs import FeatureInputs, bag_collection, sequence_embeddings
+    from tzrun.sequence import SequenceEmbeddings
+    from tzrun_plugins.models._sequence_inputs import FeatureInputs, bag_collection
     from tzrun_plugins.models._sequence_layers import TargetAttention
 
     attention, problems = _attention_towers(cfg, ctx)
@@ -125,15 +119,16 @@ def build_din(cfg: DINConfig, ctx: ModelContext) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.ebc = bag_collection(ctx)
-            self.sequences = sequence_embeddings(ctx)
-            self.inputs = nn.ModuleList(FeatureInputs(ctx, t.features or every) for t in cfg.towers)
-            self.towers = nn.ModuleList(mlp(i.width, t.hidden_units) for i, t in zip(self.inputs, cfg.towers))
+            self.sequences = SequenceEmbeddings(ctx)
+            inputs = [FeatureInputs(ctx, t.features or every) for t in cfg.towers]
+            self.inputs = nn.ModuleList(inputs)
+            self.towers = nn.ModuleList(mlp(i.width, t.hidden_units) for i, t in zip(inputs, cfg.towers))
             self.groups = [t.sequence for t in attention]
             widths = [group_width(ctx, name) for name in self.groups]
             self.attention = nn.ModuleList(
                 TargetAttention(w, t.attention_hidden_units, softmax=t.softmax) for w, t in zip(widths, attention)
             )
-            width = sum(out_width(i.width, t.hidden_units) for i, t in zip(self.inputs, cfg.towers)) + sum(widths)
+            width = sum(out_width(i.width, t.hidden_units) for i, t in zip(inputs, cfg.towers)) + sum(widths)
             self.final = mlp(width, cfg.final_hidden_units)
             self.output = nn.Linear(out_width(width, cfg.final_hidden_units), 1)
 

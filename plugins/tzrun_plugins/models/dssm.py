@@ -21,7 +21,8 @@ and a sequence of clicked item ids).
 
 A tower may name ``[[features.sequence]]`` groups among its features: each is encoded into one
 vector by its ``[[model.sequence_encoders]]`` table (``mean`` or ``self_attention``; ``mean``
-for a group without one) and concatenated to the tower's input. ``target_attention`` is refused:
+for a group without one) and concatenated to the tower's input. Only the user tower may: the
+sampled negative items of ``[data.sampler]`` carry no sequences. ``target_attention`` is refused:
 the user tower never sees the candidate item, so there is no query to attend with.
 """
 
@@ -90,6 +91,11 @@ def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
     for j, g in enumerate(ctx.sequence_groups):
         if g.name not in assigned:
             problems.append(ConfigProblem(f"features.sequence[{j}]", f"'{g.name}' is in neither tower: add it to model.user_features or model.item_features, or remove it"))
+    groups = {g.name for g in ctx.sequence_groups}
+    for i, name in enumerate(cfg.item_features):
+        if name in groups:
+            problems.append(ConfigProblem(f"model.item_features[{i}]", f"'{name}' is a sequence group: sequences belong to the "
+                                                                        "user tower (sampled negative items carry none); move it to model.user_features"))
     problems += encoder_problems(cfg.sequence_encoders, ctx, model="dssm", query_free=True)
     sparse = {f.name for f in ctx.sparse_features} | {g.name for g in ctx.sequence_groups}
     for tower in ("user", "item"):
@@ -130,9 +136,10 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             self.output = nn.Linear(out_width(width, units), cfg.output_dim)
 
         def forward(self, dense: torch.Tensor, bags: Any, sequences: Any, rows: Any = None) -> torch.Tensor:
-            x = torch.cat([self.inputs(dense, bags, sequences), *self.sequence_inputs(sequences)], dim=1)
+            x = self.inputs(dense, bags, sequences)
             if rows is not None:
-                x = x[:rows]
+                x = x[:rows]  # the batch's own rows: the sequences have no others
+            x = torch.cat([x, *self.sequence_inputs(sequences)], dim=1)
             y = self.output(self.mlp(x))
             return F.normalize(y, dim=-1) if cfg.similarity == "cosine" else y
 

@@ -1,0 +1,79 @@
+"""The sequence models train end to end through `tzrec-run train` on `data synth taobao`'s
+`click_50_seq`: the shipped DIN example, and DSSM with its user tower's sequence encoded by
+self-attention (mmoe's encoders are covered in process: tests/plugins/test_sequence_models.py).
+
+Small data and small layers: these runs check that the models build, shard, trace under
+TorchRec's TrainPipelineSparseDist, train and evaluate, not how well they learn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+#: examples/dssm_taobao.toml's mean-pooled click sequence, replaced by a sequence group
+POOLED_SEQUENCE = '''[[features.sparse]]
+name = "click_50_seq"
+num_buckets = 6000
+embedding_dim = 16
+table = "adgroup_id_emb"
+pooling = "mean"
+'''
+SEQUENCE_GROUP = '''[[model.sequence_encoders]]
+sequence = "click_seq"
+type = "self_attention"
+num_heads = 2
+feedforward_dim = 16
+
+[[features.sequence]]
+name = "click_seq"
+max_len = 20
+
+[[features.sequence.features]]
+name = "click_seq__adgroup_id"
+column = "click_50_seq"
+table = "adgroup_id_emb"
+'''
+
+
+@pytest.fixture(scope="module")
+def taobao(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tzrun.tools.synth_taobao import synth_taobao
+
+    root = tmp_path_factory.mktemp("seq_taobao")
+    synth_taobao(root, rows=2048, eval_rows=1024, seed=1, rows_per_file=1024, row_group_size=512)
+    return root
+
+
+def _train(config: Path, data: Path, model_dir: Path, *overrides: str) -> dict:
+    sets = [f'data.train_input="{data / "train"}"', f'data.eval_input="{data / "eval"}"', f'model_dir="{model_dir}"',
+            "data.batch_size=256", "data.eval_batch_size=512", "data.num_workers=0", *overrides]
+    proc = run_cli(["train", str(config), *[a for s in sets for a in ("--set", s)]])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
+
+
+def test_the_din_example_trains(taobao, tmp_path):
+    result = _train(REPO / "examples" / "din_taobao.toml", taobao, tmp_path / "run",
+                    "model.towers=[{hidden_units=[16]}]", 'model.din_towers=[{sequence="click_seq", attention_hidden_units=[8]}]',
+                    "model.final_hidden_units=[8]")
+    assert result["step"] == 8 and result["rows"] == 1024  # 2,048 rows at 256 per step; every eval row once
+    assert 0.0 <= result["auc"] <= 1.0 and result["loss/binary_cross_entropy"] > 0.0
+
+
+def test_dssm_with_a_self_attention_sequence_encoder_trains(taobao, tmp_path):
+    text = (REPO / "examples" / "dssm_taobao.toml").read_text()
+    assert POOLED_SEQUENCE in text and '"click_50_seq", "user_pv_7d"' in text
+    text = text.replace(POOLED_SEQUENCE, SEQUENCE_GROUP).replace('"click_50_seq", "user_pv_7d"', '"click_seq", "user_pv_7d"')
+    config = tmp_path / "dssm_seq.toml"
+    config.write_text(text)
+    result = _train(config, taobao, tmp_path / "run", "model.user_hidden_units=[16]", "model.item_hidden_units=[16]",
+                    "model.output_dim=8", "train.num_epochs=1")
+    assert result["step"] == 8
+    assert 0.0 <= result["recall_at_50"] <= 1.0 and result["loss/in_batch_softmax"] > 0.0
