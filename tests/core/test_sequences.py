@@ -269,3 +269,19 @@ def test_check_reads_the_sequence_columns_types(tzrun_pm, tmp_path: Path):
     reader = ParquetReader(ParquetConfig())
     report = check_inputs(reader, {"data.train_input": str(tmp_path)}, specs.columns(["label"], None), list(uses.values()))
     assert any("seq_ad" in p and "click_seq__adgroup_id" in p for p in report.problems), report.problems
+
+
+def test_an_unpooled_feature_is_pooled_as_configured(tzrun_pm):
+    cfg = _config(tzrun_pm, 'features.sparse[1].pooling="mean"')
+    specs = feature_specs(cfg.features)
+    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), ("label",),
+                       specs.sequence_groups, specs.sequence_tables)
+    module = SequenceEmbeddings(ctx)
+    tables = _filled(module)
+    table = _table().set_column(1, "cate_id", pa.array([["a", "b"], ["b"], None, []]))
+    batch = _builder(cfg)(table, "t.parquet")
+    ids = batch.sequence.to_dict()["cate_id"].values().tolist()
+    pooled = module(batch).pooled("cate_id")
+    emb = tables["cate_id_emb"]
+    assert torch.allclose(pooled[0], (emb[ids[0]] + emb[ids[1]]) / 2) and torch.equal(pooled[1], emb[ids[2]])
+    assert torch.equal(pooled[2:], torch.zeros(2, 8))  # no id: zeros, not NaN

@@ -59,7 +59,8 @@ def build_seq_tower(cfg: SeqTowerConfig, ctx: tzrun.ModelContext) -> Any:
                 if g.query:
                     q = out.query(g.name)
                     parts += [q, q * mean]
-            return {"logits": self.out(torch.cat(parts, dim=1)).squeeze(1)}
+            logits = self.out(torch.cat(parts, dim=1)).squeeze(1)
+            return {"logits": logits, "probs": torch.sigmoid(logits)}
 
     return SeqTower()
 

@@ -35,12 +35,16 @@ CONFIG = """
 model_dir = "{model_dir}"
 [data]
 train_input = "{train}"
+eval_input = "{train}"
 batch_size = 128
+eval_batch_size = 700
 labels = ["label"]
 [model]
 type = "seq_tower"
 [[losses]]
 type = "binary_cross_entropy"
+[[metrics]]
+type = "auc"
 [train]
 num_steps = 6
 save_checkpoints_steps = 3
@@ -174,6 +178,7 @@ def test_a_sequence_run_stopped_and_resumed_is_the_uninterrupted_run(seq_data, t
     assert stopped.stopped_by == "SIGUSR1" and stopped.steps == 4
     resumed = train(_session(tmp_path / "split", seq_data), resume=True)
     assert resumed.steps == 6
+    assert resumed.eval.metrics == whole.eval.metrics and 0.0 < whole.eval.metrics["auc"] < 1.0
     a, b = saved(tmp_path / "whole" / "checkpoints" / "step-6"), saved(tmp_path / "split" / "checkpoints" / "step-6")
     tables = _tables(a)
     assert {k.split("embeddings.")[1].removesuffix(".weight") for k in tables if "embeddings." in k} == set(SEQUENCE_TABLES)
