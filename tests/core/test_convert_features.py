@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.core.torcheasyrec_examples import DLRM_CRITEO, DSSM_TAOBAO, MMOE_TAOBAO
+from tests.core.torcheasyrec_examples import DLRM_CRITEO, DSSM_TAOBAO, MMOE_TAOBAO, MULTI_TOWER_DIN_TAOBAO
 from tzrun.tools.convert import convert_pipeline_config
 from tzrun.testing import load_config_text
 
@@ -157,31 +157,135 @@ def test_features_that_do_not_map_leave_a_placeholder_with_the_reason(feature, s
     checked(conversion, tzrun_pm)
 
 
-def test_sequence_features_take_the_pooling_of_their_encoder_and_share_named_tables(tzrun_pm):
-    conversion = convert_pipeline_config(DSSM_TAOBAO, "dssm.config")
+def _sequences_built() -> bool:
+    """Whether this checkout has sequence features and the din model (issue 25's other parts)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("tzrun.sequence", "tzrun_plugins.models.din"))
+
+
+def checked_with_sequences(conversion: Any, tzrun_pm: Any) -> None:
+    """:func:`checked`, for a conversion that writes [[features.sequence]] (skipped until those are built)."""
+    if not _sequences_built():
+        pytest.skip("needs [[features.sequence]] and the din model (branches i25-data, i25-models)")
+    checked(conversion, tzrun_pm)
+
+
+def _as_deepfm(text: str) -> str:
+    """The DSSM example with a DeepFM over one group holding every feature (a model that reads no sequence)."""
+    head, model = text.split("model_config {", 1)
+    groups = ('feature_groups { group_name: "deep" ' + " ".join(f'feature_names: "{n}"' for n in (
+        "user_id", "cms_segid", "pid", "adgroup_id", "cate_id", "price")) +
+        ' sequence_groups { group_name: "click_50_seq" feature_names: "click_50_seq__adgroup_id" '
+        'feature_names: "click_50_seq__cate_id" } '
+        'sequence_encoders { pooling_encoder { input: "click_50_seq" pooling_type: "mean" } } group_type: DEEP }')
+    return head + "model_config { " + groups + " deepfm { deep { hidden_units: [8] } final { hidden_units: [4] } } " \
+        "metrics { auc {} } losses { binary_cross_entropy {} } }"
+
+
+def test_a_model_that_reads_no_sequence_pools_them_as_its_encoder_says_and_shares_named_tables(tzrun_pm):
+    conversion = convert_pipeline_config(_as_deepfm(DSSM_TAOBAO), "deepfm.config")
     sparse = {f["name"]: f for f in conversion.tree["features"]["sparse"]}
+    assert "sequence" not in conversion.tree["features"]
     assert sparse["click_50_seq__adgroup_id"] == {"name": "click_50_seq__adgroup_id", "num_buckets": 846812,
                                                   "embedding_dim": 16, "pooling": "mean", "separator": "|"}
     assert "not truncated to 100 ids" in noted(conversion)["feature_configs[6].sequence_feature.sequence_length"]
-    shared = DSSM_TAOBAO.replace('features { id_feature { feature_name: "cate_id" expression: "item:cate_id" '
-                                 'num_buckets: 12961 embedding_dim: 16', 'features { id_feature { feature_name: '
-                                 '"cate_id" expression: "item:cate_id" num_buckets: 12961 embedding_dim: 16 '
-                                 'embedding_name: "cate_id_emb"')
+    shared = _as_deepfm(DSSM_TAOBAO).replace(
+        'features { id_feature { feature_name: "cate_id" expression: "item:cate_id" num_buckets: 12961 embedding_dim: 16',
+        'features { id_feature { feature_name: "cate_id" expression: "item:cate_id" num_buckets: 12961 embedding_dim: 16 '
+        'embedding_name: "cate_id_emb"')
     both = convert_pipeline_config(shared, "d.config")
     sparse = {f["name"]: f for f in both.tree["features"]["sparse"]}
     assert sparse["click_50_seq__cate_id"]["table"] == "cate_id_emb" and sparse["cate_id"]["pooling"] == "mean"
     assert any(f.path == "feature_configs" and f.message.startswith("cate_id: pooled with mean like the sequences "
                                                                     "sharing table 'cate_id_emb'") for f in both.notes)
+    checked(conversion, tzrun_pm)
     checked(both, tzrun_pm)
+
+
+def test_a_dssm_sequence_group_with_a_mean_pooling_encoder_becomes_a_truncated_sequence_group(tzrun_pm):
+    conversion = convert_pipeline_config(DSSM_TAOBAO, "dssm.config")
+    assert conversion.tree["features"]["sequence"] == [{
+        "name": "click_50_seq", "max_len": 100, "separator": "|", "features": [
+            {"name": "click_50_seq__adgroup_id", "column": "click_50_seq__adgroup_id", "num_buckets": 846812,
+             "embedding_dim": 16},
+            {"name": "click_50_seq__cate_id", "column": "click_50_seq__cate_id", "num_buckets": 12961,
+             "embedding_dim": 16}]}]
+    assert not any(f["name"].startswith("click_50_seq") for f in conversion.tree["features"]["sparse"])
+    assert conversion.tree["model"]["sequence_encoders"] == [{"sequence": "click_50_seq", "type": "mean"}]
+    assert "a longer sequence keeps its last 100 ids" in \
+        noted(conversion)["model_config.feature_groups: sequence group 'click_50_seq'"]
+    assert "feature_configs[6].sequence_feature.sequence_length" not in noted(conversion)  # it is applied now
+    checked_with_sequences(conversion, tzrun_pm)
     din = DSSM_TAOBAO.replace('pooling_encoder { input: "click_50_seq" pooling_type: "mean" }',
                               'din_encoder { attn_mlp { hidden_units: [8] } }')  # input: the group's only sequence
     din = din.replace('group_name: "click_50_seq"', 'group_name: "click_50_seq" feature_names: "adgroup_id"')  # a query
     refused = convert_pipeline_config(din, "din.config")
     assert "adgroup_id" in {f["name"] for f in refused.tree["features"]["sparse"]}
-    assert "din_encoder over sequence group 'click_50_seq' has no equivalent" in \
+    assert "din_encoder over sequence group 'click_50_seq' has no equivalent here (this model's towers encode a " \
+           "sequence with mean or self_attention)" in \
         reported(refused)["feature_configs[6].sequence_feature.features[0].id_feature"]
     assert not any(n.startswith("click_50_seq") for n in refused.tree["model"]["user_features"])
     checked(refused, tzrun_pm)
+
+
+def test_multi_tower_din_becomes_din_with_a_sequence_group_whose_query_is_the_candidate(tzrun_pm):
+    conversion = convert_pipeline_config(MULTI_TOWER_DIN_TAOBAO, "din.config")
+    assert conversion.tree["model"] == {
+        "type": "din",
+        "towers": [{"features": ["user_id", "cms_segid", "adgroup_id", "cate_id", "brand", "price", "pid"],
+                    "hidden_units": [512, 256, 128]}],
+        "din_towers": [{"sequence": "seq", "attention_hidden_units": [256, 64]}],
+        "final_hidden_units": [64]}
+    (group,) = conversion.tree["features"]["sequence"]
+    assert {k: v for k, v in group.items() if k != "features"} == {
+        "name": "seq", "max_len": 100, "separator": "|", "query": ["adgroup_id", "cate_id", "brand"]}
+    assert [(f["name"], f["column"], f["num_buckets"]) for f in group["features"]] == [
+        ("click_50_seq__adgroup_id", "click_50_seq__adgroup_id", 846812),
+        ("click_50_seq__cate_id", "click_50_seq__cate_id", 12961), ("click_50_seq__brand", "click_50_seq__brand", 461498)]
+    assert list(reported(conversion)) == ["train_input_path", "eval_input_path", "data_config.dataset_type"]
+    checked_with_sequences(conversion, tzrun_pm)
+    two = MULTI_TOWER_DIN_TAOBAO.replace('feature_names: "brand" feature_names: "click_50_seq__adgroup_id"',
+                                         'feature_names: "click_50_seq__adgroup_id"')
+    unpaired = convert_pipeline_config(two, "din.config")
+    assert "model" not in unpaired.tree
+    assert reported(unpaired)["model_config.feature_groups: sequence group 'seq'"].startswith(
+        "2 query features (adgroup_id, cate_id) for 3 sequence features")
+    assert "no sequence group with a query here" in reported(unpaired)["model_config.multi_tower_din.din_towers[0].input"]
+
+
+def test_sequence_id_and_raw_features_and_id_features_with_a_sequence_length(tzrun_pm):
+    features = (
+        'feature_configs { id_feature { feature_name: "item" num_buckets: 50 embedding_dim: 8 } } '
+        'feature_configs { raw_feature { feature_name: "price" boundaries: [1.0, 5.0] embedding_dim: 8 } } '
+        'feature_configs { sequence_id_feature { feature_name: "clicks" sequence_length: 20 sequence_delim: "|" '
+        'num_buckets: 50 embedding_dim: 8 } } '
+        'feature_configs { sequence_raw_feature { feature_name: "prices" sequence_length: 20 sequence_delim: "|" '
+        'boundaries: [1.0, 5.0] embedding_dim: 8 } } '
+        'feature_configs { sequence_raw_feature { feature_name: "stay" sequence_length: 20 } } '
+        'feature_configs { id_feature { feature_name: "views" sequence_length: 30 num_buckets: 50 embedding_dim: 8 } } ')
+    groups = ('feature_groups { group_name: "all" feature_names: "item" feature_names: "price" '
+              'sequence_groups { group_name: "clicked" feature_names: "item" feature_names: "price" '
+              'feature_names: "clicks" feature_names: "prices" feature_names: "stay" } '
+              'sequence_groups { group_name: "viewed" feature_names: "views" } '
+              'sequence_encoders { din_encoder { input: "clicked" attn_mlp { hidden_units: [16] } } } '
+              'sequence_encoders { pooling_encoder { input: "viewed" } } group_type: DEEP }')
+    model = ('mmoe { expert_mlp { hidden_units: [8] } num_expert: 2 task_towers { tower_name: "ctr" label_name: '
+             '"label" mlp { hidden_units: [4] } } }')
+    conversion = convert_pipeline_config(config(features, model, groups), "m.config")
+    sequences = {g["name"]: g for g in conversion.tree["features"]["sequence"]}
+    assert sequences["viewed"] == {"name": "viewed", "max_len": 30, "separator": ";", "features": [  # the default delim
+        {"name": "views", "column": "views", "num_buckets": 50, "embedding_dim": 8}]}
+    clicked = sequences["clicked"]
+    assert (clicked["max_len"], clicked["separator"]) == (20, "|")
+    assert [f["name"] for f in clicked["features"]] == ["clicks", "prices"]
+    assert clicked["features"][1]["boundaries"] == [1.0, 5.0]
+    assert conversion.tree["model"]["sequence_encoders"] == [
+        {"sequence": "clicked", "type": "target_attention", "attention_hidden_units": [16]},
+        {"sequence": "viewed", "type": "mean"}]
+    assert "a sequence of values has no equivalent" in reported(conversion)["feature_configs[4].sequence_raw_feature"]
+    assert clicked["query"] == ["item", "price"]  # the group's candidate features, paired in order
+    checked_with_sequences(conversion, tzrun_pm)
 
 
 def test_features_in_no_group_are_left_out_and_reported():
@@ -219,13 +323,14 @@ def test_dlrm_writes_torcheasyrecs_arch_with_sparse_default_and_notes_the_parts(
 def test_dssm_writes_towers_similarity_and_temperature_with_torcheasyrecs_defaults(tzrun_pm):
     conversion = convert_pipeline_config(DSSM_TAOBAO, "dssm.config")
     assert conversion.tree["model"] == {
-        "type": "dssm", "user_features": ["user_id", "cms_segid", "pid", "click_50_seq__adgroup_id", "click_50_seq__cate_id"],
+        "type": "dssm", "user_features": ["user_id", "cms_segid", "pid", "click_50_seq"],
         "user_hidden_units": [512, 256, 128], "item_features": ["adgroup_id", "cate_id", "price"],
-        "item_hidden_units": [512, 256, 128], "output_dim": 64, "similarity": "inner_product", "temperature": 1.0}
+        "item_hidden_units": [512, 256, 128], "output_dim": 64, "similarity": "inner_product", "temperature": 1.0,
+        "sequence_encoders": [{"sequence": "click_50_seq", "type": "mean"}]}
     assert conversion.tree["losses"] == [{"type": "in_batch_softmax"}]
     assert "add [data.sampler] type" in reported(conversion)["data_config.negative_sampler"]
     assert "in-batch negatives" in noted(conversion)["model_config.dssm.in_batch_negative"]
-    checked(conversion, tzrun_pm)
+    checked_with_sequences(conversion, tzrun_pm)
     euclid = convert_pipeline_config(DSSM_TAOBAO.replace("output_dim: 64", "output_dim: 64 similarity: EUCLID"), "d.config")
     assert "model" not in euclid.tree and "EUCLID" in reported(euclid)["model_config.dssm.similarity"]
 
@@ -247,3 +352,18 @@ def test_wide_and_deep_and_deepfm_options_and_mlp_fields_without_equivalent(tzru
     deepfm = convert_pipeline_config(config(features, "deepfm { deep { hidden_units: [16] } }", groups), "d.config")
     assert deepfm.tree["model"] == {"type": "deepfm", "deep_hidden_units": [16], "final_hidden_units": []}
     checked(deepfm, tzrun_pm)
+
+
+def test_batch_cost_size_and_sample_cost_field_become_cost_aware_batches(tzrun_pm):
+    text = DSSM_TAOBAO.replace("num_workers: 8", 'num_workers: 8 batch_cost_size: 5000 sample_cost_field: "n_tokens"')
+    conversion = convert_pipeline_config(text, "d.config")
+    assert (conversion.tree["data"]["batch_cost_size"], conversion.tree["data"]["sample_cost"]) == (5000, "n_tokens")
+    assert "at most batch_size = 8192 rows here" in noted(conversion)["data_config.batch_cost_size"]
+    checked_with_sequences(conversion, tzrun_pm)
+    by_length = convert_pipeline_config(DSSM_TAOBAO.replace("num_workers: 8", "num_workers: 8 batch_cost_size: 5000"),
+                                        "d.config")
+    assert "sample_cost" not in by_length.tree["data"]
+    assert "1 + its sequences' lengths here" in noted(by_length)["data_config.batch_cost_size"]
+    checked_with_sequences(by_length, tzrun_pm)
+    unused = convert_pipeline_config(DSSM_TAOBAO.replace("num_workers: 8", 'num_workers: 8 sample_cost_field: "n"'), "d")
+    assert "unused without batch_cost_size" in reported(unused)["data_config.sample_cost_field"]

@@ -17,6 +17,7 @@ from tzrun.tools.synth_taobao import (
     PIDS,
     SEQUENCE_COLUMN,
     SEQUENCE_LENGTH,
+    SEQUENCE_SIDE_COLUMNS,
     USER_CARDINALITIES,
     TaobaoSynthReport,
     read_taobao_report,
@@ -39,7 +40,9 @@ def test_schema_and_value_ranges(small):
     table = _read(out, "train")
     assert table.num_rows == report.train_rows == 20_000
     assert len(list((out / "train").glob("part-*.parquet"))) == 3  # 7,000 rows per file
-    assert table.schema.names == [*LABEL_COLUMNS, *USER_CARDINALITIES, *ITEM_CARDINALITIES, "pid", *DENSE_COLUMNS, SEQUENCE_COLUMN]
+    assert table.schema.names == [
+        *LABEL_COLUMNS, *USER_CARDINALITIES, *ITEM_CARDINALITIES, "pid", *DENSE_COLUMNS, SEQUENCE_COLUMN, *SEQUENCE_SIDE_COLUMNS
+    ]
     assert table.schema.field(SEQUENCE_COLUMN).type == pa.list_(pa.int64())
     assert all(table.column(c).null_count == 0 for c in table.schema.names)
     for name, card in {**USER_CARDINALITIES, **ITEM_CARDINALITIES}.items():
@@ -78,9 +81,10 @@ def test_buy_implies_click_and_the_rates_are_the_documented_ones(small):
 def test_bayes_auc_of_both_labels_is_reported_and_written(small):
     out, report = small
     assert set(report.bayes_auc) == set(report.bayes_auc_train) == {"click", "buy"}
-    assert 0.77 < report.bayes_auc["click"] < 0.83 and 0.8 < report.bayes_auc["buy"] < 0.9
+    assert 0.8 < report.bayes_auc["click"] < 0.87 and 0.8 < report.bayes_auc["buy"] < 0.9
     document = json.loads((out / "synth.json").read_text())
-    assert document["format"] == "tzrec-run synthetic taobao v1"
+    assert document["format"] == "tzrec-run synthetic taobao v2"
+    assert document["sequence_side_columns"] == SEQUENCE_SIDE_COLUMNS
     assert read_taobao_report(out) == report
 
 
@@ -132,3 +136,58 @@ def test_cli_synth_taobao_prints_both_bayes_aucs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "wrote 1000 train and 1000 eval rows" in proc.stdout
     assert "Bayes-optimal eval AUC click 0." in proc.stdout and ", buy 0." in proc.stdout
+
+
+def test_sequence_side_columns_hold_the_ids_of_the_clicked_ads(small):
+    """click_50_seq__<column> is aligned with click_50_seq and holds the ids the candidate's own
+    <column> gives the same ad, so a sequence can share the candidate's table."""
+    table = _read(small[0], "train")
+    seq = table.column(SEQUENCE_COLUMN)
+    ads = pa.compute.list_flatten(seq).to_numpy()
+    of_ad = {name: np.full(ITEM_CARDINALITIES["adgroup_id"], -1) for name in SEQUENCE_SIDE_COLUMNS.values()}
+    for name, ids in of_ad.items():
+        ids[table.column("adgroup_id").to_numpy()] = table.column(name).to_numpy()
+    for column, name in SEQUENCE_SIDE_COLUMNS.items():
+        side = table.column(column)
+        assert pa.compute.list_value_length(side).equals(pa.compute.list_value_length(seq)), column
+        values = pa.compute.list_flatten(side).to_numpy()
+        seen = of_ad[name][ads] >= 0  # ads that also appear as a candidate in these rows
+        assert seen.mean() > 0.5 and (values[seen] == of_ad[name][ads][seen]).all(), column
+
+
+def _mean_pooled_features(item_vec: np.ndarray, candidate: np.ndarray, offsets: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """What a pooled model sees of a row's sequence: the mean of its ads' vectors, against the candidate's."""
+    n, lengths = candidate.size, np.diff(offsets)
+    row = np.repeat(np.arange(n), lengths)
+    mean = np.stack([np.bincount(row, item_vec[seq][:, k], minlength=n) for k in range(item_vec.shape[1])], 1)
+    mean /= np.maximum(lengths, 1)[:, None]
+    vec = item_vec[candidate]
+    unit = mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-9)
+    base = np.stack([np.einsum("nk,nk->n", vec, mean), np.einsum("nk,nk->n", vec, unit), np.linalg.norm(mean, axis=1),
+                     np.linalg.norm(vec, axis=1), lengths > 0, lengths], 1).astype(np.float64)
+    return np.concatenate([np.ones((n, 1)), base, base**2, base[:, :1] * base[:, 1:]], axis=1)
+
+
+def test_the_click_depends_on_the_closest_sequence_ads_not_only_their_average(small):
+    """The true click probability reaches the reported Bayes AUC; a predictor that knows every other
+    part of the true logit but sees the sequence only through its average (the best quadratic fit of
+    the sequence part on mean-pooled features) stays clearly below it."""
+    from tzrun.tools import synth_taobao as st
+    from tzrun.tools.synth_common import auc, block_rng
+
+    out, report = small
+    model = st._build_model(0)
+    blocks = [st._block(model, 0, st._SPLIT_EVAL, b) for b in range(2)]
+    p_click = np.concatenate([b[1] for b in blocks])[: report.eval_rows]
+    click = np.concatenate([b[3] for b in blocks])[: report.eval_rows]
+    assert auc(p_click, click) == pytest.approx(report.bayes_auc["click"], abs=1e-12)
+
+    rows = st._draw_rows(model, block_rng(0, st._SPLIT_EVAL, 0), 16_384)  # the rows of block 0
+    logit, _ = st._logits(model, rows)
+    sequence = model.scale["sequence"] * st._click_parts(model, rows)["sequence"]
+    pooled = _mean_pooled_features(model.item_vec, rows.item, rows.seq_offsets, rows.seq_items)
+    fit, *_ = np.linalg.lstsq(pooled, sequence, rcond=None)
+    labels = click[:16_384]
+    bayes, averaged = auc(logit, labels), auc(logit - sequence + pooled @ fit, labels)
+    assert bayes == pytest.approx(auc(p_click[:16_384], labels))
+    assert bayes - averaged > 0.01, (bayes, averaged)

@@ -3,7 +3,7 @@ the same messages, field names, feature kinds, groups and model blocks, with few
 
 from __future__ import annotations
 
-__all__ = ["DEEPFM_CRITEO", "DLRM_CRITEO", "MMOE_TAOBAO", "DSSM_TAOBAO", "EXAMPLES"]
+__all__ = ["DEEPFM_CRITEO", "DLRM_CRITEO", "MMOE_TAOBAO", "DSSM_TAOBAO", "MULTI_TOWER_DIN_TAOBAO", "EXAMPLES"]
 
 _TRAIN = """
 train_input_path: "odps://{PROJECT}/tables/%(table)s_train"
@@ -196,6 +196,49 @@ model_config {{
 }}
 """
 
+MULTI_TOWER_DIN_TAOBAO = _head("multi_tower_din_taobao", "taobao_multitask_sample_v1") + """
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_DAG
+    label_fields: "clk"
+    num_workers: 8
+}
+""" + _TAOBAO_FEATURES + """
+feature_configs { id_feature { feature_name: "brand" expression: "item:brand" num_buckets: 461498 embedding_dim: 16 } }
+feature_configs {
+    sequence_feature {
+        sequence_name: "click_50_seq"
+        sequence_length: 100
+        sequence_delim: "|"
+        features { id_feature { feature_name: "adgroup_id" expression: "item:adgroup_id" num_buckets: 846812 embedding_dim: 16 } }
+        features { id_feature { feature_name: "cate_id" expression: "item:cate_id" num_buckets: 12961 embedding_dim: 16 } }
+        features { id_feature { feature_name: "brand" expression: "item:brand" num_buckets: 461498 embedding_dim: 16 } }
+    }
+}
+""" + f"""
+model_config {{
+    feature_groups {{
+        group_name: "deep"
+        {_names("user_id", "cms_segid", "adgroup_id", "cate_id", "brand", "price", "pid")}
+        group_type: DEEP
+    }}
+    feature_groups {{
+        group_name: "seq"
+        {_names("adgroup_id", "cate_id", "brand", "click_50_seq__adgroup_id", "click_50_seq__cate_id",
+                "click_50_seq__brand")}
+        group_type: SEQUENCE
+    }}
+    multi_tower_din {{
+        towers {{ input: 'deep' mlp {{ hidden_units: [512, 256, 128] }} }}
+        din_towers {{ input: 'seq' attn_mlp {{ hidden_units: [256, 64] }} }}
+        final {{ hidden_units: [64] }}
+    }}
+    metrics {{ auc {{}} }}
+    losses {{ binary_cross_entropy {{}} }}
+}}
+"""
+
 #: name -> config text, as TorchEasyRec names the example.
 EXAMPLES = {"deepfm_criteo": DEEPFM_CRITEO, "dlrm_criteo": DLRM_CRITEO, "mmoe_taobao": MMOE_TAOBAO,
-            "dssm_taobao": DSSM_TAOBAO}
+            "dssm_taobao": DSSM_TAOBAO, "multi_tower_din_taobao": MULTI_TOWER_DIN_TAOBAO}

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from tzrun.config.schema import RunConfig, SparseFeatureConfig
 from tzrun.config.sequences import ID_KINDS, check_sequences, resolved_sequences
+from tzrun.data.cost import SEQUENCE_LENGTH
 from tzrun.data.vocab import check_vocab, read_vocab_file
 from tzrun.errors import ConfigProblem
 
@@ -46,6 +47,12 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
         add("data.eval_batch_size", f"must be at least 1, got {data.eval_batch_size}")
     if data.num_workers < 0:
         add("data.num_workers", "must be 0 or more")
+    if data.batch_cost_size is not None and data.shuffle_buffer_rows > 0:
+        add("data.batch_cost_size", "cost-aware batches are planned in input order and not shuffled; set "
+                                    "data.shuffle_buffer_rows = 0 (shuffle the files instead) or remove data.batch_cost_size")
+    if data.batch_cost_size is not None and data.sample_cost == SEQUENCE_LENGTH and not cfg.features.sequence:
+        add("data.sample_cost", "'sequence_length' sums the row's [[features.sequence]] lengths, and there are none; "
+                                "name a numeric column as the cost, or declare the sequences")
     if not data.labels:
         add("data.labels", "name at least one label column")
     problems.extend(_check_derived_labels(cfg))

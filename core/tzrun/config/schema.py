@@ -273,6 +273,14 @@ class DataConfig:
             barriers, costing about twice its CPU time; at a lower priority reading runs in
             the step's idle moments instead. See docs/data.md, Reading in the training
             process or in workers.
+        batch_cost_size: cost-aware training batches: a batch closes when its rows' summed
+            ``sample_cost`` would pass this (it still holds at most ``batch_size`` rows; a row
+            costing more alone is a batch of its own, with a warning). Unset (default): batches
+            of ``batch_size`` rows. Not with ``shuffle_buffer_rows``. See docs/data.md,
+            Cost-aware batches.
+        sample_cost: a row's cost under ``batch_cost_size``: a numeric column, or
+            ``"sequence_length"`` (default): 1 plus the row's sequence lengths, each group's at
+            most its ``max_len``.
         sampler: where a two-tower model's sampled negatives come from (``{ type =
             "negative", item_table = "...", ... }``; default: none, in-batch negatives only).
             Each batch, training and evaluation alike, carries that many sampled items after
@@ -294,6 +302,8 @@ class DataConfig:
     reader_nice: int = attrs.field(default=10, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(19)))
     sampler: Optional[Component] = None
     derived_labels: tuple[DerivedLabelConfig, ...] = ()
+    batch_cost_size: Optional[int] = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    sample_cost: str = "sequence_length"
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ sizes do not change; memory holds one window.
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 from typing import Any, Iterator, Sequence
 
@@ -105,6 +106,8 @@ class RankSplit:
         num_batches: batches this rank reads.
         steps: batches per pass on every rank (the most any rank has).
         rows: this rank's rows as global row intervals, in reading order.
+        bounds: cost-aware batches (:mod:`tzrun.data.cost`): the first row of each batch, then
+            ``num_rows``; empty: batches of ``batch_size`` rows.
     """
 
     segments: tuple[Segment, ...]
@@ -112,6 +115,13 @@ class RankSplit:
     num_batches: int
     steps: int
     rows: tuple[tuple[int, int], ...] = ()
+    bounds: tuple[int, ...] = ()
+
+    def batch_start(self, index: int, batch_size: int = 0) -> int:
+        """The first row (in this rank's reading order) of batch ``index``; ``num_rows`` past the last."""
+        if self.bounds:
+            return self.bounds[min(index, len(self.bounds) - 1)]
+        return min(index * batch_size, self.num_rows)
 
 
 Interval = tuple[int, int]
@@ -215,6 +225,7 @@ def consumed_rows(
     done: int,
     shuffle: Shuffle | None = None,
     epoch: int = 0,
+    bounds: Sequence[int] = (),
 ) -> list[Interval]:
     """The global row intervals a rank has consumed after ``done`` steps of a pass.
 
@@ -226,7 +237,11 @@ def consumed_rows(
         done: steps done in the pass (padding steps consume nothing).
         shuffle, epoch: the pass's shuffle: the rows of a window read in part are the
             permuted ones (several intervals; at most one window per worker is in part).
+        bounds: cost-aware batches' first rows (:attr:`RankSplit.bounds`; not with a shuffle).
     """
+    def start(index: int) -> int:
+        return bounds[min(index, len(bounds) - 1)] if bounds else min(index * batch_size, num_rows)
+
     remaining, _ = resume_layout(runs, done)
     taken = []
     for (a, b), (r, _) in zip(runs, remaining):
@@ -241,7 +256,7 @@ def consumed_rows(
                 order = shuffle.permutation(epoch, _global_row(split_rows_in_order, lo), hi - lo)
                 taken.extend(_positions(split_rows_in_order, lo + order[: (r - w0) * batch_size]))
         if whole_until > a:
-            taken.extend(_take(split_rows_in_order, a * batch_size, min(whole_until * batch_size, num_rows)))
+            taken.extend(_take(split_rows_in_order, start(a), start(whole_until)))
     return merge_intervals(taken)
 
 
@@ -354,7 +369,9 @@ class BatchStream:
         """The rows of batches ``first`` to ``last - 1`` (see :meth:`iter_run`), one table per
         batch, each with the file(s) it came from and where each of its rows came from."""
         if self.shuffle is None:
-            yield from self._iter_rows(first * self.batch_size, min(last * self.batch_size, self.split.num_rows))
+            sizes = [self.split.batch_start(i + 1, self.batch_size) - self.split.batch_start(i, self.batch_size)
+                     for i in range(first, last)]
+            yield from self._iter_rows(self.split.batch_start(first, self.batch_size), sizes)
             return
         for w0, w1 in windows((first if origin is None else origin, last), self.shuffle.window_batches):
             if w1 <= first:
@@ -383,20 +400,22 @@ class BatchStream:
         for group, pieces in group_pieces(self.split.segments, row, stop_row):
             yield from read_pieces(self.reader, group, pieces, self.columns, self.schemas.see)
 
-    def _iter_rows(self, row: int, stop_row: int) -> Iterator[tuple[pa.Table, str, RowOrigin]]:
-        """Rows ``[row, stop_row)`` of this rank in order, cut into batches' tables."""
+    def _iter_rows(self, row: int, sizes: Sequence[int]) -> Iterator[tuple[pa.Table, str, RowOrigin]]:
+        """The rows of this rank from ``row`` on in order, cut into batches' tables of ``sizes`` rows."""
         pending: list[pa.RecordBatch] = []
         runs: list[Run] = []
         pending_rows, source = 0, ""
-        for record_batch, source, run in self._iter_record_batches(row, stop_row):
+        todo = collections.deque(n for n in sizes if n > 0)
+        for record_batch, source, run in self._iter_record_batches(row, row + sum(todo)):
             pending.append(record_batch)
             runs.append(run)
             pending_rows += record_batch.num_rows
-            while pending_rows >= self.batch_size:
+            while todo and pending_rows >= todo[0]:
+                size = todo.popleft()
                 table = self.schemas.table(pending)
-                head, runs = take_runs(runs, self.batch_size)
-                yield table.slice(0, self.batch_size), source, RowOrigin(tuple(head))
-                rest = table.slice(self.batch_size)
+                head, runs = take_runs(runs, size)
+                yield table.slice(0, size), source, RowOrigin(tuple(head))
+                rest = table.slice(size)
                 pending = rest.to_batches()
                 pending_rows = rest.num_rows
         if pending_rows:

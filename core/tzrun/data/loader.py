@@ -6,6 +6,7 @@ import functools
 import re
 from typing import Any, Iterator, Sequence
 
+from tzrun.data.cost import BatchCost, cost_split
 from tzrun.data.dataset import BatchStream, Shuffle, consumed_rows, padded, resume_layout, split_rows, worker_runs
 from tzrun.data.features import BatchBuilder
 from tzrun.errors import TzrunError
@@ -178,6 +179,8 @@ class RankInput:
         prefetch: with ``num_workers = 0``, how many batches a background thread builds
             ahead (:class:`ThreadPrefetcher`; 0: each batch is built when asked for).
         nice: how much lower the prefetch thread or the workers run (``data.reader_nice``).
+        cost: cost-aware batches (``data.batch_cost_size``, :mod:`tzrun.data.cost`; not with a
+            shuffle); None: batches of ``batch_size`` rows.
 
     Raises:
         DataError: when the input has no files or rows.
@@ -198,6 +201,7 @@ class RankInput:
         seed: int = 0,
         prefetch: int = 0,
         nice: int = 0,
+        cost: BatchCost | None = None,
     ) -> None:
         from tzrun.errors import DataError
 
@@ -205,8 +209,13 @@ class RankInput:
         self.total_rows = sum(g.num_rows for g in groups)
         if self.total_rows == 0:
             raise DataError(f"{input_path}: the input has no rows")
-        self.split = split_rows(groups, rank, world_size, batch_size, rows)
+        if cost is not None:
+            self.split = cost_split(groups, rank, world_size, batch_size, rows, reader, cost)
+        else:
+            self.split = split_rows(groups, rank, world_size, batch_size, rows)
         self.shuffle = Shuffle.of(shuffle_buffer_rows, batch_size, seed)
+        if cost is not None and self.shuffle is not None:
+            raise ValueError("cost-aware batches are not shuffled (data.batch_cost_size with data.shuffle_buffer_rows)")
         self.stream = BatchStream(reader, self.split, batch_size, columns, builder, self.shuffle)
         self.builder = builder
         self.batch_size = batch_size
@@ -228,7 +237,8 @@ class RankInput:
     def consumed(self, done: int, epoch: int = 0) -> list[tuple[int, int]]:
         """The global row intervals this rank has consumed after ``done`` steps of pass
         ``epoch`` (the epoch matters only with a shuffle)."""
-        return consumed_rows(self.split.rows, self.batch_size, self.split.num_rows, self.runs, done, self.shuffle, epoch)
+        return consumed_rows(self.split.rows, self.batch_size, self.split.num_rows, self.runs, done, self.shuffle, epoch,
+                             self.split.bounds)
 
     def one_pass(self, max_steps: int | None = None, start: int = 0, epoch: int = 0) -> Iterator[Any]:
         """One pass from step ``start`` on, as exactly ``min(steps, max_steps) - start``

@@ -34,22 +34,29 @@ class Layout:
         num_workers: DataLoader workers per rank.
         batch_size: rows per batch per rank.
         rows: the global row intervals of a partial (resumed) epoch; None for a whole epoch.
+        batch_cost: ``(data.batch_cost_size, data.sample_cost)`` of cost-aware batches; None:
+            batches of ``batch_size`` rows.
     """
 
     world_size: int
     num_workers: int
     batch_size: int
     rows: Optional[tuple[Interval, ...]] = None
+    batch_cost: Optional[tuple[int, str]] = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "num_workers": self.num_workers, "batch_size": self.batch_size,
-                "rows": None if self.rows is None else [list(i) for i in self.rows]}
+        out = {"world_size": self.world_size, "num_workers": self.num_workers, "batch_size": self.batch_size,
+               "rows": None if self.rows is None else [list(i) for i in self.rows]}
+        if self.batch_cost is not None:
+            out["batch_cost"] = list(self.batch_cost)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Layout":
-        rows = data.get("rows")
+        rows, cost = data.get("rows"), data.get("batch_cost")
         return cls(int(data["world_size"]), int(data["num_workers"]), int(data["batch_size"]),
-                   None if rows is None else tuple((int(a), int(b)) for a, b in rows))
+                   None if rows is None else tuple((int(a), int(b)) for a, b in rows),
+                   None if cost is None else (int(cost[0]), str(cost[1])))
 
 
 @attrs.frozen

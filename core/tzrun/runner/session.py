@@ -30,6 +30,7 @@ import torch
 
 from tzrun.config.load import RawConfig, disabled_plugins, load_config, read_config, strict_plugins
 from tzrun.config.schema import RunConfig
+from tzrun.data.cost import SEQUENCE_LENGTH, BatchCost, SequenceCost
 from tzrun.data.features import BatchBuilder, FeatureSpecs
 from tzrun.data.input_check import DataReport, check_data
 from tzrun.data.loader import RankInput
@@ -228,13 +229,26 @@ class Session:
         return self.facts.input_columns
 
     def rank_input(self, path: str, batch_size: int, rows: Sequence[tuple[int, int]] | None = None,
-                   shuffle_buffer_rows: int = 0) -> RankInput:
-        """This rank's share of the input at ``path``, read in batches of ``batch_size``."""
+                   shuffle_buffer_rows: int = 0, cost: BatchCost | None = None) -> RankInput:
+        """This rank's share of the input at ``path``, read in batches of ``batch_size`` (cost-aware
+        ones with ``cost``)."""
         d, info = self.cfg.data, self.info
         columns = read_columns(self.reader, self.columns, d.on_bad_row)  # + the reader's bad-row marks under "skip"
         return RankInput(self.reader, path, batch_size, d.num_workers, columns, self.builder, info.rank,
                          info.world_size, rows, shuffle_buffer_rows=shuffle_buffer_rows, seed=self.cfg.train.seed,
-                         prefetch=d.prefetch_batches, nice=d.reader_nice)
+                         prefetch=d.prefetch_batches, nice=d.reader_nice, cost=cost)
+
+    @functools.cached_property
+    def batch_cost(self) -> BatchCost | None:
+        """The cost-aware batching of the training input (``data.batch_cost_size``), or None."""
+        d = self.cfg.data
+        if d.batch_cost_size is None:
+            return None
+        if d.sample_cost != SEQUENCE_LENGTH:
+            return BatchCost(d.batch_cost_size, d.sample_cost, column=d.sample_cost)
+        sequences = tuple(SequenceCost(g.features[0].column or g.features[0].name, g.max_len, g.separator)
+                          for g in self.cfg.features.sequence if g.features)
+        return BatchCost(d.batch_cost_size, d.sample_cost, sequences=sequences)
 
     @functools.cached_property
     def eval_input(self) -> RankInput | None:
@@ -247,7 +261,9 @@ class Session:
     @property
     def whole_layout(self) -> Layout:
         """How a whole epoch of training data is read by this job."""
-        return Layout(self.info.world_size, self.cfg.data.num_workers, self.cfg.data.batch_size)
+        d = self.cfg.data
+        cost = None if d.batch_cost_size is None else (d.batch_cost_size, d.sample_cost)
+        return Layout(self.info.world_size, d.num_workers, d.batch_size, batch_cost=cost)
 
     def train_data(self, start: ResumePoint | None = None) -> TrainData:
         """The training batches of the run from ``start`` (the beginning by default), planned
@@ -255,7 +271,8 @@ class Session:
         d, t = self.cfg.data, self.cfg.train
 
         def make_input(layout: Layout) -> RankInput:
-            return self.rank_input(d.train_input, layout.batch_size, layout.rows, d.shuffle_buffer_rows)
+            cost = None if layout.batch_cost is None else self.batch_cost
+            return self.rank_input(d.train_input, layout.batch_size, layout.rows, d.shuffle_buffer_rows, cost)
 
         return TrainData(make_input, self.whole_layout, num_steps=t.num_steps, num_epochs=t.num_epochs,
                          start=start or ResumePoint.beginning(self.whole_layout))

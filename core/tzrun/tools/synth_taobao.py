@@ -26,7 +26,11 @@ Columns (in this order), none null:
   user in a week, a count), ``item_ctr_7d`` (float32, the ad's click rate in a week: a noisy
   measurement of its quality).
 * ``click_50_seq``: ``list<int64>`` of up to 50 ``adgroup_id``s the user clicked recently (0 to 50
-  of them; drawn from the user's interests, so they tell about the user).
+  of them; drawn from the user's interests, so they tell about the user; the last is the most recent).
+* ``click_50_seq__adgroup_id``, ``click_50_seq__cate_id``, ``click_50_seq__brand``: ``list<int64>``
+  aligned with ``click_50_seq`` (same length in each row): the clicked ads' ``adgroup_id`` (equal
+  to ``click_50_seq``), ``cate_id`` and ``brand``, the ids the candidate's own columns use, so a
+  sequence feature may share the candidate's table (TorchEasyRec's Taobao column names).
 
 Ground-truth model (K = 8 latent dimensions)::
 
@@ -34,14 +38,20 @@ Ground-truth model (K = 8 latent dimensions)::
     ad i:    vector v_i = C[cate_id] + 0.5 N(0, I); quality q_i; price; brand effects
     impression: user ~ power law; with prob 0.7 a category ~ softmax(1.5 <z_u, C_c> + log pop_c),
                 else ~ pop_c; the ad within the category ~ power law
-    click logit = b_c + a <z_u, v_i> + user_effect(shopping_level, age_level, log user_pv_7d)
+    click_50_seq: 0 to 50 ads, each drawn like an impression's ad with prob 0.5 of personalized
+    click logit = b_c + a <z_u, v_i> + s seq_sim(i, click_50_seq)
+                + user_effect(shopping_level, age_level, log user_pv_7d)
                 + q_i + brand_c[brand] + pid_effect - w_p standardized(log price)
+    seq_sim(i, S) = sum_j softmax_j(cos(v_i, v_j) / 0.1) cos(v_i, v_j) over the ads j of S (0 if empty)
     buy | click logit = b_b + 0.5 a <z_u, v_i> + brand_b[brand] + user_b(shopping_level, occupation)
                 - sens[pvalue_level] standardized(log price)
     click ~ Bernoulli(sigmoid(click logit)); buy ~ click * Bernoulli(sigmoid(buy logit))
 
-The parts of the click logit are scaled on a calibration sample to variances 1.0 (affinity), 0.3
-(user), 0.5 (ad) and 0.15 (context and price); ``b_c`` gives a 0.25 click rate and ``b_b`` a
+``seq_sim`` is target attention with a sharp softmax: nearly the similarity of the candidate to the
+*closest* ad of the sequence, which the average of the sequence's vectors does not give (a user
+with two interests has a mean vector between them, close to neither). The parts of the click logit
+are scaled on a calibration sample to variances 0.5 (affinity), 1.3 (sequence), 0.3 (user), 0.5
+(ad) and 0.15 (context and price); ``b_c`` gives a 0.25 click rate and ``b_b`` a
 0.15 buy rate among clicks. ``bayes_auc['click']`` is the AUC of the true click probability
 against ``click`` on the eval split, ``bayes_auc['buy']`` that of ``P(click) * P(buy | click)``
 against ``buy``: the ceilings of any model evaluated there.
@@ -86,6 +96,7 @@ __all__ = [
     "DENSE_COLUMNS",
     "LABEL_COLUMNS",
     "SEQUENCE_COLUMN",
+    "SEQUENCE_SIDE_COLUMNS",
     "SEQUENCE_LENGTH",
     "PIDS",
     "TaobaoSynthReport",
@@ -119,6 +130,11 @@ ITEM_CARDINALITIES: dict[str, int] = {
 DENSE_COLUMNS: tuple[str, ...] = ("price", "user_pv_7d", "item_ctr_7d")
 LABEL_COLUMNS: tuple[str, ...] = ("click", "buy")
 SEQUENCE_COLUMN: str = "click_50_seq"
+#: The sequence columns aligned with :data:`SEQUENCE_COLUMN`, each holding the clicked ads' ids of
+#: one item column (``click_50_seq__<item column>``).
+SEQUENCE_SIDE_COLUMNS: dict[str, str] = {
+    f"{SEQUENCE_COLUMN}__{name}": name for name in ("adgroup_id", "cate_id", "brand")
+}
 SEQUENCE_LENGTH: int = 50
 PIDS: tuple[str, ...] = ("430548_1007", "430539_1007")
 
@@ -130,16 +146,19 @@ _PERSONALIZED = 0.7
 _PREFERENCE_SHARPNESS = 1.5
 _CLICK_RATE = 0.25
 _BUY_GIVEN_CLICK = 0.15
-_VARIANCES = {"affinity": 1.0, "user": 0.3, "item": 0.5, "context": 0.15}
+_VARIANCES = {"affinity": 0.5, "sequence": 1.3, "user": 0.3, "item": 0.5, "context": 0.15}
+_ATTENTION_TEMPERATURE = 0.1
+_SEQ_PERSONALIZED = 0.5
 _BUY_VARIANCES = {"affinity": 0.25, "brand": 0.4, "user": 0.3, "price": 0.4}
 
 _DESCRIPTION = (
     "Synthetic Taobao-shaped data. Users and ads have latent vectors (dim 8: user = profile "
     "segment + age + gender vectors + noise, ad = category vector + noise); impressions pick a "
     "category by the user's interests (70%) or by popularity (30%). click ~ Bernoulli(sigmoid("
-    "b + affinity + user effects + ad quality + brand + pid - price)); buy ~ click * Bernoulli("
+    "b + affinity + similarity of the ad to the closest ads of click_50_seq (softmax attention) + user effects + ad quality + brand + pid - price)); buy ~ click * Bernoulli("
     "sigmoid(b' + affinity/2 + brand + user + price sensitivity by pvalue_level)). "
-    "click_50_seq holds ads drawn from the user's interests. bayes_auc[label] is the AUC of the "
+    "click_50_seq holds ads drawn from the user's interests (click_50_seq__adgroup_id/__cate_id/__brand: "
+    "their ids, aligned). bayes_auc[label] is the AUC of the "
     "true probability of the label on the eval split. See the docstring of tzrun.tools.synth_taobao."
 )
 
@@ -326,7 +345,7 @@ def _draw_rows(model: _Model, rng: np.random.Generator, n: int) -> _Rows:
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     seq_users = np.repeat(users, lengths)
-    seq_items = _draw_items(model, seq_users, np.ones(seq_users.size, dtype=bool), rng)
+    seq_items = _draw_items(model, seq_users, rng.random(seq_users.size) < _SEQ_PERSONALIZED, rng)
     return _Rows(users, items, pid, user_pv, offsets, seq_items.astype(np.int64))
 
 
@@ -339,7 +358,24 @@ def _click_parts(model: _Model, rows: _Rows) -> dict[str, np.ndarray]:
     item = model.item_quality[items] + model.brand_click[ic["brand"][items]]
     price = (np.log(model.price[items].astype(np.float64)) - model.log_price_mean) / model.log_price_std
     context = model.pid_click[rows.pid] - model.price_weight * price
-    return {"affinity": affinity, "user": user, "item": item, "context": context}
+    sequence = _sequence_similarity(model, rows)
+    return {"affinity": affinity, "sequence": sequence, "user": user, "item": item, "context": context}
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.einsum("nk,nk->n", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def _sequence_similarity(model: _Model, rows: _Rows) -> np.ndarray:
+    """Per row, the softmax-attention similarity of the candidate ad to the ads of its sequence."""
+    n = rows.user.size
+    lengths = np.diff(rows.seq_offsets)
+    row = np.repeat(np.arange(n), lengths)
+    sim = _cosine(model.item_vec[rows.item[row]], model.item_vec[rows.seq_items])
+    weight = np.exp(sim / _ATTENTION_TEMPERATURE)  # cos <= 1: at most e^10, no overflow
+    total = np.bincount(row, weight, minlength=n)
+    weighted = np.bincount(row, weight * sim, minlength=n)
+    return np.divide(weighted, total, out=np.zeros(n), where=total > 0)
 
 
 def _buy_parts(model: _Model, rows: _Rows) -> dict[str, np.ndarray]:
@@ -368,7 +404,7 @@ def _schema() -> pa.Schema:
     fields += [pa.field(name, pa.int64(), nullable=False) for name in ITEM_CARDINALITIES]
     fields.append(pa.field("pid", pa.string(), nullable=False))
     fields += [pa.field(name, pa.float32(), nullable=False) for name in DENSE_COLUMNS]
-    fields.append(pa.field(SEQUENCE_COLUMN, pa.list_(pa.int64()), nullable=False))
+    fields += [pa.field(name, pa.list_(pa.int64()), nullable=False) for name in (SEQUENCE_COLUMN, *SEQUENCE_SIDE_COLUMNS)]
     return pa.schema(fields)
 
 
@@ -385,7 +421,12 @@ def _block(model: _Model, seed: int, split: int, index: int) -> tuple[pa.Table, 
     arrays += [pa.array(model.item_columns[name][rows.item].astype(np.int64)) for name in ITEM_CARDINALITIES]
     arrays.append(pa.array(np.array(PIDS, dtype=object)[rows.pid], type=pa.string()))
     arrays += [pa.array(model.price[rows.item]), pa.array(rows.user_pv), pa.array(model.item_ctr[rows.item])]
-    arrays.append(pa.ListArray.from_arrays(pa.array(rows.seq_offsets), pa.array(rows.seq_items)))
+    offsets = pa.array(rows.seq_offsets)
+    arrays.append(pa.ListArray.from_arrays(offsets, pa.array(rows.seq_items)))
+    arrays += [
+        pa.ListArray.from_arrays(offsets, pa.array(model.item_columns[name][rows.seq_items].astype(np.int64)))
+        for name in SEQUENCE_SIDE_COLUMNS.values()
+    ]
     table = pa.Table.from_arrays(arrays, schema=_schema())
     return table, p_click, p_click * p_buy_given_click, click, buy
 
@@ -454,13 +495,14 @@ def synth_taobao(
     )
     document = {
         **report.to_json(),
-        "format": "tzrec-run synthetic taobao v1",
+        "format": "tzrec-run synthetic taobao v2",
         "description": _DESCRIPTION,
         "label_columns": list(LABEL_COLUMNS),
         "user_columns": USER_CARDINALITIES,
         "item_columns": ITEM_CARDINALITIES,
         "dense_columns": list(DENSE_COLUMNS),
         "sequence_column": SEQUENCE_COLUMN,
+        "sequence_side_columns": SEQUENCE_SIDE_COLUMNS,
         "context_columns": {"pid": list(PIDS)},
     }
     write_report(out, document)

@@ -8,9 +8,9 @@ enum values, ``true``/``false``).
 
 :func:`convert_pipeline_config` maps ``train_config``, ``eval_config``, the training keys of
 ``data_config`` and ``export_config``, every ``metrics``, ``losses`` and ``train_metrics`` of
-``model_config`` (task towers included), ``feature_configs`` (id, raw, lookup and sequence id
-features) and the model (``deepfm``, ``wide_and_deep``, ``dlrm``, ``mmoe``, ``dssm``) to tzrec-run
-keys. Every field it reads is marked; a field it cannot translate, or does not know, is reported
+``model_config`` (task towers included), ``feature_configs`` (id, raw, lookup and sequence
+features; sequence groups as ``[[features.sequence]]``) and the model (``deepfm``,
+``wide_and_deep``, ``dlrm``, ``mmoe``, ``dssm``, ``multi_tower_din`` as ``din``) to tzrec-run keys. Every field it reads is marked; a field it cannot translate, or does not know, is reported
 with its protobuf path, never dropped, and a feature or model that does not map leaves a
 commented placeholder with the reason. TorchEasyRec defaults that change results and differ from
 tzrec-run's (the dense SGD momentum of 0.9, checkpoints every 1000 steps, DLRM's
@@ -20,7 +20,8 @@ docs/migration.md.
 Modules: :mod:`~tzrun.tools.convert.prototext` (the parser), :mod:`~tzrun.tools.convert.nodes` (a message
 being converted, and the findings), :mod:`~tzrun.tools.convert.optimizers`, :mod:`~tzrun.tools.convert.train`,
 :mod:`~tzrun.tools.convert.evaluation` (losses, metrics, ``eval_config``, ``export_config``),
-:mod:`~tzrun.tools.convert.data`, :mod:`~tzrun.tools.convert.groups` (feature groups and sequence pooling),
+:mod:`~tzrun.tools.convert.data`, :mod:`~tzrun.tools.convert.groups` (feature groups and sequence encoders),
+:mod:`~tzrun.tools.convert.sequences` (sequence groups),
 :mod:`~tzrun.tools.convert.features`, :mod:`~tzrun.tools.convert.models` and :mod:`~tzrun.tools.convert.pipeline`
 (the whole config and its TOML).
 """

@@ -25,8 +25,6 @@ _DATA_NOT_CONVERTED = {
     "sample_mask_prob": "sample masking has no equivalent",
     "negative_sample_mask_prob": "sample masking has no equivalent",
     "force_base_data_group": "no equivalent (batches are built from the configured features)",
-    "sample_cost_field": "cost-based batching has no equivalent",
-    "batch_cost_size": "cost-based batching has no equivalent",
     "in_order": "batches are always in order here (resume is exact)",
 }
 _SAMPLERS = ("negative_sampler", "negative_sampler_v2", "hard_negative_sampler", "hard_negative_sampler_v2", "tdm_sampler")
@@ -47,6 +45,7 @@ def convert_data(node: Node, data: dict[str, Any]) -> None:
         if len(weights) > 1:
             node.findings.not_converted.append(Finding(node.at("sample_weight_fields"), f"{weights[1:]}: one sample "
                                                        "weight column per run here (TorchEasyRec's rank models use the first too)"))
+    _batch_cost(node, data)
     dataset = node.value("dataset_type", "str", "OdpsDataset")
     if dataset == "ParquetDataset":
         data["reader"] = {"type": "parquet"}
@@ -69,6 +68,27 @@ def convert_data(node: Node, data: dict[str, Any]) -> None:
                         "negatives from an item table, add [data.sampler] type = \"negative\" with the sampled_softmax "
                         "loss (tzrec-run help retrieval; graph-based and hard-negative samplers have no equivalent)")
     node.rest()
+
+
+def _batch_cost(node: Node, data: dict[str, Any]) -> None:
+    """``batch_cost_size`` and ``sample_cost_field`` as ``data.batch_cost_size`` and ``data.sample_cost``."""
+    cap, field = node.value("batch_cost_size", "int"), node.value("sample_cost_field", "str")
+    if not cap:
+        if field:
+            node.skip("sample_cost_field", "unused without batch_cost_size (as in TorchEasyRec)")
+        return
+    data["batch_cost_size"] = cap
+    notes = []
+    if field:
+        data["sample_cost"] = field
+    else:
+        notes.append("no sample_cost_field: a row's cost is 1 + its sequences' lengths here "
+                     "(data.sample_cost = \"sequence_length\", the default)")
+    if "batch_size" in data:
+        notes.append(f"a batch also holds at most batch_size = {data['batch_size']} rows here, and a row over the cap "
+                     "alone is a batch of its own")
+    if notes:
+        node.note("batch_cost_size", "; ".join(notes))
 
 
 def _csv_reader(node: Node) -> dict[str, Any]:

@@ -4,7 +4,9 @@ An ``id_feature`` (and a ``lookup_feature`` with buckets) becomes a sparse featu
 buckets (``num_buckets``, ``hash_bucket_size``, ``vocab_list`` or ``vocab_dict`` as ``vocab``,
 ``vocab_file``); a ``raw_feature`` with ``boundaries`` a bucketized sparse feature; one without a
 dense feature (``zscore`` normalizers as ``mean``/``std``). A ``sequence_feature``'s id features
-become sparse features named ``<sequence>__<feature>`` (TorchEasyRec's names), pooled as the
+become features named ``<sequence>__<feature>`` (TorchEasyRec's names): the members of a sequence
+group the model reads (:mod:`tzrun.tools.convert.sequences`) go into ``[[features.sequence]]``,
+truncated to ``sequence_length``; the others stay sparse features, pooled as the
 ``pooling_encoder`` over their group says. Any other kind is left as a placeholder with the
 reason. tzrec-run has no feature generator: every feature reads its column as it is (the column
 of an ``expression: "user:x"`` is ``x``).
@@ -16,6 +18,7 @@ from typing import Any, Optional
 
 from tzrun.tools.convert.groups import Groups
 from tzrun.tools.convert.nodes import Finding, Node
+from tzrun.tools.convert.sequences import gather_sequences
 from tzrun.tools.convert.train import constraints
 
 __all__ = ["FeatureSet", "convert_features"]
@@ -64,12 +67,16 @@ class FeatureSet:
         self.placeholders: list[tuple[str, str, str]] = []
         self.bucketized: list[str] = []  # bucketized by the feature generator: num_buckets written
         self.sequences: set[str] = set()  # the features that are sequences
+        self.sequence: list[dict[str, Any]] = []  # the [[features.sequence]] groups
+        self.lengths: dict[str, Optional[int]] = {}  # sequence feature -> its sequence_length
+        self.untruncated: list[tuple[Node, int, list[str]]] = []  # (node, sequence_length, its features)
 
     def keep(self, used: set[str]) -> list[str]:
         """Keep only the features named in ``used``; returns the names of the others."""
-        dropped = [f["name"] for f in self.dense + self.sparse if f["name"] not in used]
+        dropped = [f["name"] for f in self.dense + self.sparse + self.sequence if f["name"] not in used]
         self.dense = [f for f in self.dense if f["name"] in used]
         self.sparse = [f for f in self.sparse if f["name"] in used]
+        self.sequence = [f for f in self.sequence if f["name"] in used]
         return dropped
 
     def agree_on_pooling(self, findings: Any) -> None:
@@ -98,6 +105,8 @@ class FeatureSet:
             out["dense"] = self.dense
         if self.sparse:
             out["sparse"] = self.sparse
+        if self.sequence:
+            out["sequence"] = self.sequence
         return out
 
 
@@ -126,14 +135,26 @@ def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
             continue
         if kind == "sequence_feature":
             _sequence_feature(node, groups, out, encoded)
-        elif kind in ("id_feature", "raw_feature", "lookup_feature", "sequence_id_feature"):
+        elif kind in ("id_feature", "raw_feature", "lookup_feature", "sequence_id_feature", "sequence_raw_feature"):
             seq = None
-            if kind == "sequence_id_feature":
+            if kind.startswith("sequence_") or (kind != "lookup_feature" and node.has("sequence_length")):
+                # TorchEasyRec >= 1.0.3: an id or raw feature with sequence_length is a sequence
                 seq = _Sequence("", node.value("sequence_delim", "str", ";"), node.value("sequence_length", "int"))
-                _not_truncated(node, seq)
-            _feature(kind, node, out, groups, seq, encoded)
+                kind = kind.replace("sequence_", "")
+                if kind == "raw_feature" and not node.has("boundaries"):
+                    _placeholder(f"sequence {kind}", node, out, "a sequence of values has no equivalent (sequences "
+                                 "hold ids here): bucketize it with boundaries, or pool it into a dense column")
+                    continue
+            names = _feature(kind, node, out, groups, seq, encoded)
+            if seq is not None:
+                _not_truncated(node, seq, names, out)
         else:
             _placeholder(kind, node, out, _NO_FG)
+    gather_sequences(groups, out, root.findings)
+    for node, length, names in out.untruncated:
+        if any(n in out.sequences for n in names):
+            node.note("sequence_length", f"sequences are not truncated to {length} ids here: every id of a row is "
+                                         "pooled")
     out.agree_on_pooling(root.findings)
     hashed = [f["name"] for f in out.sparse if "hash_bucket_size" in f]
     if encoded and out.bucketized:
@@ -145,10 +166,11 @@ def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
     return out
 
 
-def _not_truncated(node: Node, seq: _Sequence) -> None:
+def _not_truncated(node: Node, seq: _Sequence, names: list[str], out: FeatureSet) -> None:
+    """Remember the sequence_length of ``names``; noted as not applied where they stay pooled."""
+    out.lengths.update((n, seq.length) for n in names)
     if seq.length:
-        node.note("sequence_length", f"sequences are not truncated to {seq.length} ids here: every id of a row is "
-                                     "pooled")
+        out.untruncated.append((node, seq.length, names))
 
 
 def _placeholder(kind: str, node: Node, out: FeatureSet, reason: str, name: Optional[str] = None) -> None:
@@ -163,7 +185,6 @@ def _sequence_feature(node: Node, groups: Groups, out: FeatureSet, encoded: bool
     name = node.value("sequence_name", "str", "")
     seq = _Sequence(f"{name}__", node.value("sequence_delim", "str", ";"), node.value("sequence_length", "int"))
     node.skip("sequence_pk", "tzrec-run has no feature generator (FG): each sub-feature reads its own column")
-    _not_truncated(node, seq)
     members: list[str] = []
     for item in node.indexed_children("features"):
         kind = item.which(_KINDS)
@@ -178,6 +199,7 @@ def _sequence_feature(node: Node, groups: Groups, out: FeatureSet, encoded: bool
                          "'{name}' into a list column and declare it in [[features.sparse]] (tzrec-run help features)",
                          f"{seq.prefix}{child.value('feature_name', 'str', '?')}")
     node.rest()
+    _not_truncated(node, seq, members, out)
     out.names[name] = members
 
 

@@ -1,17 +1,26 @@
-"""``model_config.feature_groups``: which features each group reads, and how sequences are pooled.
+"""``model_config.feature_groups``: which features each group reads, and how sequences are encoded.
 
 TorchEasyRec's models read their inputs by group (``deep``, ``wide``, ``fm``, a DSSM tower's
 ``input``); tzrec-run's models read every feature (DSSM: the features each tower names). The
-groups are read first, because a sequence's pooling is set by the encoder over its group.
+groups are read first, because a sequence's encoding is set by the encoder over its group.
+
+For a model that reads sequence groups (``dssm``, ``mmoe``, ``multi_tower_din``), a ``SEQUENCE``
+feature group and each ``sequence_groups`` entry with a ``pooling_encoder`` (mean) or a
+``din_encoder`` become a ``[[features.sequence]]`` group (:mod:`tzrun.tools.convert.sequences`)
+with a ``[[model.sequence_encoders]]`` table; otherwise a sequence is pooled as a bag, as before.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from tzrun.tools.convert.nodes import Node
 
-__all__ = ["Group", "Groups", "read_groups"]
+__all__ = ["Group", "SequenceGroupSpec", "Groups", "read_groups"]
+
+#: The models that read ``[[features.sequence]]`` groups, and whether their towers may attend
+#: with a query (``target_attention``).
+SEQUENCE_MODELS = {"dssm": False, "mmoe": True, "multi_tower_din": True}
 
 _ENCODERS = ("din_encoder", "simple_attention", "pooling_encoder", "multi_window_din_encoder",
              "self_attention_encoder")
@@ -26,6 +35,16 @@ class Group(NamedTuple):
     features: list[str]
 
 
+class SequenceGroupSpec(NamedTuple):
+    """A TorchEasyRec sequence group: its name, its features (sequence features and, for a query,
+    candidate features) and the ``[[model.sequence_encoders]]`` table of its encoder (``None``:
+    a ``SEQUENCE`` feature group, which a DIN tower reads)."""
+
+    name: str
+    features: list[str]
+    encoder: Optional[dict[str, Any]]
+
+
 class Groups:
     """The feature groups, and the pooling of each sequence feature an encoder pools.
 
@@ -33,12 +52,14 @@ class Groups:
         groups: the groups by name, in file order.
         pooling: feature name -> ``"sum"`` or ``"mean"``, set by a ``pooling_encoder``.
         refused: feature name -> why it cannot be converted (an encoder with no equivalent).
+        sequences: the sequence groups that become ``[[features.sequence]]`` groups, by name.
     """
 
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
         self.pooling: dict[str, str] = {}
         self.refused: dict[str, str] = {}
+        self.sequences: dict[str, SequenceGroupSpec] = {}
 
     def features(self, name: Optional[str] = None) -> list[str]:
         """The features of group ``name`` (of every group when ``None``), each once, in order."""
@@ -46,9 +67,10 @@ class Groups:
         return list(dict.fromkeys(f for group in chosen for f in group.features))
 
 
-def read_groups(model: Node) -> Groups:
-    """Read ``feature_groups`` of ``model`` (``model_config``)."""
+def read_groups(model: Node, model_name: Optional[str] = None) -> Groups:
+    """Read ``feature_groups`` of ``model`` (``model_config``), whose model oneof is ``model_name``."""
     out = Groups()
+    attends = SEQUENCE_MODELS.get(model_name or "")
     for node in model.indexed_children("feature_groups"):
         name = node.value("group_name", "str", "")
         features = node.values("feature_names", "str")
@@ -63,8 +85,10 @@ def read_groups(model: Node) -> Groups:
         kind = node.value("group_type", "str", "DEEP")
         if kind in ("SEQUENCE", "JAGGED_SEQUENCE"):
             sequences[name] = node.values("feature_names", "str")
+            if kind == "SEQUENCE" and model_name == "multi_tower_din":
+                out.sequences[name] = SequenceGroupSpec(name, sequences[name], None)
         for encoder in node.indexed_children("sequence_encoders"):
-            _encoder(encoder, sequences, out)
+            _encoder(encoder, sequences, out, attends)
         node.skip("embedding_name_suffix", "independent tables per group have no equivalent: set table on the "
                                            "features instead")
         node.rest()
@@ -72,7 +96,9 @@ def read_groups(model: Node) -> Groups:
     return out
 
 
-def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups) -> None:
+def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups, attends: Optional[bool]) -> None:
+    """One ``sequence_encoders`` entry. ``attends``: the model reads sequence groups and may attend
+    with a query (``None``: it reads no sequence group, so a sequence is pooled as a bag)."""
     kind = node.which(_ENCODERS)
     encoder = node.child(kind) if kind is not None else None
     node.rest()
@@ -83,10 +109,15 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups) -> None:
     if not source and len(sequences) == 1:  # TorchEasyRec takes the group's only sequence
         source = next(iter(sequences))
     members = sequences.get(source, [])
+    if kind == "din_encoder" and attends:
+        out.sequences[source] = SequenceGroupSpec(source, members, _din_encoder(encoder))
+        return
     if kind != "pooling_encoder":
         encoder.used.update(encoder.fields)
-        reason = (f"the {kind} over sequence group '{source}' has no equivalent (tzrec-run pools a sequence with "
-                  "sum or mean)")
+        reason = (f"the {kind} over sequence group '{source}' has no equivalent here" + (
+            " (tzrec-run pools a sequence with sum or mean)" if attends is None else
+            " (this model's towers encode a sequence with mean or self_attention)" if kind == "din_encoder" else
+            " (tzrec-run's sequence encoders: mean, target_attention as din_encoder, self_attention)"))
         node.skip(kind, reason)
         out.refused.update((f, reason) for f in members)
         return
@@ -99,3 +130,22 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups) -> None:
         encoder.skip_value(encoder.at("pooling_type"), pooling, "'sum' or 'mean'")
         return
     out.pooling.update((f, pooling) for f in members)
+    if pooling == "mean" and attends is not None:
+        out.sequences[source] = SequenceGroupSpec(source, members, {"type": "mean"})
+
+
+def _din_encoder(encoder: Node) -> dict[str, Any]:
+    """A ``din_encoder`` as a ``target_attention`` encoder table."""
+    table: dict[str, Any] = {"type": "target_attention"}
+    attn = encoder.child("attn_mlp")
+    units = attn.values("hidden_units", "int") if attn is not None else []
+    if attn is not None:
+        attn.rest()
+    if units:
+        table["attention_hidden_units"] = units
+    encoder.values("name", "str")  # a label only
+    if encoder.value("max_seq_length", "int", 0):
+        encoder.skip("max_seq_length", "a sequence is truncated to its group's max_len here (the features' "
+                                       "sequence_length)")
+    encoder.rest()
+    return table

@@ -1,5 +1,5 @@
-"""The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``mmoe``
-and ``dssm``, and which of the converted features it reads.
+"""The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``mmoe``,
+``dssm`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -128,6 +128,46 @@ def _mmoe(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     table["tasks"] = tasks
     first = next(iter(groups.groups), "")
     _parts(model, groups, feats, {"experts": (first, "all")})
+    encoders = _encoders(groups, feats, _names(groups, feats))
+    if encoders:
+        table["sequence_encoders"] = encoders
+    return table
+
+
+def _encoders(groups: Groups, feats: FeatureSet, names: list[str]) -> list[dict[str, Any]]:
+    """The ``[[model.sequence_encoders]]`` of the sequence groups among ``names``."""
+    converted = {g["name"] for g in feats.sequence}
+    return [{"sequence": n, **groups.sequences[n].encoder} for n in names
+            if n in converted and groups.sequences[n].encoder is not None]
+
+
+def _din(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``multi_tower_din``: MLP towers over groups, a target-attention tower per SEQUENCE group."""
+    table: dict[str, Any] = {"type": "din"}
+    towers = []
+    for tower in model.indexed_children("towers"):
+        group = tower.value("input", "str", "")
+        towers.append({"features": _names(groups, feats, group), "hidden_units": _mlp(tower, "mlp") or []})
+        tower.rest()
+    attention = []
+    converted = {g["name"] for g in feats.sequence}
+    for tower in model.indexed_children("din_towers"):
+        group = tower.value("input", "str", "")
+        din: dict[str, Any] = {"sequence": group}
+        units = _mlp(tower, "attn_mlp")
+        if units:
+            din["attention_hidden_units"] = units
+        tower.rest()
+        if group not in converted or "query" not in next(g for g in feats.sequence if g["name"] == group):
+            model.findings.not_converted.append(Finding(tower.at("input"), (
+                f"group '{group}' is no sequence group with a query here (see its findings), so the model is not "
+                "converted")))
+            return None
+        attention.append(din)
+    if towers:
+        table["towers"] = towers
+    table["din_towers"] = attention
+    table["final_hidden_units"] = _mlp(model, "final") or []
     return table
 
 
@@ -151,6 +191,7 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
             model.findings.not_converted.append(Finding(tower.at("input"), (
                 f"group '{group}' has no converted feature, so the model is not converted")))
             return None
+    encoders = _encoders(groups, feats, table["user_features"] + table["item_features"])
     table["output_dim"] = model.value("output_dim", "int", 64)
     similarity = model.value("similarity", "str", "INNER_PRODUCT")
     if similarity not in ("COSINE", "INNER_PRODUCT"):
@@ -162,12 +203,14 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
     if not model.value("in_batch_negative", "bool", False):
         model.note("in_batch_negative", "false: TorchEasyRec scores each user against its negative sampler's "
                                         "items; here against the other items of the batch (in-batch negatives)")
+    if encoders:
+        table["sequence_encoders"] = encoders
     return table
 
 
 _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
-    "mmoe": _mmoe, "dssm": _dssm,
+    "mmoe": _mmoe, "dssm": _dssm, "multi_tower_din": _din,
 }
 
 
@@ -177,7 +220,7 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
 
     Returns:
         The ``[model]`` table and the features it reads, or ``None`` when the model is none of
-        the five converted here (the caller reports it).
+        the six converted here (the caller reports it).
     """
     if name not in _MODELS:
         return None
@@ -192,6 +235,11 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
         node.skip("num_class", f"{num_class}: tzrec-run's {name} outputs one logit per task")
     if name == "dssm":
         features = set(table["user_features"]) | set(table["item_features"])
+    elif name == "multi_tower_din":
+        features = {n for tower in table.get("towers", ()) for n in tower["features"]}
+        for din in table["din_towers"]:
+            group = next(g for g in feats.sequence if g["name"] == din["sequence"])
+            features |= {din["sequence"], *group["query"]}
     else:
         features = set(_names(groups, feats))
     return ConvertedModel(table, features)

@@ -96,7 +96,7 @@ def convert_pipeline_config(text: str, source: str = "<string>") -> Conversion:
         convert_train(train_node, train)
     model_node = root.child("model_config")
     model_name = convert_model(model_node, outputs) if model_node is not None else None
-    groups = read_groups(model_node) if model_node is not None else Groups()
+    groups = read_groups(model_node, model_name) if model_node is not None else Groups()
     encoded = str(data_node.fields.get("fg_mode", ["FG_NONE"])[-1]) == "FG_NONE" if data_node is not None else True
     features = convert_features(root, groups, encoded)
     model = None
@@ -154,7 +154,7 @@ def summary_lines(conversion: Conversion) -> list[str]:
 
 
 #: tzrec-run models named as TorchEasyRec names them.
-_SAME_MODELS = {"deepfm", "dlrm", "dssm", "mmoe", "wide_and_deep"}
+_SAME_MODELS = {n: n for n in ("deepfm", "dlrm", "dssm", "mmoe", "wide_and_deep")} | {"multi_tower_din": "din"}
 
 
 def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet) -> Optional[dict[str, Any]]:
@@ -203,7 +203,7 @@ def _render(tree: Mapping[str, Any], findings: Findings, source: str, model: Opt
     if missing:
         lines.append(f"# In [data], set {' and '.join(missing)}: a Parquet or CSV file, directory or glob.")
     if model is not None:
-        hint = f'"{model}"' if model in _SAME_MODELS else '"..."   # choose one of `tzrec-run plugins`'
+        hint = f'"{_SAME_MODELS[model]}"' if model in _SAME_MODELS else '"..."   # choose one of `tzrec-run plugins`'
         lines += ["#", f"# {'[model]':<24}  # TorchEasyRec's model_config.{model}", f"# type = {hint}"]
         if any("/" in str(x.get("prediction", "")) for x in tree.get("losses", ())):
             lines.append("# (name the tasks after TorchEasyRec's tower_name: losses and metrics read logits/<task>, probs/<task>)")
