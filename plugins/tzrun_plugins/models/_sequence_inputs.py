@@ -95,10 +95,13 @@ class SequenceInputs(nn.Module):
         )
         self.width = sum(widths)
 
-    def forward(self, sequences: Any) -> list[torch.Tensor]:
+    def forward(self, sequences: Any) -> torch.Tensor:
+        """``[B, width]``: each group encoded, concatenated. One tensor, not a list: TorchRec's
+        train pipeline may trace this module as a leaf, and a traced call's result cannot be
+        unpacked. Call it only when :attr:`names` is not empty."""
         encoded = []
         for name, reads_query, encoder in zip(self.names, self.queries, self.encoders):
             sequence, mask = sequences.sequence(name)
             query = sequences.query(name) if reads_query else None
             encoded.append(encoder(sequence, mask, query))
-        return encoded
+        return torch.cat(encoded, dim=1)

@@ -139,7 +139,8 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
             x = self.inputs(dense, bags, sequences)
             if rows is not None:
                 x = x[:rows]  # the batch's own rows: the sequences have no others
-            x = torch.cat([x, *self.sequence_inputs(sequences)], dim=1)
+            if self.sequence_inputs.names:
+                x = torch.cat([x, self.sequence_inputs(sequences)], dim=1)
             y = self.output(self.mlp(x))
             return F.normalize(y, dim=-1) if cfg.similarity == "cosine" else y
 

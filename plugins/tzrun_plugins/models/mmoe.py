@@ -128,7 +128,9 @@ def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             bags = self.ebc(batch.sparse) if self.ebc is not None else None
             sequences = self.sequences(batch) if self.sequences is not None else None
-            x = torch.cat([self.inputs(batch.dense, bags, sequences), *self.sequence_inputs(sequences)], dim=1)
+            x = self.inputs(batch.dense, bags, sequences)
+            if self.sequence_inputs.names:
+                x = torch.cat([x, self.sequence_inputs(sequences)], dim=1)
             experts = torch.stack([expert(x) for expert in self.experts], dim=1)  # [B, E, W]
             outputs: dict[str, torch.Tensor] = {}
             for name, gate, tower in zip(self.task_names, self.gates, self.towers):
