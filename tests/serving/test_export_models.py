@@ -154,6 +154,10 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
             np.testing.assert_allclose(got[name], want, rtol=BOUND, atol=BOUND)
             compared += 1
     assert compared >= 1
+    if example == "din_taobao":  # a sequence model runs with torch alone too
+        from tests.serving.test_export_cli import _fresh_venv_runs_the_export
+
+        _fresh_venv_runs_the_export(tmp_path / "export", table.slice(0, 64), tmp_path)
     _one_row_and_a_row_without_ids(model, session, table, Predictor(tmp_path / "export", program=sorted(names)[0]))
 
 
