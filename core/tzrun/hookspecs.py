@@ -34,7 +34,8 @@ are registered on the run's own plugin manager for that run only. The loop, with
                 pipeline.progress(): forward, losses, backward (fused sparse update),
                                      dense optimizer step
                 schedules step
-                tzrun_after_train_step(run, step_info)         # every step [every rank] NO sync
+                tzrun_after_train_step(run, step_info)         # every step [every rank] NO sync (a
+                                                       # collective only at steps step.step picks)
                 every train.log_every_n_steps steps:
                     make the TrainLog (one device sync for the loss, no collective)
                     tzrun_after_train_log(run, train_log)      # per interval [every rank] no collective
@@ -53,9 +54,10 @@ are registered on the run's own plugin manager for that run only. The loop, with
         tzrun_on_train_error(run, error); raise                # once    [failing ranks] no sync
 
 Rules for lifecycle hooks: the per-step hook (``tzrun_after_train_step``) runs on the hot path;
-it must never force a device sync or a collective by itself: a stage that wants the loss as a
-number implements ``tzrun_after_train_log``, which receives it already synchronized, once per
-interval, the same record for every stage. "sync ok" hooks run where every rank is at the same
+it must never force a device sync or a collective on every step: a stage that wants the loss as
+a number implements ``tzrun_after_train_log``, which receives it already synchronized, once per
+interval, the same record for every stage. The one exception is a collective at steps that the
+step number alone picks (see :func:`tzrun_after_train_step`). "sync ok" hooks run where every rank is at the same
 point, so a hook may issue a collective there, but only if every rank's implementation issues
 the same ones. Work that only rank 0 should do checks ``run.is_rank0``.
 
@@ -285,7 +287,15 @@ def tzrun_after_train_step(run: RunContext, step: StepInfo) -> None:
 
     ``step.loss`` is the step's total loss as a tensor that has NOT been synchronized: calling
     ``.item()`` on it forces a device sync, so never do it here (implement
-    :func:`tzrun_after_train_log` for numbers). Must never issue a collective. The dense
+    :func:`tzrun_after_train_log` for numbers).
+
+    Collectives: none on most steps. A hook may issue collectives at steps chosen by
+    ``step.step`` (and its options) alone, such as ``step.step % n == 0`` (the
+    ``embedding_deltas`` stage's dumps), because every rank calls this hook once for every
+    global step, with the same ``step.step``: a rank whose data ran out feeds padding batches
+    (weight 0), so no rank skips a step or its hook. Never on a condition a rank decides alone
+    (its loss, its rows, the time, its own state): the ranks would then issue different
+    collectives, a hang. Such a step pays a sync, so keep them rare. The dense
     parameters' ``.grad`` still hold this step's gradients. May set ``run.stop_requested =
     True`` on any rank to ask the loop to stop: at the next checkpoint boundary the ranks agree
     (any rank asking stops all), the checkpoint and evaluation of that boundary are written,

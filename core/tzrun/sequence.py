@@ -95,7 +95,8 @@ class SequenceFeatures:
         jagged = self.embeddings[feature]
         lengths = jagged.lengths().long()
         values = jagged.values()
-        rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+        rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths,
+                                       output_size=values.shape[0])
         out = values.new_zeros(lengths.numel(), values.shape[-1]).index_add(0, rows, values)
         if self._poolings[feature] == "mean":
             out = out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype)
@@ -110,7 +111,8 @@ class SequenceFeatures:
 def _padded(values: torch.Tensor, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """Jagged rows ``[N, d]`` (``lengths`` per row) as ``[B, max_len, d]``, left-aligned."""
     lengths = lengths.long()
-    rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+    rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths,
+                                   output_size=values.shape[0])  # known: torch.export keeps the size symbolic
     starts = torch.cumsum(lengths, 0) - lengths
     position = torch.arange(values.shape[0], device=values.device) - starts[rows]
     out = values.new_zeros(lengths.numel(), max_len, values.shape[-1])

@@ -15,6 +15,8 @@ from tzrun.errors import DataError, WriteError
 from tzrun.runner.predict import OutputColumns
 from tzrun.runner.predict_output import SUCCESS, PredictionSink
 
+from tests.conftest import REPO
+
 SKIPPED = pa.table({"row": pa.array([3], pa.int64()), "problem": ["cat_0: id outside [0, 10)"]})
 NONE_SKIPPED = pa.table({"row": pa.array([], pa.int64()), "problem": pa.array([], pa.string())})
 
@@ -69,3 +71,30 @@ def test_outputs_with_one_value_per_row_are_columns_and_vectors_only_when_asked(
     with pytest.raises(DataError, match="no output with one value per row"):
         OutputColumns(()).add({"similarity": torch.zeros(3, 3)}, 3)
     np.testing.assert_array_equal(chosen.table()["logits"].to_numpy(), np.zeros(2, np.float32))
+
+
+def test_a_one_row_first_batch_does_not_make_a_similarity_matrix_a_column():
+    """The columns come from what the model declares, not from the first batch's shapes: a
+    [B, B] similarity of a one-row batch is [1, 1], like a score."""
+    first = {"probs": torch.tensor([0.5]), "similarity": torch.zeros(1, 1), "user_embedding": torch.ones(1, 2)}
+    later = {"probs": torch.tensor([0.25, 0.0, 1.0]), "similarity": torch.zeros(3, 3), "user_embedding": torch.ones(3, 2)}
+    columns = OutputColumns((), per_row=("probs",))
+    columns.add(first, 1)
+    columns.add(later, 3)
+    assert list(columns.table()) == ["probs"]
+    assert columns.table()["probs"].to_pylist() == [0.5, 0.25, 0.0, 1.0]
+    retrieval = OutputColumns((), per_row=())  # a retrieval model: similarities and embeddings only
+    with pytest.raises(DataError, match="declares no output with one value per row"):
+        retrieval.add({"similarity": torch.zeros(1, 1), "user_embedding": torch.ones(1, 2)}, 1)
+
+
+def test_the_per_row_outputs_are_the_declared_scores_of_the_model():
+    from tzrun.config.load import parse_config
+    from tzrun.runner.predict import declared_per_row
+    from tzrun.runner.session import Session
+    from tzrun.testing import tiny_config_text
+
+    session = Session.from_raw(parse_config(tiny_config_text("data", "run"), "<tiny>", []))
+    assert declared_per_row(session.facts) == ("logits", "probs")
+    dssm = Session.from_config(REPO / "examples" / "dssm_taobao.toml", [])
+    assert declared_per_row(dssm.facts) == ()

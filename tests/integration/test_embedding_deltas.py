@@ -116,3 +116,47 @@ def test_two_ranks_dump_the_rows_of_their_own_shards(tmp_path, criteo_dir, shard
     applied, upto = apply_deltas(base, deltas, step)
     assert upto == 5
     _equal(applied, checkpoint_tables(model_dir / "checkpoints" / "step-5")[0])
+
+
+def _gather_worker(rank: int, init_file: str, out_dir: str) -> None:
+    """Rank 0 and 1 gather their changed ids at step 2; then rank 0 at step 4 while rank 1,
+    having skipped that hook, is at its checkpoint of step 5."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from tzrun_plugins.stages.embedding_deltas import EmbeddingDeltasConfig, EmbeddingDeltasStage
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        stage, run = EmbeddingDeltasStage(EmbeddingDeltasConfig(every_n_steps=2)), SimpleNamespace(world_size=2)
+        stage.record(torch.tensor([rank, 10 + rank]))
+        together = stage._everyone(run, 2, "a dump").tolist()
+        try:
+            stage._everyone(run, 4, "a dump") if rank == 0 else stage._everyone(run, 5, "a checkpoint")
+            apart = "no error"
+        except RuntimeError as exc:
+            apart = str(exc)
+        Path(out_dir, f"rank{rank}.txt").write_text(f"{together}\n{apart}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_gather_at_different_steps_stop_with_an_error_naming_them(tmp_path):
+    """The dump's collective in tzrun_after_train_step (allowed by the hookspec at steps the step
+    number picks): a rank that skipped it is named, not paired with another step's gather."""
+    import torch.multiprocessing as mp
+
+    import time
+
+    workers = mp.spawn(_gather_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=False)
+    deadline = time.monotonic() + 120  # a mismatched gather hangs: that is the failure
+    while not workers.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in workers.processes:
+                process.kill()
+            pytest.fail("the ranks hung in a gather")
+    for rank in range(2):
+        together, apart = (tmp_path / f"rank{rank}.txt").read_text().split("\n", 1)
+        assert together == "[0, 1, 10, 11]"
+        assert "rank 0: a dump at step 4, rank 1: a checkpoint at step 5" in apart, apart

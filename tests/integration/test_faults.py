@@ -93,7 +93,13 @@ def test_ranks_with_uneven_data_never_hang(criteo_dir, tmp_path):
     # the 3,001 eval rows as training data, batches of 1,500: rank 0 has 1 batch, rank 1 has 2
     overrides = [o.replace(str(criteo_dir / "train"), str(criteo_dir / "eval")) for o in example_overrides(
         criteo_dir, model_dir, "data.batch_size=1500", "data.eval_batch_size=1000", "train.num_epochs=2")]
+    # a dump every step: a collective in tzrun_after_train_step, which rank 0 reaches at its padding steps
+    overrides.append('train.stages=[{type = "embedding_deltas", every_n_steps = 1}]')
     proc = run_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = _results(model_dir)[-1]
     assert result["step"] == 4 and result["rows"] == 3001  # 2 steps per epoch on every rank
+    from tzrun.deltas import list_dumps, read_dump
+
+    dumps = list_dumps(model_dir / "embedding_deltas")
+    assert [s for s, _ in dumps] == [1, 2, 3, 4] and all(len(read_dump(p)["parts"]) == 2 for _, p in dumps)

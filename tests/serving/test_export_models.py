@@ -26,8 +26,35 @@ EXAMPLES = {
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
     "dssm_taobao": "taobao",
+    "din_taobao": "taobao",
+    "dssm_taobao+sequence": "taobao",
+    "mmoe_taobao+sequence": "taobao",
 }
 BOUND = 1e-5
+#: the target-attention sequence of examples/din_taobao.toml (its candidate ad as the query)
+CLICK_SEQ = '''
+[[features.sequence]]
+name = "click_seq"
+max_len = 7
+query = ["adgroup_id"]
+
+[[features.sequence.features]]
+name = "click_seq__adgroup_id"
+column = "click_50_seq"
+table = "adgroup_id_emb"
+'''
+#: "<example>+sequence": the example with a sequence group and a [[model.sequence_encoders]] table
+SEQUENCE_VARIANTS = {
+    "dssm_taobao": lambda text: text.replace(
+        "[[features.sparse]]\nname = \"click_50_seq\"\nnum_buckets = 6000\nembedding_dim = 16\ntable = \"adgroup_id_emb\"\n"
+        "pooling = \"mean\"\n", CLICK_SEQ.replace('query = ["adgroup_id"]\n', "")).replace(
+        '"click_50_seq", "user_pv_7d"', '"click_seq", "user_pv_7d"').replace(
+        "[[losses]]", '[[model.sequence_encoders]]\nsequence = "click_seq"\ntype = "self_attention"\nnum_heads = 2\n'
+        "feedforward_dim = 16\n\n[[losses]]", 1),
+    "mmoe_taobao": lambda text: text.replace(
+        "[[losses]]", '[[model.sequence_encoders]]\nsequence = "click_seq"\ntype = "target_attention"\n\n[[losses]]', 1)
+    + CLICK_SEQ,
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +74,19 @@ def _session(example: str, data: Path, model_dir: Path):
     from tzrun.runner.session import Session
 
     sets = [f'data.train_input="{data / "eval"}"', f'data.eval_input="{data / "eval"}"', f'model_dir="{model_dir}"']
-    return Session.from_config(REPO / "examples" / f"{example}.toml", sets)
+    base, _, variant = example.partition("+")
+    if base == "din_taobao":
+        sets.append("features.sequence[0].max_len=7")  # shorter than some rows: the truncation is exported too
+    config = REPO / "examples" / f"{base}.toml"
+    if variant:
+        text = config.read_text()
+        changed = SEQUENCE_VARIANTS[base](text)
+        assert changed.count("[[features.sequence]]") == 1 and changed.count("sequence_encoders") == 1, example
+        config = model_dir.parent / f"{base}_{variant}.toml"
+        config.write_text(changed)
+    session = Session.from_config(config, sets)
+    assert bool(session.specs.sequence_groups) == (bool(variant) or base == "din_taobao"), example
+    return session
 
 
 def _rows(session, path: Path):
@@ -64,7 +103,8 @@ def _model(session):
     from tzrun.interfaces import ModelContext
 
     specs, cfg = session.specs, session.cfg
-    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels))
+    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels),
+                       specs.sequence_groups, specs.sequence_tables)
     torch.manual_seed(0)
     return session.registries["model"].get(cfg.model.type, "model.type").build(cfg.model.config, ctx).eval()
 
@@ -97,16 +137,27 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
         assert features == {"user_tower": set(cfg.user_features), "item_tower": set(cfg.item_features)}
     else:
         assert names == {"model"}
+    if session.specs.sequence_groups:  # the sequences are inputs, longer lists truncated to max_len as in training
+        inputs = [i["name"] for p in manifest_of(session.facts, list(exported), {})["programs"].values() for i in p["inputs"]]
+        assert "sequence_lengths" in inputs and "sequence_ids/click_seq__adgroup_id" in inputs
+        longest = max(len(v) for v in table["click_50_seq"].to_pylist() if v)
+        assert longest > session.specs.sequence_groups[0].max_len
     compared = 0
     for program in exported:
         predictor = Predictor(tmp_path / "export", program=program.name)
         got = predictor.predict(table, batch_size=128)  # several batches: sizes differ from the traced ones
+        # the manifest says which outputs are one value per row ("batch"), whatever a batch's size
+        assert predictor.per_row_outputs() == [n for n in program.outputs if eager[n].dim() == 1]
         for name in program.outputs:
             want = eager[name].float().numpy()
             assert got[name].shape == want.shape
             np.testing.assert_allclose(got[name], want, rtol=BOUND, atol=BOUND)
             compared += 1
     assert compared >= 1
+    if example == "din_taobao":  # a sequence model runs with torch alone too
+        from tests.serving.test_export_cli import _fresh_venv_runs_the_export
+
+        _fresh_venv_runs_the_export(tmp_path / "export", table.slice(0, 64), tmp_path)
     _one_row_and_a_row_without_ids(model, session, table, Predictor(tmp_path / "export", program=sorted(names)[0]))
 
 
@@ -119,6 +170,7 @@ def _one_row_and_a_row_without_ids(model, session, table, predictor) -> None:
 
     row = table.slice(0, 1)
     sparse = {f.column for f in session.specs.sparse} | {f.weight_column for f in session.specs.sparse if f.weight_column}
+    sparse |= {f.column for g in session.specs.sequence_groups for f in g.features}
     empty = pa.table({n: pa.nulls(1, row.schema.field(n).type) if n in sparse else row[n] for n in row.column_names})
     for rows in (row, empty):
         with torch.no_grad():
@@ -189,6 +241,7 @@ def test_a_third_party_model_exports_through_the_public_api(datasets, tmp_path):
     with torch.no_grad():
         want = model(BatchBuilder(session.specs, (), None)(table, "eval"))["score"].numpy()
     np.testing.assert_allclose(Predictor(tmp_path / "export").predict(table)["score"], want, rtol=BOUND, atol=BOUND)
+    assert Predictor(tmp_path / "export").per_row_outputs() == ["score"]  # declared by no one: the traced shape
     _bad_rows_are_reported_in_place(tmp_path / "export", table)
 
 

@@ -28,7 +28,7 @@ from tzrun.errors import ConfigError, ConfigProblem, DataError
 from tzrun.runner.predict_input import Chunk, Skipped, drop_reader_marked, drop_rows, mapped, prefetched, rank_split, read_chunks
 from tzrun.runner.predict_output import PredictionSink
 
-__all__ = ["PredictRequest", "PredictResult", "OutputColumns", "RankScores", "predict_checkpoint", "prepared_sink",
+__all__ = ["PredictRequest", "PredictResult", "OutputColumns", "RankScores", "declared_per_row", "predict_checkpoint", "prepared_sink",
            "write_predictions"]
 
 log = logging.getLogger("tzrun")
@@ -77,10 +77,18 @@ class PredictResult:
 
 
 class OutputColumns:
-    """Collects the chosen model outputs of each scored row, as float32 columns."""
+    """Collects the chosen model outputs of each scored row, as float32 columns.
 
-    def __init__(self, wanted: Sequence[str]) -> None:
+    Args:
+        wanted: the outputs to write (``--outputs``); empty: the outputs of one value per row.
+        per_row: which outputs are one value per row, known before any batch (the model's
+            declared outputs, an export's manifest); None when the model declares none, and
+            the first batch's shapes decide.
+    """
+
+    def __init__(self, wanted: Sequence[str], per_row: Sequence[str] | None = None) -> None:
         self.wanted = tuple(wanted)
+        self.per_row = None if per_row is None else tuple(per_row)
         self.names: tuple[str, ...] | None = None
         self.values: dict[str, list[np.ndarray]] = {}
 
@@ -104,6 +112,11 @@ class OutputColumns:
             if unknown:
                 raise DataError(f"--outputs {','.join(unknown)}: not an output of the model (outputs: {', '.join(outputs)})")
             return self.wanted
+        if self.per_row is not None:
+            if not self.per_row:
+                raise DataError(f"the model declares no output with one value per row (outputs: {', '.join(outputs)}); "
+                                "pass --outputs with the outputs to write (vectors are written as lists)")
+            return self.per_row
         scalar = tuple(n for n, v in outputs.items() if len(v.shape) == 1 or (len(v.shape) == 2 and v.shape[1] == 1))
         if not scalar:
             raise DataError(f"the model has no output with one value per row (outputs: {', '.join(outputs)}); "
@@ -200,7 +213,7 @@ def predict_checkpoint(session: Any, which: str, request: PredictRequest) -> Pre
     sink = prepared_sink(request, info.rank)
     model = session.built.model.module.model  # the user's model inside DMP and its losses
     autocast = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.train.mixed_precision]
-    scores = RankScores(OutputColumns(request.outputs))
+    scores = RankScores(OutputColumns(request.outputs, declared_per_row(session.facts)))
     # no labels, sample weights or group keys: the rows are unlabelled
     builder = BatchBuilder(session.specs, (), None, (), on_bad_row=cfg.data.on_bad_row)
     session.built.model.eval()
@@ -213,6 +226,19 @@ def predict_checkpoint(session: Any, which: str, request: PredictRequest) -> Pre
         for _ in range(split.steps - steps):  # every rank runs as many forwards (TorchRec's collectives)
             _forward(model, builder.padding(), info.device, autocast)
     return write_predictions(sink, scores, request, str(path), started, info.rank, info.world_size)
+
+
+def declared_per_row(facts: Any) -> tuple[str, ...] | None:
+    """The outputs the model declares (``register(..., outputs=...)``) that are one score per
+    row: its probabilities and logits (``probs``, ``logits``, ``probs/<task>``, ...); None when
+    it declares none. A batch's shapes cannot tell: a ``[B, B]`` similarity of a one-row
+    batch is ``[1, 1]``."""
+    from tzrun.serving.manifest import output_kind
+
+    declare = facts.registries["model"].get(facts.cfg.model.type, "model.type").extras.get("outputs")
+    if declare is None:
+        return None
+    return tuple(n for n in declare(facts.cfg.model.config) if output_kind(n) in ("probability", "logit"))
 
 
 def _forward(model: Any, batch: Any, device: Any, autocast: Any) -> dict[str, Any]:

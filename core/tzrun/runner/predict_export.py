@@ -48,7 +48,7 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
         log.info("predicting %s with the export %s over %d rank(s)", request.input, predictor.path, info.world_size)
     sink = prepared_sink(request, info.rank)
     columns = read_columns(session.reader, _raw_columns(predictor, request), d.on_bad_row)
-    scores = RankScores(OutputColumns(request.outputs))
+    scores = RankScores(OutputColumns(request.outputs, predictor.per_row_outputs()))
 
     def score(chunk: Chunk) -> tuple[Chunk, dict[str, np.ndarray] | None]:
         chunk = drop_reader_marked(chunk, scores.skipped)
@@ -84,6 +84,7 @@ def _raw_columns(predictor: Any, request: PredictRequest) -> list[str]:
             names.append(s["column"])
             if s.get("weight_column"):
                 names.append(s["weight_column"])
+    names += [x["column"] for g in f.get("sequence", ()) if g["name"] in wanted for x in g["features"]]
     return list(dict.fromkeys([*names, *request.keep_columns]))
 
 

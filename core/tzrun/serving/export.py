@@ -34,8 +34,8 @@ from torch import nn
 from tzrun.errors import CheckpointError, TzrunError, WriteError
 from tzrun.io.files import write_atomic
 from tzrun.io.storage import as_path, is_remote, remove_tree
-from tzrun.serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of
-from tzrun.serving.plain import PlainFeatures, plain_batch, swap_embedding_collections
+from tzrun.serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of, sequence_keys
+from tzrun.serving.plain import PlainFeatures, PlainSequenceFeatures, plain_batch, swap_embedding_collections
 
 __all__ = ["ServingProgram", "ServingModule", "load_unsharded", "serving_programs", "export_model",
            "write_export", "export_checkpoint", "ExportResult"]
@@ -52,12 +52,16 @@ class ServingProgram:
     Attributes:
         name: its file is ``<name>.pt2``.
         outputs: the model outputs it returns.
-        features: the features (dense and id) it reads; the others are not its inputs.
+        features: the features (dense, id and sequence groups) it reads; the others are not
+            its inputs.
+        shapes: each output's shape in the exported program (``"batch"`` for the batch
+            dimension, ``"dynamic"`` for another symbolic one), once exported.
     """
 
     name: str
     outputs: tuple[str, ...]
     features: tuple[str, ...]
+    shapes: tuple[tuple[str, tuple[int | str, ...]], ...] = ()
 
 
 @attrs.frozen
@@ -81,7 +85,7 @@ class ServingModule(nn.Module):
     """The exported function: the program's input tensors (see :mod:`tzrun.serving.manifest`)
     -> the model's outputs. Builds a :class:`~tzrun.data.batch.Batch` of them and calls the
     model's own forward; the features the program does not read are fed as zeros (dense) and
-    rows without ids.
+    rows without ids (pooled and unpooled).
 
     Args:
         model: the user's model, its embedding collections plain already.
@@ -91,19 +95,25 @@ class ServingModule(nn.Module):
 
     dense_index: torch.Tensor
     sparse_index: torch.Tensor
+    sequence_index: torch.Tensor
 
     def __init__(self, model: nn.Module, specs: Any, program: ServingProgram) -> None:
         super().__init__()
         self.model = model
         used = set(program.features)
         self.num_dense = len(specs.dense)
-        self.sparse = [f.name for f in specs.sparse]
+        self.sparse = [f.name for f in specs.pooled]
+        self.sequence = _all_sequence_keys(specs)
+        self.fed = sequence_keys(specs, program.features)
         self.weighted = any(t.weighted for t in specs.tables)
         dense = [i for i, f in enumerate(specs.dense) if f.name in used]
-        sparse = [i for i, f in enumerate(specs.sparse) if f.name in used]
+        sparse = [i for i, f in enumerate(specs.pooled) if f.name in used]
+        fed = set(self.fed)
+        sequence = [i for i, k in enumerate(self.sequence) if k in fed]
         self.has_dense, self.all_sparse = bool(dense), len(sparse) == len(self.sparse)
         self.register_buffer("dense_index", torch.tensor(dense, dtype=torch.int64), persistent=False)
         self.register_buffer("sparse_index", torch.tensor(sparse, dtype=torch.int64), persistent=False)
+        self.register_buffer("sequence_index", torch.tensor(sequence, dtype=torch.int64), persistent=False)
         self.program = program
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -120,7 +130,28 @@ class ServingModule(nn.Module):
         if not self.all_sparse:
             lengths = torch.zeros(len(self.sparse), rows, dtype=torch.int64).index_copy(0, self.sparse_index, lengths)
         weights = inputs["weights"] if self.weighted else None
-        return plain_batch(dense, PlainFeatures(self.sparse, inputs["ids"], lengths, weights))
+        sparse = PlainFeatures(self.sparse, inputs["ids"], lengths, weights)
+        return plain_batch(dense, sparse, self.sequence_features(inputs, rows))
+
+    def sequence_features(self, inputs: dict[str, torch.Tensor], rows: Any) -> PlainSequenceFeatures:
+        """``batch.sequence``: the program's unpooled keys from ``inputs``, the others empty."""
+        lengths = torch.zeros(len(self.sequence), rows, dtype=torch.int64)
+        if self.fed:
+            lengths = lengths.index_copy(0, self.sequence_index, inputs["sequence_lengths"])
+        empty = torch.zeros(0, dtype=torch.int64)
+        ids = {k: inputs[f"sequence_ids/{k}"] if k in self.fed else empty for k in self.sequence}
+        return PlainSequenceFeatures(self.sequence, ids, lengths)
+
+
+def _all_sequence_keys(specs: Any) -> list[str]:
+    """Every key of ``batch.sequence``, in the batch builder's order."""
+    return sequence_keys(specs, [g.name for g in specs.sequence_groups] + [f.name for f in specs.unpooled])
+
+
+def _feature_names(specs: Any) -> tuple[str, ...]:
+    """Every feature a program may read: dense, sparse, then sequence groups."""
+    return (tuple(f.name for f in specs.dense) + tuple(f.name for f in specs.sparse)
+            + tuple(g.name for g in specs.sequence_groups))
 
 
 def serving_programs(model: nn.Module, outputs: Sequence[str], specs: Any) -> list[ServingProgram]:
@@ -130,7 +161,7 @@ def serving_programs(model: nn.Module, outputs: Sequence[str], specs: Any) -> li
     Raises:
         TzrunError: when a declared program names an unknown output or feature.
     """
-    features = tuple(f.name for f in specs.dense) + tuple(f.name for f in specs.sparse)
+    features = _feature_names(specs)
     declared = getattr(model, "serving_programs", None)
     if not declared:
         return [ServingProgram("model", tuple(outputs), features)]
@@ -157,7 +188,8 @@ def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
     from tzrun.runner.dcp_storage import storage_reader
 
     cfg, specs = facts.cfg, facts.specs
-    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels))
+    ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels),
+                       specs.sequence_groups, specs.sequence_tables)
     model = facts.registries["model"].get(cfg.model.type, "model.type").build(cfg.model.config, ctx)
     state = model.state_dict()
     saved = storage_reader(checkpoint / "state").read_metadata().state_dict_metadata
@@ -198,9 +230,10 @@ def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[
     torch.export would specialize on them)."""
     generator = torch.Generator().manual_seed(0)
     used = set(program.features)
-    sparse = [f for f in specs.sparse if f.name in used]
-    lengths = torch.tensor([[2] + [1] * (rows - 2) + [0] for _ in sparse], dtype=torch.int64)
-    ids = torch.cat([torch.randint(0, f.num_embeddings, (rows,), generator=generator) for f in sparse])
+    sparse = [f for f in specs.pooled if f.name in used]
+    lengths = torch.tensor([[2] + [1] * (rows - 2) + [0] for _ in sparse], dtype=torch.int64).view(len(sparse), rows)
+    ids = torch.cat([torch.randint(0, f.num_embeddings, (rows,), generator=generator) for f in sparse]
+                    or [torch.zeros(0, dtype=torch.int64)])
     inputs = {}
     dense = [f for f in specs.dense if f.name in used]
     if dense:
@@ -209,7 +242,21 @@ def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[
     inputs["lengths"] = lengths
     if any(t.weighted for t in specs.tables):
         inputs["weights"] = torch.rand(ids.shape[0], generator=generator)
+    keys = sequence_keys(specs, program.features)
+    if keys:
+        sizes = _sequence_sizes(specs)
+        inputs["sequence_lengths"] = torch.tensor([[min(3, sizes[k][1])] + [1] * (rows - 2) + [0] for k in keys],
+                                                  dtype=torch.int64)
+        for k, row in zip(keys, inputs["sequence_lengths"]):
+            inputs[f"sequence_ids/{k}"] = torch.randint(0, sizes[k][0], (int(row.sum()),), generator=generator)
     return inputs
+
+
+def _sequence_sizes(specs: Any) -> dict[str, tuple[int, int]]:
+    """Each unpooled key -> (its ids' range, the most ids a row has: its group's ``max_len``)."""
+    sizes = {f.name: (f.num_embeddings, 2**31 - 2) for f in specs.unpooled}
+    sizes.update({f.name: (f.num_embeddings, g.max_len) for g in specs.sequence_groups for f in g.features})
+    return sizes
 
 
 def _dynamic_shapes(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
@@ -217,17 +264,20 @@ def _dynamic_shapes(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
 
     batch = Dim("batch", min=1, max=2**31 - 2)
     ids = Dim("ids", min=0, max=2**31 - 2)
-    axes = {"dense": {0: batch}, "ids": {0: ids}, "lengths": {1: batch}, "weights": {0: ids}}
+    axes = {"dense": {0: batch}, "ids": {0: ids}, "lengths": {1: batch}, "weights": {0: ids},
+            "sequence_lengths": {1: batch}}
+    for i, name in enumerate(n for n in inputs if n.startswith("sequence_ids/")):
+        axes[name] = {0: Dim(f"sequence_ids_{i}", min=0, max=2**31 - 2)}
     return {"inputs": {name: axes[name] for name in inputs}}
 
 
 def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[ServingProgram, Any]:
     """Swap ``model``'s embedding collections for plain torch and ``torch.export`` each of its
     serving programs. Returns ``{program: ExportedProgram}``."""
-    swap_embedding_collections(model, [f.name for f in specs.sparse])
+    swap_embedding_collections(model, [f.name for f in specs.pooled], _all_sequence_keys(specs))
     model.eval()
     if not outputs:  # the model declares none: what its forward returns
-        everything = ServingProgram("model", (), tuple(f.name for f in (*specs.dense, *specs.sparse)))
+        everything = ServingProgram("model", (), _feature_names(specs))
         with torch.no_grad():
             outputs = list(model(ServingModule(model, specs, everything).batch(_example_inputs(specs, everything))))
     programs = serving_programs(model, outputs, specs)
@@ -236,9 +286,30 @@ def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[S
         module = ServingModule(model, specs, program).eval()
         inputs = _example_inputs(specs, program)
         with torch.no_grad():
-            exported[program] = torch.export.export(module, (inputs,), dynamic_shapes=_dynamic_shapes(inputs),
-                                                    strict=False)
+            ep = torch.export.export(module, (inputs,), dynamic_shapes=_dynamic_shapes(inputs), strict=False)
+        exported[attrs.evolve(program, shapes=_output_shapes(ep, list(inputs)))] = ep
     return exported
+
+
+def _output_shapes(ep: Any, inputs: Sequence[str]) -> tuple[tuple[str, tuple[int | str, ...]], ...]:
+    """Each user output of ``ep`` (a dict of tensors) and its shape: ``"batch"`` where it is
+    the batch dimension (that of the ``lengths`` input), ``"dynamic"`` for another symbolic
+    size, else the size."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    nodes = {n.name: n for n in ep.graph.nodes}
+    user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    batch = str(nodes[user_inputs[list(inputs).index("lengths")]].meta["val"].shape[1])
+    returned = next(n for n in ep.graph.nodes if n.op == "output").args[0]
+    values = [a for a, s in zip(returned, ep.graph_signature.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+    names = ep.module_call_graph[0].signature.out_spec.context
+
+    def size(d: Any) -> int | str:
+        if str(d) == batch:
+            return "batch"
+        return int(d) if str(d).isdigit() else "dynamic"
+
+    return tuple((name, tuple(size(d) for d in v.meta["val"].shape)) for name, v in zip(names, values))
 
 
 def _digest(checkpoint: Path) -> str:

@@ -10,12 +10,13 @@ Format (``"format": "tzrun-export/1"``)::
       "features": {
         "dense":  [{"name", "column", "fill_value", "log1p", "mean", "std"}],
         "sparse": [{"name", "column", "table", "num_buckets" | "hash_bucket_size" | "vocab" | "boundaries",
-                    "separator", "weight_column", "pooling", "num_embeddings"}],
+                    "separator", "weight_column", "pooling", "num_embeddings", "unpooled"}],
+        "sequence": [{"name", "max_len", "query": [...], "features": [<as in sparse>]}],
         "weighted": false
       },
       "programs": {"model": {"file": "model.pt2", "features": [...],
                              "inputs": [{"name", "dtype", "shape", "features"}],
-                             "outputs": [{"name", "dtype", "kind", "label"}]}},
+                             "outputs": [{"name", "dtype", "kind", "label", "shape"}]}},
       "files": {"model.pt2": "<sha256>"}
     }
 
@@ -30,9 +31,19 @@ A program takes one dict of tensors (in the manifest's order):
   ``weight_column``: the weight, divided by the row's id count for a ``mean`` feature; 1 for a
   feature without weights).
 
-``batch`` and ``n`` are dynamic. Outputs are float32: ``[batch]`` for a score, ``[batch, dim]``
-for an embedding; ``kind`` is ``probability``, ``logit``, ``embedding`` or ``value``, and
-``label`` the label a loss trained it against (or null).
+``ids``/``lengths``/``weights`` hold the pooled id features only. The unpooled ones (each
+feature of a ``sequence`` group the program reads, then its ``"unpooled": true`` sparse
+features: a group's query) come as (only when the program reads some):
+
+* ``sequence_lengths``: int64 ``[K, batch]``, ids per row, per unpooled key (``features``);
+* ``sequence_ids/<key>``: int64 ``[n_key]``, that key's ids, row after row. A group's features
+  are the row's **last** ``max_len`` ids of its column (a longer list is truncated at its
+  start), transformed like a sparse feature's; the program does not truncate.
+
+``batch``, ``n`` and each ``n_key`` are dynamic. Outputs are float32: ``[batch]`` for a score, ``[batch, dim]``
+for an embedding, as its ``shape`` says (``"batch"`` the batch dimension: ``["batch"]`` is one
+value per row, whatever a batch's size); ``kind`` is ``probability``, ``logit``, ``embedding`` or
+``value``, and ``label`` the label a loss trained it against (or null).
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ import attrs
 
 from tzrun.errors import CheckpointError
 
-__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "manifest_of", "read_manifest", "output_kind"]
+__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "sequence_keys", "manifest_of", "read_manifest", "output_kind"]
 
 FORMAT = "tzrun-export/1"
 MANIFEST = "manifest.json"
@@ -53,11 +64,19 @@ MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
 
 
+def sequence_keys(specs: Any, features: Sequence[str]) -> list[str]:
+    """The keys of ``batch.sequence`` that a program reading ``features`` (dense, sparse and
+    sequence group names) feeds: its groups' features, then its unpooled sparse features."""
+    wanted = set(features)
+    keys = [f.name for g in specs.sequence_groups if g.name in wanted for f in g.features]
+    return keys + [f.name for f in specs.unpooled if f.name in wanted]
+
+
 def program_inputs(specs: Any, features: Sequence[str]) -> list[dict[str, Any]]:
     """The inputs of a program that reads ``features``, in the order it takes them."""
     wanted = set(features)
     dense = [f.name for f in specs.dense if f.name in wanted]
-    sparse = [f.name for f in specs.sparse if f.name in wanted]
+    sparse = [f.name for f in specs.pooled if f.name in wanted]
     inputs = []
     if dense:
         inputs.append({"name": "dense", "dtype": "float32", "shape": ["batch", len(dense)], "features": dense})
@@ -65,6 +84,10 @@ def program_inputs(specs: Any, features: Sequence[str]) -> list[dict[str, Any]]:
     inputs.append({"name": "lengths", "dtype": "int64", "shape": [len(sparse), "batch"], "features": sparse})
     if any(t.weighted for t in specs.tables):
         inputs.append({"name": "weights", "dtype": "float32", "shape": ["ids"], "features": sparse})
+    keys = sequence_keys(specs, features)
+    if keys:
+        inputs.append({"name": "sequence_lengths", "dtype": "int64", "shape": [len(keys), "batch"], "features": keys})
+        inputs += [{"name": f"sequence_ids/{k}", "dtype": "int64", "shape": [f"ids/{k}"], "features": [k]} for k in keys]
     return inputs
 
 
@@ -83,16 +106,10 @@ def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, An
     """The manifest of an export of ``programs`` (:class:`~tzrun.serving.export.ServingProgram`)."""
     specs = facts.specs
     labels = {s.prediction: s.label for s in (*facts.metric_slots, *facts.loss_slots)}
-    sparse = []
-    for f in specs.sparse:
-        entry = {k: v for k, v in attrs.asdict(f).items() if v is not None}
-        if "vocab" in entry:
-            entry["vocab"] = list(entry["vocab"])
-        if "boundaries" in entry:
-            entry["boundaries"] = list(entry["boundaries"])
-        entry["num_embeddings"] = f.num_embeddings
-        entry["oov_id"] = 0 if f.vocab is not None else None
-        sparse.append(entry)
+    unpooled = {f.name for f in specs.unpooled}
+    sparse = [{**_sparse_entry(f), "unpooled": f.name in unpooled} for f in specs.sparse]
+    sequence = [{"name": g.name, "max_len": g.max_len, "query": list(g.query),
+                 "features": [_sparse_entry(f) for f in g.features]} for g in specs.sequence_groups]
     return {
         "format": FORMAT,
         "model": facts.cfg.model.type,
@@ -101,6 +118,7 @@ def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, An
         "features": {
             "dense": [attrs.asdict(f) for f in specs.dense],
             "sparse": sparse,
+            "sequence": sequence,
             "weighted": any(t.weighted for t in specs.tables),
             "hash": "FNV-1a 64 over UTF-8 bytes, modulo hash_bucket_size; integers modulo hash_bucket_size",
         },
@@ -109,12 +127,24 @@ def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, An
                 "file": f"{p.name}.pt2",
                 "features": list(p.features),
                 "inputs": program_inputs(specs, p.features),
-                "outputs": [{"name": o, "dtype": "float32", "kind": output_kind(o), "label": labels.get(o)}
-                            for o in p.outputs],
+                "outputs": [{"name": o, "dtype": "float32", "kind": output_kind(o), "label": labels.get(o),
+                             **({"shape": list(dict(p.shapes)[o])} if p.shapes else {})} for o in p.outputs],
             }
             for p in programs
         },
     }
+
+
+def _sparse_entry(f: Any) -> dict[str, Any]:
+    """One id feature's transform, as the manifest lists it."""
+    entry = {k: v for k, v in attrs.asdict(f).items() if v is not None}
+    if "vocab" in entry:
+        entry["vocab"] = list(entry["vocab"])
+    if "boundaries" in entry:
+        entry["boundaries"] = list(entry["boundaries"])
+    entry["num_embeddings"] = f.num_embeddings
+    entry["oov_id"] = 0 if f.vocab is not None else None
+    return entry
 
 
 def read_manifest(export_dir: Path) -> dict[str, Any]:

@@ -11,9 +11,15 @@ what models ask of TorchRec's ``KeyedTensor``: ``keys()``, ``values()``, ``to_di
 ``[key]``, ``length_per_key()``, ``offset_per_key()``. No TorchRec type is traced, so the
 exported graph holds only aten operators.
 
-A model may use ``batch.sparse`` only by handing it to its embedding collections. An
-``EmbeddingCollection`` (sequence features) would get the same treatment with ``nn.Embedding``
-and padded, jagged outputs (not built yet: a model with one is refused, naming it).
+Every ``EmbeddingCollection`` (the unpooled lookups of sequence features, see
+:mod:`tzrun.sequence`) is swapped for a :class:`PlainEmbeddingCollection` the same way: its
+tables looked up with ``torch.nn.functional.embedding``, ``batch.sequence`` a
+:class:`PlainSequenceFeatures` (one flat id tensor per key, lengths per key and row), and its
+output one :class:`PlainJagged` (``values()``, ``lengths()``, ``offsets()``) per feature, like
+TorchRec's ``Dict[str, JaggedTensor]``.
+
+A model may use ``batch.sparse`` and ``batch.sequence`` only by handing them to its embedding
+collections.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
-__all__ = ["PlainFeatures", "PlainKeyedTensor", "PlainEmbeddingBagCollection", "swap_embedding_collections"]
+__all__ = ["PlainFeatures", "PlainKeyedTensor", "PlainEmbeddingBagCollection", "PlainSequenceFeatures", "PlainJagged",
+           "PlainEmbeddingCollection", "swap_embedding_collections"]
 
 
 class PlainFeatures:
@@ -51,6 +58,71 @@ class PlainFeatures:
     def stride(self) -> int:
         """Rows in the batch."""
         return self.lengths.shape[1]
+
+
+class PlainSequenceFeatures:
+    """What ``batch.sequence`` is in an exported model: each unpooled key's ids in its own flat
+    tensor (row after row), with ``lengths[k, row]`` ids per row.
+
+    Args:
+        keys: the keys of ``batch.sequence``, in order.
+        ids: each key's ids, int64 ``[n_key]``.
+        lengths: int64 ``[len(keys), rows]``.
+    """
+
+    def __init__(self, keys: Sequence[str], ids: Mapping[str, torch.Tensor], lengths: torch.Tensor) -> None:
+        self._keys = list(keys)
+        self.ids = dict(ids)
+        self.lengths = lengths
+
+    def keys(self) -> list[str]:
+        """The keys, in order."""
+        return list(self._keys)
+
+    def stride(self) -> int:
+        """Rows in the batch."""
+        return self.lengths.shape[1]
+
+
+class PlainJagged:
+    """One feature's unpooled embeddings, like TorchRec's ``JaggedTensor``: ``values()``
+    ``[n, dim]``, ``lengths()`` ``[rows]``, ``offsets()`` ``[rows + 1]``."""
+
+    def __init__(self, values: torch.Tensor, lengths: torch.Tensor) -> None:
+        self._values = values
+        self._lengths = lengths
+
+    def values(self) -> torch.Tensor:
+        return self._values
+
+    def lengths(self) -> torch.Tensor:
+        return self._lengths
+
+    def offsets(self) -> torch.Tensor:
+        return torch.cat([self._lengths.new_zeros(1), torch.cumsum(self._lengths, 0)])
+
+
+class PlainEmbeddingCollection(nn.Module):
+    """An ``EmbeddingCollection`` in plain torch: each feature's ids looked up in its table by
+    ``torch.nn.functional.embedding``, unpooled.
+
+    Args:
+        tables: ``(name, weight, feature names)`` per table, in the collection's order.
+        keys: the keys of ``batch.sequence``, in order (the rows of its lengths).
+    """
+
+    def __init__(self, tables: Sequence[tuple[str, torch.Tensor, Sequence[str]]], keys: Sequence[str]) -> None:
+        super().__init__()
+        index = {name: i for i, name in enumerate(keys)}
+        self.weights = nn.ParameterList(
+            nn.Parameter(w.detach().to("cpu", torch.float32).clone(), requires_grad=False) for _, w, _ in tables)
+        self.picks = [(name, t, index[name]) for t, (_, _, names) in enumerate(tables) for name in names]
+
+    def forward(self, features: PlainSequenceFeatures) -> dict[str, PlainJagged]:
+        return {
+            name: PlainJagged(torch.nn.functional.embedding(features.ids[name], self.weights[t]), features.lengths[row])
+            for name, t, row in self.picks
+        }
 
 
 class PlainKeyedTensor:
@@ -149,15 +221,14 @@ class PlainEmbeddingBagCollection(nn.Module):
         return PlainKeyedTensor(self.keys, [pooled[name] for name in self.keys])
 
 
-def _plain_of(module: nn.Module, features: Sequence[str]) -> nn.Module:
+def _plain_of(module: nn.Module, features: Sequence[str], sequence_keys: Sequence[str]) -> nn.Module:
     """The plain twin of one unsharded TorchRec collection."""
     from torchrec import EmbeddingBagCollection
 
-    if not isinstance(module, EmbeddingBagCollection):
-        from tzrun.errors import TzrunError
-
-        raise TzrunError(f"{type(module).__name__}: tzrec-run export turns only EmbeddingBagCollection lookups into "
-                         "plain torch so far; a model with sequence features cannot be exported yet")
+    if not isinstance(module, EmbeddingBagCollection):  # an EmbeddingCollection
+        return PlainEmbeddingCollection(
+            [(t.name, module.embeddings[t.name].weight, list(t.feature_names)) for t in module.embedding_configs()],
+            sequence_keys)
     tables = [
         (t.name, module.embedding_bags[t.name].weight, list(t.feature_names), t.pooling.name.lower())
         for t in module.embedding_bag_configs()
@@ -165,13 +236,11 @@ def _plain_of(module: nn.Module, features: Sequence[str]) -> nn.Module:
     return PlainEmbeddingBagCollection(tables, module.is_weighted(), features)
 
 
-def swap_embedding_collections(model: nn.Module, features: Sequence[str]) -> list[str]:
+def swap_embedding_collections(model: nn.Module, features: Sequence[str], sequence_keys: Sequence[str] = ()) -> list[str]:
     """Replace, in place, every TorchRec embedding collection of an unsharded ``model`` by its
-    plain-torch twin (weights copied); ``features`` are the run's id features in order.
-    Returns the swapped modules' names.
-
-    Raises:
-        TzrunError: for a collection kind that has no twin yet (``EmbeddingCollection``).
+    plain-torch twin (weights copied); ``features`` are the keys of ``batch.sparse`` (the pooled
+    id features) in order, ``sequence_keys`` those of ``batch.sequence``. Returns the swapped
+    modules' names.
     """
     from torchrec import EmbeddingBagCollection, EmbeddingCollection
 
@@ -181,15 +250,16 @@ def swap_embedding_collections(model: nn.Module, features: Sequence[str]) -> lis
             continue
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, _plain_of(module, features))
+        setattr(parent, child, _plain_of(module, features, sequence_keys))
         swapped.append(name)
     return swapped
 
 
-def plain_batch(dense: torch.Tensor, sparse: PlainFeatures) -> Any:
-    """A :class:`~tzrun.data.batch.Batch` of ``dense`` and ``sparse`` with every row real and
-    of weight 1 and no labels: what the model's forward receives in an exported program."""
+def plain_batch(dense: torch.Tensor, sparse: PlainFeatures, sequence: PlainSequenceFeatures) -> Any:
+    """A :class:`~tzrun.data.batch.Batch` of ``dense``, ``sparse`` and ``sequence`` with every
+    row real and of weight 1 and no labels: what the model's forward receives in an exported
+    program."""
     from tzrun.data.batch import Batch
 
     rows = dense.shape[0]
-    return Batch(dense, sparse, {}, torch.ones(rows), rows)  # type: ignore[arg-type]
+    return Batch(dense, sparse, {}, torch.ones(rows), rows, sequence=sequence)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from tzrun.errors import TzrunError
-from tzrun.interfaces import DenseFeature, EmbeddingTable, SparseFeature
+from tzrun.interfaces import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature
 from tzrun.io.storage import as_path
 from tzrun.serving.manifest import read_manifest
 
@@ -94,6 +94,16 @@ class Predictor:
         self._module = self.exported.module()
         self._builder = _builder(self.manifest, self.spec["features"], on_bad_row)
 
+    def per_row_outputs(self) -> list[str]:
+        """The program's outputs of one value per row (shape ``["batch"]`` or ``["batch", 1]`` in
+        the manifest; in a manifest without shapes, the probabilities and logits)."""
+        def one_per_row(o: Mapping[str, Any]) -> bool:
+            if "shape" in o:
+                return o["shape"] in (["batch"], ["batch", 1])
+            return o["kind"] in ("probability", "logit")
+
+        return [o["name"] for o in self.spec["outputs"] if one_per_row(o)]
+
     def encode(self, data: pa.Table | pa.RecordBatch | Mapping[str, Any], source: str = "<rows>") -> tuple[dict[str, Any], np.ndarray, Any]:
         """The program's inputs for ``data`` (raw columns by name): ``(inputs, rows, skipped)``,
         ``rows`` the input row index of each encoded row.
@@ -121,8 +131,9 @@ class Predictor:
                 inputs[name] = sparse.values().to(torch.int64)
             elif name == "lengths":
                 inputs[name] = sparse.lengths().to(torch.int64).view(len(keys), batch.num_rows)
-            else:
+            elif name == "weights":
                 inputs[name] = sparse.weights().to(torch.float32)
+        inputs.update(_sequence_inputs(batch.sequence, self.inputs))
         return inputs, rows, batch.skipped
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -170,21 +181,44 @@ class Predictor:
         return full
 
 
+def _sequence_inputs(sequence: Any, names: list[str]) -> dict[str, Any]:
+    """``sequence_lengths`` and each ``sequence_ids/<key>`` of ``names``, from ``batch.sequence``
+    (its keys are the program's, in the manifest's order)."""
+    import torch
+
+    if "sequence_lengths" not in names:
+        return {}
+    keys = sequence.keys()
+    jagged = sequence.to_dict()
+    inputs = {"sequence_lengths": sequence.lengths().to(torch.int64).view(len(keys), sequence.stride())}
+    inputs.update({f"sequence_ids/{k}": jagged[k].values().to(torch.int64) for k in keys})
+    return inputs
+
+
+def _sparse_spec(entry: Mapping[str, Any]) -> SparseFeature:
+    """An id feature of the manifest as the core's spec."""
+    fields = {k: v for k, v in entry.items() if k not in ("num_embeddings", "oov_id", "unpooled")}
+    for key in ("vocab", "boundaries"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(fields[key])
+    return SparseFeature(**fields)
+
+
 def _builder(manifest: Mapping[str, Any], features: list[str], on_bad_row: str) -> Any:
-    """The core's batch builder for the manifest's features that a program reads."""
+    """The core's batch builder for the manifest's features that a program reads (its
+    sequence groups truncated to their ``max_len`` as in training)."""
     from tzrun.data.features import BatchBuilder, FeatureSpecs
 
     wanted = set(features)
     f = manifest["features"]
     dense = tuple(DenseFeature(**d) for d in f["dense"] if d["name"] in wanted)
-    sparse = []
-    for s in f["sparse"]:
-        if s["name"] not in wanted:
-            continue
-        fields = {k: v for k, v in s.items() if k not in ("num_embeddings", "oov_id")}
-        for key in ("vocab", "boundaries"):
-            if fields.get(key) is not None:
-                fields[key] = tuple(fields[key])
-        sparse.append(SparseFeature(**fields))
-    tables = tuple(EmbeddingTable(s.name, s.num_embeddings, 0, (s.name,), s.pooling, bool(f["weighted"])) for s in sparse)
-    return BatchBuilder(FeatureSpecs(dense, tuple(sparse), tables), (), None, (_ROW,), on_bad_row=on_bad_row)
+    entries = [s for s in f["sparse"] if s["name"] in wanted]
+    sparse = tuple(_sparse_spec(s) for s in entries)
+    unpooled = tuple(s["name"] for s in entries if s.get("unpooled"))
+    tables = tuple(EmbeddingTable(s.name, s.num_embeddings, 0, (s.name,), s.pooling, bool(f["weighted"]))
+                   for s in sparse if s.name not in unpooled)
+    groups = tuple(SequenceGroup(g["name"], g["max_len"], tuple(_sparse_spec(e) for e in g["features"]), tuple(g["query"]))
+                   for g in f.get("sequence", ()) if g["name"] in wanted)
+    sequence_tables = (EmbeddingTable("unpooled", 1, 0, unpooled),) if unpooled else ()
+    specs = FeatureSpecs(dense, sparse, tables, groups, sequence_tables)
+    return BatchBuilder(specs, (), None, (_ROW,), on_bad_row=on_bad_row)

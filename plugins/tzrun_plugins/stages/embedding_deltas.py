@@ -7,8 +7,11 @@ exactly the rows a step looks up. A table kept data-parallel (updated by a torch
 which may change rows that were not looked up) is dumped whole. On a GPU the ids stay on the
 device; they are de-duplicated every 64 steps (one device sync) and at each dump.
 
-A dump is collective (every rank calls it at the same step, which every rank reaches
-together): the ranks' ids are all-gathered, each rank writes the changed rows of the shards it
+A dump is collective, issued from ``tzrun_after_train_step`` at the steps ``every_n_steps``
+picks, which the hookspec allows: a step number alone decides it, and every rank runs every
+step (a rank whose data ran out feeds padding batches), so every rank issues it at the same
+step. The ranks' ids are all-gathered with the step each rank dumps (ranks that disagree stop
+the run with an error naming both steps, not a mismatched collective), each rank writes the changed rows of the shards it
 holds, and rank 0 writes the manifest and, last, the marker. The ids changed since the last
 dump are part of the stage's state: each checkpoint saves every rank's, so a run resumed from
 a checkpoint loses none; on resume, dumps after the checkpoint's step (a crashed run's) are
@@ -113,8 +116,13 @@ class EmbeddingDeltasStage:
             handle.remove()
         self.handles = []
 
-    def _everyone(self, run: tzrun.RunContext) -> Any:
-        """The ids changed since the last dump on any rank (collective), on the CPU."""
+    def _everyone(self, run: tzrun.RunContext, step: int, why: str) -> Any:
+        """The ids changed since the last dump on any rank (collective), on the CPU.
+
+        Raises:
+            RuntimeError: when the ranks are not all at ``step`` for ``why`` (a rank skipped
+                one: its collectives would pair with another step's).
+        """
         import numpy as np
         import torch
         import torch.distributed as dist
@@ -123,12 +131,17 @@ class EmbeddingDeltasStage:
         if run.world_size == 1 or not dist.is_initialized():
             return mine
         everyone: list[Any] = [None] * run.world_size
-        dist.all_gather_object(everyone, mine.numpy())
-        return torch.from_numpy(np.unique(np.concatenate(everyone)))
+        dist.all_gather_object(everyone, (step, why, mine.numpy()))
+        others = {(s, w) for s, w, _ in everyone}
+        if len(others) > 1:
+            at = ", ".join(f"rank {r}: {w} at step {s}" for r, (s, w, _) in enumerate(everyone))
+            raise RuntimeError(f"embedding_deltas: the ranks gather their changed ids at different points ({at}); "
+                               "every rank must run every training step and its hooks")
+        return torch.from_numpy(np.unique(np.concatenate([ids for _, _, ids in everyone])))
 
     def dump(self, run: tzrun.RunContext, step: int) -> None:
         """Write the rows changed since the last dump (collective)."""
-        changed = self._everyone(run)
+        changed = self._everyone(run, step, "a dump")
         which, ids = changed >> _ID_BITS, changed & ((1 << _ID_BITS) - 1)
         state = run.model.state_dict()
         tables: dict[str, list[dict[str, Any]]] = {}
@@ -158,7 +171,7 @@ class EmbeddingDeltasStage:
     @tzrun.hookimpl
     def tzrun_before_checkpoint_save(self, run: tzrun.RunContext, step: int, state: dict[str, Any]) -> None:
         # the checkpoint keeps rank 0's state: give it every rank's ids
-        self.pending = [self._everyone(run)]
+        self.pending = [self._everyone(run, step, "a checkpoint")]
 
     @tzrun.hookimpl
     def tzrun_after_checkpoint_load(self, run: tzrun.RunContext, step: int, state: dict[str, Any]) -> None:
