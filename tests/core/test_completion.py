@@ -51,7 +51,7 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 @pytest.mark.parametrize(("line", "expected"), [
     ("tzrec-run ch", ["check"]),
     ("tzrec-run c", ["ckpt", "check", "convert", "completion"]),
-    ("tzrec-run ckpt ", ["ls", "inspect"]),
+    ("tzrec-run ckpt ", ["ls", "inspect", "apply-deltas"]),
     ("tzrec-run --log-level debug data ", ["synth"]),
     ("tzrec-run data synth ", ["criteo", "taobao"]),
     ("tzrec-run train run.toml --nproc", ["--nproc-per-node"]),
@@ -91,4 +91,4 @@ def test_the_zsh_script_loads_in_zsh(tmp_path):
                "print -r -- $_comps[tzrec-run] && _tzrec_run_subcommands ckpt && _tzrec_run_positional 'data synth'")
     proc = subprocess.run(["zsh", "-f", "-c", program], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
-    assert proc.stdout.splitlines() == ["_tzrec_run", "ls inspect", "criteo taobao"]
+    assert proc.stdout.splitlines() == ["_tzrec_run", "ls inspect apply-deltas", "criteo taobao"]
