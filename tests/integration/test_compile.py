@@ -156,3 +156,10 @@ def test_a_compiled_run_stopped_and_resumed_is_the_uninterrupted_compiled_run(tm
     assert set(a) == set(b)
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_the_inductor_cache_dir_reaches_every_rank_unchanged():
+    from tzrun.cli.main import launch_environment
+
+    env = launch_environment({"TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}, 2)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/data/inductor"
