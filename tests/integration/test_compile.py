@@ -8,6 +8,7 @@ Inductor compiles C++ on the CPU: each model costs seconds of compiling on a col
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from pathlib import Path
 
@@ -163,3 +164,23 @@ def test_the_inductor_cache_dir_reaches_every_rank_unchanged():
 
     env = launch_environment({"TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}, 2)
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/data/inductor"
+
+
+def test_graph_breaks_are_counted_at_info_and_named_at_debug(caplog):
+    class Breaking(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            torch._dynamo.graph_break()
+            return y + 1
+
+    model = nn.ModuleDict({"model": nn.ModuleDict({"tower": Breaking()})})
+    report = compile_dense(model, CompileConfig(enabled=True))
+    assert report is not None and report.modules == ["model.tower"]
+    with caplog.at_level(logging.DEBUG, logger="tzrun.runner.compile"):
+        assert torch.equal(model["model"]["tower"](torch.ones(3)), torch.full((3,), 3.0))
+        delta = report.report(rank=0, when="up to step 1")
+    assert delta["graph_breaks"] >= 1 and delta["seconds"] > 0
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any(f"{int(delta['graph_breaks'])} graph break(s)" in m for m in info), info
+    assert any("graph break" in m and "graph_break" in m for m in debug), debug
