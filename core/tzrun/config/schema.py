@@ -31,6 +31,7 @@ __all__ = [
     "GradScalerConfig",
     "DerivedLabelConfig",
     "GradClippingConfig",
+    "CompileConfig",
     "EmbeddingConstraintsConfig",
     "LossFields",
     "MetricFields",
@@ -350,6 +351,28 @@ class GradClippingConfig:
 
 
 @attrs.frozen
+class CompileConfig:
+    """``[train.compile]``: compile the dense part of the model and the losses with
+    ``torch.compile`` (TorchInductor), for training and evaluation.
+
+    Every largest submodule of the model that holds no embedding collection, and every loss,
+    is compiled in place (``nn.Module.compile``); the sharded embedding collections and the
+    model's own ``forward`` glue stay eager. State dict keys and checkpoints are unchanged. See
+    docs/optimizers.md, Compiling the dense part.
+
+    Attributes:
+        enabled: compile (default false: measured no faster on a 2-core CPU; see the docs).
+        mode: ``torch.compile``'s mode.
+        dynamic: ``torch.compile``'s ``dynamic`` (unset: static shapes first, dynamic after a
+            shape changes, such as a shorter last batch).
+    """
+
+    enabled: bool = False
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+    dynamic: Optional[bool] = None
+
+
+@attrs.frozen
 class TrainConfig:
     """``[train]``: the training loop.
 
@@ -404,6 +427,7 @@ class TrainConfig:
             see docs/howto/multi_process.md, When a rank fails). Only a process that is frozen as a
             whole stops beating, so the default of 60 s holds on every device; raise it where
             a host may pause longer (heavy swapping).
+        compile: compile the dense part and the losses (``[train.compile]``; off by default).
         collective_timeout_s: how long a collective (an all-reduce, a barrier, the sparse
             all-to-all) may wait for the other ranks before it fails, naming this key: a step,
             an evaluation or a checkpoint save on one rank that takes longer than this while
@@ -433,6 +457,7 @@ class TrainConfig:
     cuda_matmul_allow_tf32: Optional[bool] = None
     rank_timeout_s: float = attrs.field(default=60.0, validator=_positive)
     collective_timeout_s: float = attrs.field(default=300.0, validator=_positive)
+    compile: CompileConfig = CompileConfig()
 
 
 @attrs.frozen

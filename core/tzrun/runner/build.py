@@ -13,6 +13,7 @@ import torch.distributed as dist
 from tzrun.config.schema import Component, RunConfig
 from tzrun.errors import ConfigError, ConfigProblem, PlanError
 from tzrun.kernel.registry import Registries
+from tzrun.runner.compile import CompiledDense, compile_dense
 from tzrun.runner.distributed import DistInfo
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import host_memory
@@ -40,6 +41,7 @@ class Built:
         schedulers: the LR scheduler of each key of ``optimizers``.
         plan: the sharding plan.
         parts: the dense parameter names each dense optimizer key got.
+        compiled: what ``[train.compile]`` compiled (None when it is off).
     """
 
     model: Any
@@ -49,6 +51,7 @@ class Built:
     schedulers: dict[str, Any]
     plan: Any
     parts: dict[str, list[str]] = attrs.field(factory=dict)
+    compiled: CompiledDense | None = None
 
 
 def assign_parts(names: Sequence[str], parts: Sequence[Component], where: str = "train.dense_optimizer") -> dict[str, list[str]]:
@@ -124,6 +127,7 @@ def build_run(facts: RunFacts, info: DistInfo, source: str = "the config") -> Bu
     parts = assign_parts(dense_parameter_names(setup.model.model), cfg.train.dense_optimizer.fields.parts)
     fallback_tables = {name: u for name, u in setup.updates.items() if u.data_parallel}
     _warn_about_data_parallel_tables(fallback_tables, info.rank)
+    compiled = compile_dense(setup.model, cfg.train.compile, info.rank)
     try:
         dmp, plan = _shard(setup, info)
     except PlannerError:
@@ -146,7 +150,7 @@ def build_run(facts: RunFacts, info: DistInfo, source: str = "the config") -> Bu
         device=info.device,
     )
     combined = CombinedOptimizer(list(optimizers.items()))
-    return Built(dmp, combined, update, optimizers, schedulers, plan, {k: v for k, v in parts.items() if v})
+    return Built(dmp, combined, update, optimizers, schedulers, plan, {k: v for k, v in parts.items() if v}, compiled)
 
 
 def _warn_about_data_parallel_tables(fallback_tables: Mapping[str, Any], rank: int) -> None:

@@ -282,6 +282,8 @@ class Trainer:
         self.built.update.flush()  # no gradient stays pending across a checkpoint
         self.raise_if_nonfinite()
         self.train_seconds += time.perf_counter() - started
+        if self.built.compiled is not None:
+            self.built.compiled.report(self.info.rank, f"up to step {self.step}")
         if stopped or self.signals.agree_now():
             self.stopped_by = self.signals.received or "a signal on another rank"
         if self.cfg.data.on_bad_row == "skip":

@@ -1,0 +1,186 @@
+"""``[train.compile]``: every shipped model and a third-party one train to the same losses with
+the dense part compiled (inductor) as eager, in one process; exact resume with compile on.
+
+Inductor compiles C++ on the CPU: each model costs seconds of compiling on a cold cache
+(``TORCHINDUCTOR_CACHE_DIR``), so the steps are few and one batch size is used throughout.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import tzrun
+from tests.conftest import REPO
+from tzrun.config.schema import CompileConfig
+from tzrun.runner.compile import compile_dense, dense_roots
+
+pytestmark = pytest.mark.slow
+
+#: each shipped model once: example -> its data set
+EXAMPLES = {
+    "deepfm_criteo": "criteo",
+    "dlrm_criteo": "criteo",
+    "wide_and_deep_criteo": "criteo",
+    "mmoe_taobao": "taobao",
+    "dssm_taobao": "taobao",
+    "din_taobao": "taobao",
+}
+STEPS = 3
+ROWS = 128
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from tzrun.tools.synth import synth_criteo
+    from tzrun.tools.synth_taobao import synth_taobao
+
+    root = tmp_path_factory.mktemp("compile_zoo")
+    rows = STEPS * ROWS
+    synth_criteo(root / "criteo", rows=rows, eval_rows=rows, seed=3, rows_per_file=rows, row_group_size=rows)
+    synth_taobao(root / "taobao", rows=rows, eval_rows=rows, seed=3, rows_per_file=rows, row_group_size=rows)
+    return {"criteo": root / "criteo", "taobao": root / "taobao"}
+
+
+def _batches(session, data: Path) -> list:
+    import pyarrow as pa
+
+    from tzrun.data.features import BatchBuilder
+
+    d, f = session.cfg.data, session.facts
+    builder = BatchBuilder(session.specs, d.labels, d.sample_weight, f.group_columns,
+                           label_domains=f.label_domains, derived_labels=f.derived_labels)
+    reader = session.reader
+    table = pa.Table.from_batches([b for g in reader.row_groups(str(data / "train"))
+                                   for b in reader.read(g, 0, g.num_rows, session.columns)])
+    return [builder(table.slice(i * ROWS, ROWS), "train") for i in range(STEPS)]
+
+
+def _losses(model: nn.Module, batches: list) -> list[float]:
+    """Train every parameter with SGD (the embedding tables too: unsharded here) and return
+    each step's loss (evaluation under compile: tests/integration/test_compile.py's resume test)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    model.train()
+    for batch in batches:
+        loss, _ = model(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def _train_model(session):
+    from tzrun.runner.model import build_model
+
+    torch.manual_seed(0)
+    return build_model(session.facts, torch.device("cpu"))
+
+
+def test_every_shipped_model_trains_to_the_same_losses_compiled(datasets, tmp_path):
+    # one process compiles faster than a pool's start-up on a small machine
+    with torch._inductor.config.patch(compile_threads=1):
+        _same_losses_compiled(datasets, tmp_path)
+
+
+def _same_losses_compiled(datasets: dict[str, Path], tmp_path: Path) -> None:
+    from torch._dynamo.utils import counters
+
+    from tzrun.runner.session import Session
+
+    for example, data_name in EXAMPLES.items():
+        data = datasets[data_name]
+        sets = [f'data.train_input="{data / "train"}"', f'data.eval_input="{data / "eval"}"',
+                f'model_dir="{tmp_path / example}"', f"data.batch_size={ROWS}"]
+        session = Session.from_config(REPO / "examples" / f"{example}.toml", sets)
+        eager = _train_model(session)
+        compiled = copy.deepcopy(eager)
+        keys = list(compiled.state_dict())
+        frames = counters["frames"]["ok"]
+        started = time.perf_counter()
+        report = compile_dense(compiled, CompileConfig(enabled=True))
+        assert report is not None and report.modules, example
+        assert all(not n.endswith(("ebc", "ec")) for n in report.modules), report.modules
+        batches = _batches(session, data)
+        want = _losses(eager, batches)
+        got = _losses(compiled, batches)
+        assert counters["frames"]["ok"] > frames, f"{example}: nothing was compiled"
+        assert list(compiled.state_dict()) == keys  # checkpoints keep their keys
+        print(f"{example}: {time.perf_counter() - started:.1f} s, {report.modules}")
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"{example}: {m}")
+
+
+def test_a_third_party_model_is_compiled_around_its_embeddings():
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+
+    class Tower(nn.Module):
+        def forward(self, x):
+            return torch.tanh(x) * 2
+
+    class ThirdParty(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ebc = EmbeddingBagCollection(tables=[EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=10,
+                                                                         feature_names=["f"])])
+            self.heads = nn.ModuleDict({"a": nn.Linear(4, 1), "b": Tower()})
+            self.skip = nn.Identity()
+
+    roots = [name for name, _ in dense_roots(nn.ModuleDict({"model": ThirdParty()}))]
+    assert roots == ["model.heads.a", "model.heads.b"]
+
+
+def test_a_compiled_run_stopped_and_resumed_is_the_uninterrupted_compiled_run(tmp_path, criteo_dir):
+    from tests.integration.test_resume import Losses, _train
+    from tests.integration.test_update_path import weights
+
+    sets = ("train.compile={enabled=true}", 'train.pipeline={type="sparse_dist"}', "train.num_steps=8",
+            f'data.eval_input="{criteo_dir / "eval"}"', "eval.num_steps=2")
+    whole = Losses()
+    uninterrupted = _train(tmp_path, criteo_dir, "whole", whole, *sets)
+    assert uninterrupted.steps == 8 and uninterrupted.model.module.model.deep._compiled_call_impl is not None
+    first = Losses(signal_at=6)
+    stopped = _train(tmp_path, criteo_dir, "split", first, *sets)
+    assert stopped.stopped_by == "SIGUSR1" and stopped.steps == 6
+    second = Losses()
+    resumed = _train(tmp_path, criteo_dir, "split", second, *sets, resume=True)
+    assert resumed.steps == 8
+    assert {**first.steps, **second.steps} == whole.steps  # the same loss and lr at every step, exactly
+    assert resumed.eval.metrics == uninterrupted.eval.metrics  # evaluation compiled too
+    a, b = weights(uninterrupted.model), weights(resumed.model)
+    assert set(a) == set(b)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_the_inductor_cache_dir_reaches_every_rank_unchanged():
+    from tzrun.cli.main import launch_environment
+
+    env = launch_environment({"TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}, 2)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/data/inductor"
+
+
+def test_graph_breaks_are_counted_at_info_and_named_at_debug(caplog):
+    class Breaking(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            torch._dynamo.graph_break()
+            return y + 1
+
+    model = nn.ModuleDict({"model": nn.ModuleDict({"tower": Breaking()})})
+    report = compile_dense(model, CompileConfig(enabled=True))
+    assert report is not None and report.modules == ["model.tower"]
+    with caplog.at_level(logging.DEBUG, logger="tzrun.runner.compile"):
+        assert torch.equal(model["model"]["tower"](torch.ones(3)), torch.full((3,), 3.0))
+        delta = report.report(rank=0, when="up to step 1")
+    assert delta["graph_breaks"] >= 1 and delta["seconds"] > 0
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any(f"{int(delta['graph_breaks'])} graph break(s)" in m for m in info), info
+    assert any("graph break" in m and "graph_break" in m for m in debug), debug
