@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import mmap
 import pickle
 import re
 from pathlib import Path
@@ -168,6 +169,49 @@ class _HashingFileSystem:
         self._hashed[_name(path)] = (hashing.size, hashing.digest.hexdigest())
 
 
+def _mapped(stream: Any) -> mmap.mmap | None:
+    """A local file's pages, mapped read-only (read from the page cache, no copy in memory of
+    ours), or None for a stream that is not a local file or an empty one."""
+    try:
+        return mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+class _BufferReader(io.RawIOBase):
+    """A read-only, seekable stream over bytes in memory (no copy of them)."""
+
+    def __init__(self, data: memoryview) -> None:
+        super().__init__()
+        self._data = data
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        n = max(0, min(target.nbytes, len(self._data) - self._pos))
+        target[:n] = self._data[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._data.release()
+        super().close()
+
+
 class _VerifyingFileSystem:
     """DCP's file system of a reader: a file the manifest lists is read once, whole, and handed
     on only when its size and SHA-256 are the manifest's; otherwise ``damaged(problem)`` is raised."""
@@ -189,13 +233,21 @@ class _VerifyingFileSystem:
             return
         size, sha256 = self._expected[name]
         with self._fs.create_stream(path, mode) as stream:
-            data = stream.read()
-        if len(data) != size:
-            how = "truncated" if len(data) < size else "longer than written"
-            raise self._damaged(name, f"{how} ({len(data):,} bytes; {size:,} were written)")
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise self._damaged(name, "corrupted (its SHA-256 differs from the one written)")
-        yield io.BytesIO(data)
+            data = _mapped(stream) or stream.read()
+        reader = None
+        try:
+            if len(data) != size:
+                how = "truncated" if len(data) < size else "longer than written"
+                raise self._damaged(name, f"{how} ({len(data):,} bytes; {size:,} were written)")
+            if hashlib.sha256(data).hexdigest() != sha256:
+                raise self._damaged(name, "corrupted (its SHA-256 differs from the one written)")
+            reader = _BufferReader(memoryview(data))
+            yield reader
+        finally:
+            if reader is not None:
+                reader.close()
+            if isinstance(data, mmap.mmap):
+                data.close()
 
 
 def _safe(reader_class: type) -> type:
