@@ -19,8 +19,9 @@ crafted file names. Here:
 
 Integrity is computed where the bytes pass anyway: the writer (:func:`storage_writer`) hashes
 each file as DCP writes it (:attr:`HashedFiles`, read by the manifest), and a reader given the
-manifest's entries reads each file it needs once, whole, checks its size and SHA-256, and only
-then hands DCP its bytes (a damaged file is named before torch reads a byte of it).
+manifest's entries reads each file it needs once, whole (a local one mapped, so its pages are
+read from the disk once, by the hashing, and DCP copies from the page cache), checks its size and
+SHA-256, and only then hands DCP its bytes (a damaged file is named before torch reads a byte of it).
 """
 
 from __future__ import annotations

@@ -105,7 +105,8 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stopped_by: str | None = None
         self.run_lock: RunLock | None = None
-        self.saves = BackgroundSaves(self.cfg.train.collective_timeout_s) if self.cfg.train.async_checkpoint else None  # None: saves are synchronous
+        train = self.cfg.train  # no BackgroundSaves: every save is synchronous
+        self.saves = BackgroundSaves(train.collective_timeout_s) if train.async_checkpoint else None
         self.train_seconds = 0.0
         self._stage_state: dict[str, Any] = {}
         self._loaded_loop: dict[str, Any] = {}
@@ -419,18 +420,18 @@ class Trainer:
         check_stage_states(self._stage_state)
         self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
         write = save_checkpoint if self.saves is None else self.saves.start  # start: after the previous one ended
-        with self._naming_save_errors():
+        with self._naming_save_errors(f"checkpoint step-{self.step}"):
             self.last_checkpoint = write(self.session.model_dir, self.step, state=self.state(), meta=self._meta(),
                                          rank=self.info.rank)
         if not (evaluation_pending and self._records_best()):
             self.prune()
 
     @contextlib.contextmanager
-    def _naming_save_errors(self) -> Iterator[None]:
+    def _naming_save_errors(self, what: str) -> Iterator[None]:
         try:
             yield
         except BaseException as error:  # DCP's CheckpointException too; a full disk, a store gone away: exit 73
-            named = named_save_error(error, self.session.model_dir, f"checkpoint step-{self.step}")
+            named = named_save_error(error, self.session.model_dir, what)
             if named is None:
                 raise
             raise named from None
@@ -440,7 +441,8 @@ class Trainer:
         and then ``prune``; nothing to wait for with synchronous saves."""
         if self.saves is None:
             return
-        with self._naming_save_errors():
+        pending = self.last_checkpoint.name if self.last_checkpoint is not None else "checkpoint"
+        with self._naming_save_errors(f"checkpoint {pending}"):
             self.saves.wait()
         if prune:
             self.prune()
