@@ -60,10 +60,12 @@ def test_sigterm_to_one_rank_stops_both_and_torchrun_resumes_the_same_run(criteo
     assert final == uninterrupted[-1]  # the same eval values, to the last bit
 
 
-def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_and_the_job_recovers(criteo_dir, tmp_path, uninterrupted):
+@pytest.mark.parametrize("extra", [(), ("train.async_checkpoint=true",)], ids=["sync", "async"])
+def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_and_the_job_recovers(criteo_dir, tmp_path, uninterrupted,
+                                                                                         extra):
     model_dir = tmp_path / "run"
     env = {**fault_plugin.install(tmp_path / "site"), fault_plugin.ENV: "kill-during-save@6:0"}
-    proc = _train(criteo_dir, model_dir, "--max-restarts", "1", "--resume", env=env)
+    proc = _train(criteo_dir, model_dir, "--max-restarts", "1", "--resume", env=env, extra=extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming from" in proc.stderr and "step-3" in proc.stderr.split("resuming from", 1)[1].splitlines()[0]
     assert [s for s, _ in list_checkpoints(model_dir)] == [3, 6, 9, 10]

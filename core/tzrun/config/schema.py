@@ -388,6 +388,11 @@ class TrainConfig:
         keep_checkpoint_max: keep at most this many checkpoints, the newest (0: keep all); the
             best one (``eval.best_metric``) is never removed. See docs/checkpoints.md,
             Retention and the best checkpoint.
+        async_checkpoint: write checkpoints behind training (DCP's ``async_save``): the state
+            is copied to CPU memory at the step, then written while training goes on; the
+            completion marker is still written last, one save at a time, and the run ends
+            only once the last one is complete. Costs a copy of the checkpoint in host memory.
+            See docs/checkpoints.md, Saving behind training.
         on_nonfinite_loss: a NaN or infinite loss, or a gradient that is NaN, infinite or
             squares past float32 (Adam's and Adagrad's state would turn infinite), stops the
             run naming the step and the parameter (``"error"``), or its update is skipped and
@@ -442,6 +447,7 @@ class TrainConfig:
     save_checkpoints_steps: int = 0
     save_checkpoints_epochs: Optional[int] = None
     keep_checkpoint_max: int = 0
+    async_checkpoint: bool = False
     on_nonfinite_loss: Literal["error", "skip"] = "error"
     log_every_n_steps: int = 100
     pipeline: Component = Component("sparse_dist")

@@ -56,6 +56,7 @@ from tzrun.runner.dcp_storage import load_state, refused_value, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
     MARKER,
+    FileEntry,
     ManifestStatus,
     check_checkpoint,
     describe_files,
@@ -63,7 +64,6 @@ from tzrun.runner.manifest import (
     manifest_bytes,
     marker_bytes,
     marker_state,
-    share_of,
     verify_hashes_by_default,
 )
 from tzrun.runner.run_marker import is_run_dir
@@ -86,6 +86,9 @@ __all__ = [
     "Blob",
     "unsaveable",
     "save_checkpoint",
+    "begin_checkpoint",
+    "finish_checkpoint",
+    "named_state",
     "mark_complete",
     "verify_checkpoint",
     "load_checkpoint",
@@ -269,9 +272,10 @@ class Blob:
         self.put(value)
 
 
-def _named(state: Mapping[str, Any], label: Callable[[str], str]) -> dict[str, Any]:
+def named_state(state: Mapping[str, Any], label: Callable[[str], str] = str) -> dict[str, Any]:
     """``state`` with each :class:`Blob` named ``label(key)`` in messages."""
     return {key: value.named(label(key)) if isinstance(value, Blob) else value for key, value in state.items()}
+
 
 
 def _group() -> tuple[int, int]:
@@ -283,26 +287,30 @@ def _group() -> tuple[int, int]:
     return 0, 1
 
 
-def _write_manifest(path: Path, step: int) -> bytes:
-    """Hash every file of the checkpoint, each rank its share, and write ``manifest.json`` on
-    rank 0 (collective; every file must be written). Returns the manifest on rank 0."""
+def _write_manifest(path: Path, step: int, hashed: Mapping[str, tuple[int, str]], group: Any = None) -> bytes:
+    """Write ``manifest.json`` on rank 0 (collective over ``group``; every file must be written).
+
+    The ranks' ``hashed`` (what each rank's writer hashed as it wrote ``state/``) are gathered;
+    a listed file none of them hashed (``.metadata``, renamed into place; ``meta.json``) is
+    hashed from storage on rank 0: those are small. Returns the manifest on rank 0."""
     import torch.distributed as dist
 
     rank, world_size = _group()
-    files: list[Any] = [None]
-    if rank == 0:
-        files[0] = [(name, (path / name).stat().st_size) for name in listed_files(path)]
-    if world_size > 1:
-        dist.broadcast_object_list(files, src=0)
-    names = [name for name, _ in files[0]]
-    mine = describe_files(path, [names[i] for i in share_of([size for _, size in files[0]], rank, world_size)])
-    everyone: list[Any] = [mine]
+    everyone: list[Any] = [dict(hashed)]
     if world_size > 1:
         everyone = [None] * world_size
-        dist.all_gather_object(everyone, mine)
+        dist.all_gather_object(everyone, dict(hashed), group=group)
     if rank != 0:
         return b""
-    content = manifest_bytes(step, [entry for part in everyone for entry in part])
+    written = {f"state/{name}": entry for part in everyone for name, entry in part.items()}
+    entries = []
+    for name in listed_files(path):
+        size, sha256 = written.get(name, (-1, ""))
+        if size != (path / name).stat().st_size:
+            entries += describe_files(path, [name])
+        else:
+            entries.append(FileEntry(name, size, sha256))
+    content = manifest_bytes(step, entries)
     write_atomic(path / MANIFEST, content)
     return content
 
@@ -312,23 +320,15 @@ def mark_complete(path: Path, step: int, manifest: bytes) -> None:
     write_atomic(path / MARKER, marker_bytes(step, manifest))
 
 
-def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], meta: Mapping[str, Any], rank: int) -> Path:
-    """Write the checkpoint of ``step`` on every rank; returns its directory.
-
-    Collective: every rank must call it, each with its own ``state`` (a dict of ``Stateful``
-    objects and tensors: keys only one rank has are saved from that rank, keys every rank has
-    are sharded or de-duplicated by DCP). Everything is written by **one**
-    ``torch.distributed.checkpoint.save`` into ``state/``; then rank 0 writes ``meta.json``, the
-    ranks hash the files (each its share), rank 0 writes the manifest and, last, the completion
-    marker. A complete checkpoint of the same step is left as it is (the final step may
-    coincide with a periodic save).
-    """
+def begin_checkpoint(path: Path, rank: int) -> bool:
+    """Make the empty directory of a checkpoint (rank 0, after removing what an interrupted save
+    of the same step left), and meet the other ranks (collective). Returns False, doing
+    nothing, when a complete checkpoint is there already (the final step may coincide with a
+    periodic save)."""
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
 
-    path = checkpoint_dir(model_dir, step)
     if is_complete(path):
-        return path
+        return False
     if rank == 0:
         if path.exists() and is_remote(path):  # an earlier save of this step that never completed
             remove_tree(path)
@@ -336,13 +336,39 @@ def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], met
             shutil.rmtree(path)
         path.mkdir(parents=True)
     dist.barrier()  # nobody writes into a directory rank 0 is still clearing
-    dcp.save(_named(state, str), storage_writer=storage_writer(path / "state"))  # returns on every rank once all wrote
+    return True
+
+
+def finish_checkpoint(path: Path, step: int, *, meta: Mapping[str, Any], hashed: Mapping[str, tuple[int, str]],
+                      rank: int, group: Any = None) -> Path:
+    """After every rank's DCP save returned: rank 0 writes ``meta.json``, the manifest (from
+    the hashes the writers computed, gathered over ``group``) and, last, the completion marker."""
     if rank == 0:
         write_atomic(path / "meta.json", redact_url(json.dumps(dict(meta), indent=2, default=str)).encode())
-    manifest = _write_manifest(path, step)
+    manifest = _write_manifest(path, step, hashed, group)
     if rank == 0:
         mark_complete(path, step, manifest)
     return path
+
+
+def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], meta: Mapping[str, Any], rank: int) -> Path:
+    """Write the checkpoint of ``step`` on every rank; returns its directory.
+
+    Collective: every rank must call it, each with its own ``state`` (a dict of ``Stateful``
+    objects and tensors: keys only one rank has are saved from that rank, keys every rank has
+    are sharded or de-duplicated by DCP). Everything is written by **one**
+    ``torch.distributed.checkpoint.save`` into ``state/``, each file hashed as it is written;
+    then :func:`finish_checkpoint`. A complete checkpoint of the same step is left as it is.
+    (:class:`~tzrun.runner.async_checkpoint.BackgroundSaves` writes the same behind training.)
+    """
+    import torch.distributed.checkpoint as dcp
+
+    path = checkpoint_dir(model_dir, step)
+    if not begin_checkpoint(path, rank):
+        return path
+    writer = storage_writer(path / "state")
+    dcp.save(named_state(state, str), storage_writer=writer)  # returns on every rank once all wrote
+    return finish_checkpoint(path, step, meta=meta, hashed=writer.hashed, rank=rank)
 
 
 def _damaged_message(path: Path, problems: list[str]) -> str:
@@ -362,7 +388,8 @@ def _earlier_hint(path: Path, previous: Path | None) -> str:
             f"--checkpoint {previous}; to resume from it, move {path} out of {path.parent} and train with --resume).")
 
 
-def verify_checkpoint(path: Path, *, hashes: bool | None = None, collective: bool = True) -> ManifestStatus:
+def verify_checkpoint(path: Path, *, hashes: bool | None = None, collective: bool = True,
+                      state_while_reading: bool = False) -> ManifestStatus:
     """Check a checkpoint against its manifest, on every rank of the default process group
     (collective when there is one: each rank checks its share of the files, all ranks get the
     same outcome).
@@ -372,6 +399,9 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None, collective: boo
         hashes: check SHA-256 hashes too (default: yes, unless ``TZRUN_CHECKPOINT_VERIFY=size``).
         collective: share the work with the other ranks of the process group; False checks
             every file on this process alone (an export made by rank 0 during training).
+        state_while_reading: leave the hashes of the files under ``state/`` to the load that
+            follows (:func:`load_checkpoint` with ``verify_reads``, which checks each file as it
+            reads it): their sizes are checked here, every other file's hash too.
 
     Returns:
         The status (``ok``).
@@ -394,7 +424,8 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None, collective: boo
             f"{path}: not a complete checkpoint ({reason}). {_earlier_hint(path, previous) if previous else ''}".rstrip()
         )
     rank, world_size = _group() if collective else (0, 1)
-    status = check_checkpoint(path, hashes=hashes, share=(rank, world_size))
+    status = check_checkpoint(path, hashes=hashes, share=(rank, world_size),
+                              later=("state/",) if state_while_reading else ())
     problems = list(status.problems)
     if world_size > 1:
         everyone: list[Any] = [None] * world_size
@@ -417,7 +448,14 @@ def init_lazy_states(optimizer: Any) -> None:
             child.zero_grad(set_to_none=True)
 
 
-def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True) -> dict[str, Any]:
+def _state_hashes(path: Path) -> dict[str, tuple[int, str]]:
+    """Size and SHA-256 of each file under ``state/`` by name, from the (verified) manifest."""
+    files = json.loads((path / MANIFEST).read_bytes())["files"]
+    return {f["path"][len("state/"):]: (f["size"], f["sha256"]) for f in files if f["path"].startswith("state/")}
+
+
+def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True,
+                    verify_reads: bool | None = None) -> dict[str, Any]:
     """Load a complete checkpoint into ``state`` (the same kind of dict :func:`save_checkpoint`
     took; collective when there is a process group). Optimizers that create their state lazily
     get it first (:func:`init_lazy_states`). Returns the checkpoint's ``meta.json``.
@@ -426,7 +464,12 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
         path: the checkpoint directory.
         state: what to load: every key must be in the checkpoint (DCP reshards tensors to
             this run's layout).
-        verify: check the files against the manifest first (:func:`verify_checkpoint`).
+        verify: check the files against the manifest first (:func:`verify_checkpoint`): sizes,
+            and the hashes of the files outside ``state/``.
+        verify_reads: check each file under ``state/`` against the manifest's SHA-256 as it is
+            read, before DCP gets its bytes (one read instead of two). Default: ``verify`` and
+            not ``TZRUN_CHECKPOINT_VERIFY=size``; a caller that ran :func:`verify_checkpoint`
+            with ``state_while_reading`` passes ``verify=False, verify_reads=True``.
 
     Raises:
         IncompleteCheckpointError: when ``path`` is not a complete checkpoint.
@@ -436,14 +479,18 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
     from torch.distributed.checkpoint.api import CheckpointException
 
     path = as_path(path)
+    if verify_reads is None:
+        verify_reads = verify and verify_hashes_by_default()
     if verify:
-        verify_checkpoint(path)
+        verify_checkpoint(path, state_while_reading=verify_reads)
     elif not is_complete(path):
         raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
     if "optimizer" in state:
         init_lazy_states(state["optimizer"])
+    expected = _state_hashes(path) if verify_reads else None
     try:
-        load_state(path / "state", _named(state, lambda key: f"{path / 'state'} entry '{key}'"))
+        load_state(path / "state", named_state(state, lambda key: f"{path / 'state'} entry '{key}'"), expected=expected,
+                   damaged=lambda name, why: CheckpointError(_damaged_message(path, [f"state/{name}: {why}"])))
     except CheckpointError:
         raise
     except (Exception, CheckpointException) as error:  # DCP: "Missing key in checkpoint state_dict: <key>"

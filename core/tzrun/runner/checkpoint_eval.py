@@ -30,7 +30,7 @@ from tzrun.runner.checkpoint import (
     read_meta,
     verify_checkpoint,
 )
-from tzrun.runner.manifest import marker_state
+from tzrun.runner.manifest import marker_state, verify_hashes_by_default
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.session import Session
 from tzrun.io.write_errors import write_failure_message
@@ -134,7 +134,7 @@ def restore_checkpoint(session: Session, which: str) -> tuple[Path, dict[str, An
     raw = session.raw
     session.start()
     path = resolve_checkpoint(session.model_dir, which)
-    verify_checkpoint(path)
+    verify_checkpoint(path, state_while_reading=verify_hashes_by_default())  # state/'s hashes: as it is read
     meta = read_meta(path)
     differences = config_differences(meta.get("config", {}), raw.data)
     if differences:
@@ -166,7 +166,8 @@ def _load_weights(session: Session, path: Path) -> bool:
     model; returns whether evaluation uses the EMA averages."""
     built = session.built
     saved_update: dict[str, Any] = {}
-    load_checkpoint(path, {"model": built.model, "update": Blob(dict, saved_update.update)}, verify=False)
+    load_checkpoint(path, {"model": built.model, "update": Blob(dict, saved_update.update)}, verify=False,
+                    verify_reads=verify_hashes_by_default())
     ema = bool(built.update.ema_for_eval)
     if ema and not saved_update.get("ema"):
         raise CheckpointError(

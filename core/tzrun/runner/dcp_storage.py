@@ -16,22 +16,31 @@ crafted file names. Here:
 * the load planner (:func:`load_planner`) reads values with ``torch.load(weights_only=True)``;
 * :func:`load_state` reads the metadata before DCP does, so that a refused file is one
   :class:`~tzrun.errors.CheckpointError` naming it, not an error DCP gathered from every rank.
+
+Integrity is computed where the bytes pass anyway: the writer (:func:`storage_writer`) hashes
+each file as DCP writes it (:attr:`HashedFiles`, read by the manifest), and a reader given the
+manifest's entries reads each file it needs once, whole (a local one mapped, so its pages are
+read from the disk once, by the hashing, and DCP copies from the page cache), checks its size and
+SHA-256, and only then hands DCP its bytes (a damaged file is named before torch reads a byte of it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
+import mmap
 import pickle
 import re
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from tzrun.errors import CheckpointError
 from tzrun.io.storage import is_remote, redact_url, storage_options
 
 __all__ = [
-    "storage_writer", "storage_reader", "read_metadata", "load_planner", "load_state", "refused_value", "METADATA_CLASSES",
+    "HashedFiles", "storage_writer", "storage_reader", "read_metadata", "load_planner", "load_state", "refused_value", "METADATA_CLASSES",
 ]
 
 #: What ``state/.metadata`` may name, by module: everything DCP (torch 2.13) writes there.
@@ -107,6 +116,140 @@ def read_metadata(file: Any, name: str) -> Any:
             raise _refuse(name, f"it lists the data file {path!r}, outside its own directory")
     return metadata
 
+#: What a writer hashed: each file's name (in its directory) to its size and SHA-256 (hex).
+HashedFiles = dict[str, tuple[int, str]]
+
+
+def _name(path: Any) -> str:
+    return str(path).replace("\\", "/").rsplit("/", 1)[-1]
+
+
+class _HashingStream:
+    """A write stream that hashes every byte it passes on (DCP only appends: no seeking)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.digest.update(view)
+        self.size += view.nbytes
+        written = self.raw.write(view)
+        return view.nbytes if written is None else written
+
+    def seekable(self) -> bool:
+        return False
+
+    def seek(self, *args: Any) -> int:
+        raise io.UnsupportedOperation("a hashed checkpoint stream is written front to back")
+
+    def __getattr__(self, name: str) -> Any:  # tell, flush, fileno, close
+        return getattr(self.raw, name)
+
+
+class _HashingFileSystem:
+    """DCP's file system of a writer, hashing each file it writes into ``hashed``."""
+
+    def __init__(self, fs: Any, hashed: HashedFiles) -> None:
+        self._fs = fs
+        self._hashed = hashed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+    @contextlib.contextmanager
+    def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+        with self._fs.create_stream(path, mode) as stream:
+            if "w" not in mode:
+                yield stream
+                return
+            hashing = _HashingStream(stream)
+            yield hashing
+        self._hashed[_name(path)] = (hashing.size, hashing.digest.hexdigest())
+
+
+def _mapped(stream: Any) -> mmap.mmap | None:
+    """A local file's pages, mapped read-only (read from the page cache, no copy in memory of
+    ours), or None for a stream that is not a local file or an empty one."""
+    try:
+        return mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+class _BufferReader(io.RawIOBase):
+    """A read-only, seekable stream over bytes in memory (no copy of them)."""
+
+    def __init__(self, data: memoryview) -> None:
+        super().__init__()
+        self._data = data
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        n = max(0, min(target.nbytes, len(self._data) - self._pos))
+        target[:n] = self._data[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._data.release()
+        super().close()
+
+
+class _VerifyingFileSystem:
+    """DCP's file system of a reader: a file the manifest lists is read once, whole, and handed
+    on only when its size and SHA-256 are the manifest's; otherwise ``damaged(problem)`` is raised."""
+
+    def __init__(self, fs: Any, expected: Mapping[str, tuple[int, str]], damaged: Callable[[str, str], Exception]) -> None:
+        self._fs = fs
+        self._expected = expected
+        self._damaged = damaged
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+    @contextlib.contextmanager
+    def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+        name = _name(path)
+        if "r" not in mode or name not in self._expected:
+            with self._fs.create_stream(path, mode) as stream:
+                yield stream
+            return
+        size, sha256 = self._expected[name]
+        with self._fs.create_stream(path, mode) as stream:
+            data = _mapped(stream) or stream.read()
+        reader = None
+        try:
+            if len(data) != size:
+                how = "truncated" if len(data) < size else "longer than written"
+                raise self._damaged(name, f"{how} ({len(data):,} bytes; {size:,} were written)")
+            if hashlib.sha256(data).hexdigest() != sha256:
+                raise self._damaged(name, "corrupted (its SHA-256 differs from the one written)")
+            reader = _BufferReader(memoryview(data))
+            yield reader
+        finally:
+            if reader is not None:
+                reader.close()
+            if isinstance(data, mmap.mmap):
+                data.close()
+
 
 def _safe(reader_class: type) -> type:
     """``reader_class`` (DCP's file-system or fsspec reader) with :func:`read_metadata`'s
@@ -135,7 +278,17 @@ def _safe(reader_class: type) -> type:
 
 def storage_writer(path: Path) -> Any:
     """DCP's writer of ``path``: the local file system's, or its fsspec storage for a URL
-    (torch 2.13 exports ``FsspecWriter`` only from ``torch.distributed.checkpoint._fsspec_filesystem``)."""
+    (torch 2.13 exports ``FsspecWriter`` only from ``torch.distributed.checkpoint._fsspec_filesystem``).
+
+    Its ``hashed`` (:data:`HashedFiles`) fills with the size and SHA-256 of each file it writes,
+    computed from the bytes as they are written."""
+    writer = _plain_writer(path)
+    writer.hashed = {}
+    writer.fs = _HashingFileSystem(writer.fs, writer.hashed)
+    return writer
+
+
+def _plain_writer(path: Path) -> Any:
     if is_remote(path):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
@@ -154,16 +307,28 @@ def storage_writer(path: Path) -> Any:
     return FileSystemWriter(str(path))
 
 
-def storage_reader(path: Path) -> Any:
+def storage_reader(path: Path, expected: Mapping[str, tuple[int, str]] | None = None,
+                   damaged: Callable[[str, str], Exception] | None = None) -> Any:
     """DCP's reader of ``path``, as :func:`storage_writer`, reading ``.metadata`` safely
-    (:func:`read_metadata`): ``read_metadata()`` raises a :class:`CheckpointError` for a crafted one."""
+    (:func:`read_metadata`): ``read_metadata()`` raises a :class:`CheckpointError` for a crafted one.
+
+    Args:
+        path: the ``state/`` directory.
+        expected: size and SHA-256 of its files by name (from the manifest): each file read is
+            checked, whole, before DCP gets a byte of it.
+        damaged: builds the error for a file that fails the check, from its name and the problem.
+    """
     if is_remote(path):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-        return _safe(FsspecReader)(str(path), **storage_options(path))
-    from torch.distributed.checkpoint import FileSystemReader
+        reader = _safe(FsspecReader)(str(path), **storage_options(path))
+    else:
+        from torch.distributed.checkpoint import FileSystemReader
 
-    return _safe(FileSystemReader)(str(path))
+        reader = _safe(FileSystemReader)(str(path))
+    if expected is not None:
+        reader.fs = _VerifyingFileSystem(reader.fs, expected, damaged or (lambda name, why: CheckpointError(f"{path}/{name}: {why}")))
+    return reader
 
 
 def load_planner(path: Path | None = None) -> Any:
@@ -205,9 +370,11 @@ def load_planner(path: Path | None = None) -> Any:
     return CurrentFormatLoadPlanner()
 
 
-def load_state(path: Path, state: dict[str, Any], *, no_dist: bool = False) -> None:
+def load_state(path: Path, state: dict[str, Any], *, no_dist: bool = False,
+               expected: Mapping[str, tuple[int, str]] | None = None,
+               damaged: Callable[[str, str], Exception] | None = None) -> None:
     """``torch.distributed.checkpoint.load`` of ``state`` from the ``state/`` directory ``path``,
-    safely (collective unless ``no_dist``).
+    safely (collective unless ``no_dist``); ``expected`` and ``damaged`` as :func:`storage_reader`.
 
     Raises:
         CheckpointError: for a ``.metadata`` or a value that would run code (naming it), or
@@ -216,7 +383,7 @@ def load_state(path: Path, state: dict[str, Any], *, no_dist: bool = False) -> N
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    reader = storage_reader(path)
+    reader = storage_reader(path, expected, damaged)
     reader.read_metadata()  # a refused file is named here, before DCP gathers errors from the ranks
     try:
         dcp.load(state, storage_reader=reader, planner=load_planner(path), no_dist=no_dist)

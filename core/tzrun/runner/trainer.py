@@ -19,6 +19,7 @@ The trainer's state is one dict of ``Stateful`` objects (:meth:`Trainer.state`),
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -37,7 +38,9 @@ from tzrun.runner.checkpoint import (
     Blob, checkpoint_dir, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
     sharding_summary, verify_checkpoint,
 )
+from tzrun.runner.async_checkpoint import BackgroundSaves
 from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation, told_already
+from tzrun.runner.manifest import verify_hashes_by_default
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.log_file import log_file
@@ -102,6 +105,8 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stopped_by: str | None = None
         self.run_lock: RunLock | None = None
+        train = self.cfg.train  # no BackgroundSaves: every save is synchronous
+        self.saves = BackgroundSaves(train.collective_timeout_s) if train.async_checkpoint else None
         self.train_seconds = 0.0
         self._stage_state: dict[str, Any] = {}
         self._loaded_loop: dict[str, Any] = {}
@@ -136,6 +141,7 @@ class Trainer:
                 for boundary in self.boundaries:
                     if not self.train_until(boundary):
                         break
+            self.wait_for_saves(prune=True)  # the last checkpoint is complete before anything reads it, or the run ends
             if self.last_checkpoint is None:  # resumed at the very end: nothing left to train
                 self.last_checkpoint = latest_checkpoint(self.session.model_dir)
             export = self.cfg.export
@@ -145,11 +151,13 @@ class Trainer:
         except BaseException as error:
             fail_collectively(error)  # the other ranks stop within seconds
             self.on_error(error)
+            self.close_saves(quietly=True)
             self.release_run_lock(quietly=True)  # a store gone away must not hide the error that ends the run
             raise
         finally:
             self.signals.restore()
             self.stages.unregister()
+            self.close_saves(quietly=True)  # a save still in flight ends before the lock goes
             self.release_run_lock()
         return self.result(time.perf_counter() - started)
 
@@ -247,6 +255,7 @@ class Trainer:
         self.train_segment(boundary)
         if self.stopped_by is not None:
             self.save()
+            self.wait_for_saves(prune=True)
             self._log0_warning("stopped by %s at step %d after writing %s; rerun with --resume to continue "
                                "(exit code %d)", self.stopped_by, self.step, self.last_checkpoint, EXIT_STOPPED_BY_SIGNAL)
             return False
@@ -412,21 +421,52 @@ class Trainer:
         call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
         check_stage_states(self._stage_state)
         self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
-        try:
-            self.last_checkpoint = save_checkpoint(self.session.model_dir, self.step, state=self.state(),
-                                                   meta=self._meta(), rank=self.info.rank)
-        except BaseException as error:  # DCP's CheckpointException too; a full disk, a store gone away: exit 73
-            named = named_save_error(error, self.session.model_dir, f"checkpoint step-{self.step}")
-            if named is None:
-                raise
-            raise named from None
+        write = save_checkpoint if self.saves is None else self.saves.start  # start: after the previous one ended
+        with self._naming_save_errors(f"checkpoint step-{self.step}"):
+            self.last_checkpoint = write(self.session.model_dir, self.step, state=self.state(), meta=self._meta(),
+                                         rank=self.info.rank)
         if not (evaluation_pending and self._records_best()):
             self.prune()
 
+    @contextlib.contextmanager
+    def _naming_save_errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as error:  # DCP's CheckpointException too; a full disk, a store gone away: exit 73
+            named = named_save_error(error, self.session.model_dir, what)
+            if named is None:
+                raise
+            raise named from None
+
+    def wait_for_saves(self, *, prune: bool = False) -> None:
+        """Wait for the checkpoint being written behind training (``train.async_checkpoint``),
+        and then ``prune``; nothing to wait for with synchronous saves."""
+        if self.saves is None:
+            return
+        pending = self.last_checkpoint.name if self.last_checkpoint is not None else "checkpoint"
+        with self._naming_save_errors(f"checkpoint {pending}"):
+            self.saves.wait()
+        if prune:
+            self.prune()
+
+    def close_saves(self, *, quietly: bool = False) -> None:
+        """Finish the checkpoint being written and stop the saving thread; ``quietly`` (a run
+        that already failed), its error is a warning."""
+        if self.saves is None:
+            return
+        try:
+            self.saves.close()
+        except BaseException as error:
+            if not quietly:
+                raise
+            log.warning("the checkpoint being written when the run failed did not complete (%s: %s); --resume "
+                        "takes the one before it", type(error).__name__, " ".join(str(error).split())[:200])
+
     def load(self, path: Path) -> ResumePoint:
         """Resume from the checkpoint at ``path`` (collective); returns where the data continues."""
-        verify_checkpoint(path)
-        meta = load_checkpoint(path, self._state_to_load(path), verify=False)
+        hashes = verify_hashes_by_default()
+        verify_checkpoint(path, state_while_reading=hashes)  # state/'s hashes: as the load reads it
+        meta = load_checkpoint(path, self._state_to_load(path), verify=False, verify_reads=hashes)
         step = int(self._loaded_loop.get("step", meta["step"]))
         position = DataPosition.from_json(self._loaded_loop.get("data", meta["data"]))
         start = ResumePoint.after(step, position, self.session.whole_layout)
@@ -450,7 +490,9 @@ class Trainer:
         return state
 
     def record_best(self, result: EvalResult) -> None:
-        """Record the best checkpoint by ``eval.best_metric`` (rank 0 writes; then prunes)."""
+        """Record the best checkpoint by ``eval.best_metric`` (rank 0 writes; then prunes), once
+        it is complete."""
+        self.wait_for_saves()
         best = record_best(self.session.model_dir, self.step, result.metrics, self.cfg.eval.best_metric,
                            self.cfg.eval.best_mode, write=self.info.rank == 0)
         export = self.cfg.export

@@ -1,0 +1,100 @@
+"""How a checkpoint's bytes are hashed and written: each file is hashed as DCP writes it (the
+manifest is the one re-reading every file gave), ``state/`` is checked as it is read, and a save
+behind training (``train.async_checkpoint``) writes the same bytes as a synchronous one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.integration.test_checkpoints import _train
+from tests.integration.test_update_path import _process_group  # noqa: F401
+from tzrun.errors import CheckpointError
+from tzrun.runner import checkpoint
+from tzrun.runner.async_checkpoint import BackgroundSaves
+from tzrun.runner.checkpoint import Blob, list_checkpoints, load_checkpoint, save_checkpoint, verify_checkpoint
+from tzrun.runner.manifest import MANIFEST, describe_files, listed_files
+
+pytestmark = pytest.mark.slow
+
+STEPS = ("train.num_steps=4", "train.save_checkpoints_steps=2", 'metrics=[{type = "auc"}]')
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, criteo_dir):
+    """The same 4 steps twice, checkpoints every 2: written synchronously, and behind training."""
+    root = tmp_path_factory.mktemp("io")
+    _train(root / "sync", criteo_dir, *STEPS)
+    _train(root / "async", criteo_dir, *STEPS, "train.async_checkpoint=true")
+    return root / "sync", root / "async"
+
+
+def _state(seed: int) -> dict:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 8))
+    return {"model": model, "loop": Blob(lambda: {"step": 3, "name": "x"}, lambda _: None)}
+
+
+def test_hashing_while_writing_gives_the_manifest_that_rereading_gave(runs, tmp_path, monkeypatch):
+    described: list[str] = []
+
+    def recording(root, names):
+        names = list(names)
+        described.extend(names)
+        return describe_files(root, names)
+
+    monkeypatch.setattr(checkpoint, "describe_files", recording)
+    path = save_checkpoint(tmp_path, 3, state=_state(0), meta={"step": 3}, rank=0)
+    assert not [n for n in described if n.endswith(".distcp")]  # the data files are never read back
+    manifest = json.loads((path / MANIFEST).read_text())
+    reread = [{"path": e.path, "size": e.size, "sha256": e.sha256} for e in describe_files(path, listed_files(path))]
+    assert manifest["files"] == reread
+    assert {f["path"] for f in manifest["files"]} == {"meta.json", "state/.metadata", "state/__0_0.distcp"}
+
+
+def test_state_is_checked_as_it_is_read_and_a_flipped_byte_is_refused(runs, tmp_path):
+    path = save_checkpoint(tmp_path, 3, state=_state(1), meta={"step": 3}, rank=0)
+    data = path / "state" / "__0_0.distcp"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    assert verify_checkpoint(path, state_while_reading=True).state == "ok"  # its hash is left to the read
+    with pytest.raises(CheckpointError, match=r"state/__0_0\.distcp: corrupted \(its SHA-256 differs") as caught:
+        load_checkpoint(path, _state(2))
+    assert str(caught.value).startswith(f"checkpoint {path} is damaged")
+    fresh = _state(3)
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    load_checkpoint(path, fresh)
+    assert torch.equal(fresh["model"][0].weight, _state(1)["model"][0].weight)
+
+
+def test_a_background_save_writes_the_same_checkpoint_and_completes_before_wait_returns(runs, tmp_path):
+    saves = BackgroundSaves()
+    try:
+        path = saves.start(tmp_path / "bg", 3, state=_state(4), meta={"step": 3}, rank=0)
+        assert saves.wait() == path
+    finally:
+        saves.close()
+    same = save_checkpoint(tmp_path / "fg", 3, state=_state(4), meta={"step": 3}, rank=0)
+    assert (path / "state" / "__0_0.distcp").read_bytes() == (same / "state" / "__0_0.distcp").read_bytes()
+    assert verify_checkpoint(path).state == "ok"
+
+
+def test_async_and_sync_training_write_bit_identical_checkpoints(runs):
+    sync_dir, async_dir = runs
+    assert [s for s, _ in list_checkpoints(sync_dir)] == [s for s, _ in list_checkpoints(async_dir)] == [2, 4]
+    for step in (2, 4):
+        a, b = (d / "checkpoints" / f"step-{step}" for d in runs)
+        for name in listed_files(a):
+            if name.endswith(".distcp"):
+                assert (a / name).read_bytes() == (b / name).read_bytes(), name
+        files = {f["path"]: f for f in json.loads((a / MANIFEST).read_text())["files"]}
+        other = {f["path"]: f for f in json.loads((b / MANIFEST).read_text())["files"]}
+        assert files["state/__0_0.distcp"] == other["state/__0_0.distcp"]
+        assert verify_checkpoint(b).state == "ok"
+    assert [json.loads(x) for x in (sync_dir / "eval_results.jsonl").read_text().splitlines()] == \
+        [json.loads(x) for x in (async_dir / "eval_results.jsonl").read_text().splitlines()]
+
