@@ -28,14 +28,17 @@ def test_a_first_ctrl_c_only_asks_to_stop_and_a_second_interrupts():
 def test_a_hang_up_stops_like_sigterm():
     """A closed terminal or ssh session (SIGHUP) checkpoints and stops, on one rank or under a
     torchrun started by hand, instead of killing the process."""
-    before = signal.getsignal(signal.SIGHUP)
-    signals = StopSignals(world_size=1)
+    inherited = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # pytest itself may run under nohup
     try:
-        os.kill(os.getpid(), signal.SIGHUP)
-        assert signals.received == "SIGHUP" and signals.should_stop()
+        signals = StopSignals(world_size=1)
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert signals.received == "SIGHUP" and signals.should_stop()
+        finally:
+            signals.restore()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
     finally:
-        signals.restore()
-    assert signal.getsignal(signal.SIGHUP) is before
+        signal.signal(signal.SIGHUP, inherited)
 
 
 def test_a_hang_up_stays_ignored_under_nohup():
