@@ -75,8 +75,9 @@ def _start_training(criteo_dir, tmp_path, *extra: str) -> tuple[subprocess.Popen
     config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
     command = [sys.executable, "-m", "tzrun", "train", str(config),
                *_sets(example_overrides(criteo_dir, model_dir, *STEPS, *extra))]
+    # SIGHUP at its default even when the tests run under nohup (a launcher keeps an ignored one)
     launcher = subprocess.Popen([*command, "--nproc-per-node", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, cwd=REPO)
+                                text=True, cwd=REPO, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not (model_dir / "metrics.jsonl").exists() and launcher.poll() is None and time.monotonic() < deadline:
