@@ -42,9 +42,10 @@ _CHILD = "TZRUN_COMPILE_TEST_CHILD"
 
 def _ran_in_a_fresh_process(test: str) -> bool:
     """Run this module's ``test`` in an interpreter of its own and assert that it passed (True),
-    or return False inside that interpreter. A run compiles in a fresh process; a pytest process
-    that has already run hundreds of in-process tests carries their dynamo, inductor, logging and
-    thread state, and compiled losses were seen to differ there only."""
+    or return False inside that interpreter. A run compiles in a fresh process; in a pytest
+    process that had already imported Python 3.11's own ``distutils`` (an earlier test did),
+    inductor's import of setuptools failed (setuptools' ``_distutils_hack`` asserts that it came
+    first), so the compiling tests failed in the whole suite and passed alone."""
     if os.environ.get(_CHILD):
         return False
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{test}"],

@@ -141,7 +141,7 @@ class LogThroughBar:
     handler and drops its filters, which redact passwords)."""
 
     def __init__(self, bar: Any) -> None:
-        self.saved: list[tuple[logging.StreamHandler, Any]] = []
+        self.saved: list[tuple["logging.StreamHandler[Any]", Any]] = []
         for handler in logging.getLogger().handlers:
             if (type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.stdout)):
                 self.saved.append((handler, handler.setStream(_BarStream(bar, handler.stream))))
