@@ -357,3 +357,45 @@ def test_strings_read_as_dictionaries_give_the_same_batches_as_strings_read_one_
     reader = build_parquet(ParquetConfig())
     first = next(reader.read(reader.row_groups(str(tmp_path))[0], 0, 300, ["h", "label"]))
     assert pa.types.is_dictionary(first.schema.field("h").type)  # the path under test is taken
+
+
+def test_a_runs_read_ahead_starts_at_once_and_crosses_epoch_ends(numbered):
+    """The training batches are read ahead on one thread for the whole run: the first ones
+    before any is asked for, and an epoch's first while the previous epoch's last are still
+    unconsumed; the batches are those of the plain passes, epoch after epoch."""
+    import threading
+    import time
+
+    from tzrun.runner.position import Layout, ResumePoint, TrainData
+
+    features = FeaturesConfig(dense=(DenseFeatureConfig("row"),))
+    plain = BatchBuilder(feature_specs(features), ["row"], None)
+    built: list[int] = []
+    first_built = threading.Event()
+
+    def builder(table, source):
+        built.append(table.column("row")[0].as_py())
+        first_built.set()
+        return plain(table, source)
+
+    builder.padding = plain.padding
+    whole = Layout(1, 0, 500)  # 1,003 rows: 3 batches an epoch
+
+    def data(prefetch: int) -> TrainData:
+        def make(layout):
+            return RankInput(ParquetReader(ParquetConfig()), str(numbered), 500, 0, ["row"], builder, 0, 1,
+                             rows=layout.rows, prefetch=prefetch)
+        return TrainData(make, whole, num_steps=None, num_epochs=2, start=ResumePoint.beginning(whole))
+
+    expected = _rows_of(data(0).batches())
+    assert [b[0] for b in expected] == [0, 500, 1000] * 2
+    built.clear()
+    first_built.clear()
+    batches = data(2).batches()
+    assert first_built.wait(10)  # read before the first next()
+    taken = [next(batches) for _ in range(2)]  # two of epoch 0's three batches
+    deadline = time.monotonic() + 10
+    while len(built) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert built[:4] == [0, 500, 1000, 0]  # epoch 1's first batch is built before epoch 0 ends
+    assert _rows_of([*taken, *batches]) == expected

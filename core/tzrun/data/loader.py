@@ -240,14 +240,16 @@ class RankInput:
         return consumed_rows(self.split.rows, self.batch_size, self.split.num_rows, self.runs, done, self.shuffle, epoch,
                              self.split.bounds)
 
-    def one_pass(self, max_steps: int | None = None, start: int = 0, epoch: int = 0) -> Iterator[Any]:
+    def one_pass(self, max_steps: int | None = None, start: int = 0, epoch: int = 0,
+                 read_ahead: bool = True) -> Iterator[Any]:
         """One pass from step ``start`` on, as exactly ``min(steps, max_steps) - start``
         batches (``max_steps`` counts from the start of the pass): this rank's rows, then
         weight-0 padding batches if other ranks have more. The batches are the ones an
         uninterrupted pass with the same ``num_workers`` yields from step ``start``, in the same
         order (workers read contiguous shares of the batches and are taken in turn, so the
         order depends on ``num_workers``). ``epoch`` picks the shuffle's permutations (pass the same one to
-        :meth:`consumed`)."""
+        :meth:`consumed`). ``read_ahead=False`` leaves out the prefetch thread (for a caller
+        that reads ahead across passes itself)."""
         from torch.utils.data import DataLoader
 
         steps = self.steps if max_steps is None else min(self.steps, max_steps)
@@ -255,7 +257,7 @@ class RankInput:
         remaining, order = resume_layout(runs, start)
         if self.num_workers == 0:
             batches: Iterator[Any] = self.stream.iter_run(*remaining[0], origin=runs[0][0], epoch=epoch)
-            if self.prefetch > 0:
+            if self.prefetch > 0 and read_ahead:
                 batches = ThreadPrefetcher(batches, self.prefetch, self.nice)
         else:
             loader = DataLoader(

@@ -272,12 +272,19 @@ class TrainData:
         raise IndexError(step)
 
     def batches(self, from_step: int = 0) -> Iterator[Any]:
-        """Every batch after global step ``from_step``, across epochs."""
-        for run in self.plan:
-            if run.last_step <= from_step:
-                continue
-            start = run.start + max(0, from_step - run.first_step)
-            yield from self.input_for(run.layout).one_pass(max_steps=run.steps, start=start, epoch=run.epoch)
+        """Every batch after global step ``from_step``, across epochs.
+
+        Where the input reads ahead on a thread (``data.prefetch_batches`` without DataLoader
+        workers), one thread reads for the whole run and starts now: the first batches are read
+        while the run finishes setting up, and each epoch's first ones while the previous epoch
+        ends, not on a step's time. The batches are the same either way."""
+        from tzrun.data.loader import ThreadPrefetcher
+
+        passes = [(run, self.input_for(run.layout)) for run in self.plan if run.last_step > from_step]
+        reader = passes[0][1] if passes else None  # every input reads with the run's data.* settings
+        if reader is not None and reader.num_workers == 0 and reader.prefetch > 0:
+            return ThreadPrefetcher(_batches_of(passes, from_step, read_ahead=False), reader.prefetch, reader.nice)
+        return _batches_of(passes, from_step, read_ahead=True)
 
     def position(self, step: int, gather: Callable[[list[Interval]], list[Interval]]) -> DataPosition:
         """The data position after global step ``step`` (collective through ``gather``, which
@@ -293,3 +300,11 @@ class TrainData:
 
     def _whole_layout(self, run: EpochRun) -> Layout:
         return attrs.evolve(run.layout, rows=None)
+
+
+def _batches_of(passes: list[tuple[EpochRun, Any]], from_step: int, *, read_ahead: bool) -> Iterator[Any]:
+    """The batches of :meth:`TrainData.batches`: each epoch run's pass through its rank input
+    (made beforehand), after ``from_step``; each pass reads ahead on its own with ``read_ahead``."""
+    for run, rank_input in passes:
+        start = run.start + max(0, from_step - run.first_step)
+        yield from rank_input.one_pass(max_steps=run.steps, start=start, epoch=run.epoch, read_ahead=read_ahead)
