@@ -22,11 +22,15 @@ Rows:
 Usage::
 
     python benchmarks/checkpoint_speed.py --dir /path/on/the/disk --size-mb 1024 --rounds 3
+
+``--json OUT`` writes the same medians (seconds, MB/s, x disk, every round's seconds) for
+``benchmarks/scaling.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -133,6 +137,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path.cwd(), help="where to write (a directory on the disk to measure)")
     parser.add_argument("--size-mb", type=int, default=1024, help="float32 weights in the checkpoint, MB")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results to OUT")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ckpt-speed-", dir=args.dir))
     dist.init_process_group("gloo", init_method=f"file://{work / 'pg'}", rank=0, world_size=1)
@@ -152,12 +157,19 @@ def main() -> None:
     print(f"checkpoint: {size:,.0f} MB in state/; dd: {args.size_mb} MB; {args.rounds} round(s), medians "
           f"(range of MB/s); directory {args.dir}")
     print(f"{'operation':<24}{'seconds':>9}{'MB/s':>9}{'range MB/s':>16}{'x disk':>8}")
+    results = {}
     for name, seconds in rows.items():
         mb = args.size_mb if name.startswith("dd") else size
         rates = sorted(mb / s for s in seconds)
         kind = "write" if name.startswith(("dd write", "save", "async")) else "read"
+        results[name] = {"seconds": median(seconds), "mb_per_s": mb / median(seconds),
+                         "x_disk": mb / median(seconds) / disk[kind], "round_seconds": seconds}
         print(f"{name:<24}{median(seconds):>9.2f}{mb / median(seconds):>9.0f}{f'{rates[0]:.0f}-{rates[-1]:.0f}':>16}"
               f"{mb / median(seconds) / disk[kind]:>8.2f}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"size_mb": args.size_mb, "state_mb": size, "rounds": args.rounds,
+                                         "dir": str(args.dir), "operations": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,14 @@ generates data whose 26 id columns have the Criteo Kaggle data's cardinalities c
     python benchmarks/compare_deepfm.py --cardinalities kaggle --batch-size 8192 --steps 40 \
         --handwritten-input memory --handwritten-malloc tuned --data /tmp/tzrun_bench_kaggle
 
+``--table-rows-total N`` (with ``--cardinalities kaggle``) scales those cardinalities to N table
+rows in all (the biggest tables capped lower, or every table scaled up past the real data's 33.8M).
+``--json OUT`` writes every round's samples/s and each job's peak memory (``max_rss``: its largest
+process, ``ru_maxrss``; ``peak_pss``: its processes' PSS summed, sampled every second, so a forked
+DataLoader worker's shared pages count once) for ``benchmarks/scaling.py``; a
+job whose processes together pass ``--memory-limit-gb`` is killed and reported rather than left to
+the kernel's OOM killer.
+
 The data is generated with ``tzrec-run data synth criteo`` unless ``--data`` already holds a
 ``synth.json``. Run it on an otherwise idle machine: timings under CPU contention mean nothing.
 """
@@ -44,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -61,20 +70,40 @@ def tzrec_run() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "tzrun"]
 
 
-def ensure_data(data: Path, rows: int, cardinalities: str = "example") -> list[int]:
+def scaled_kaggle(total: int) -> list[int]:
+    """The Criteo Kaggle cardinalities scaled to ``total`` rows in all: up to the real data's sum
+    the biggest tables are capped (as hashing them into fewer buckets would), past it every table
+    grows in proportion."""
+    from tzrun.tools.synth import KAGGLE_CARDINALITIES
+
+    real = sum(KAGGLE_CARDINALITIES)
+    if total >= real:
+        return [max(1, round(c * total / real)) for c in KAGGLE_CARDINALITIES]
+    lo, hi = 1, max(KAGGLE_CARDINALITIES)
+    while lo < hi:  # the largest cap whose capped sum is at most total
+        cap = (lo + hi + 1) // 2
+        lo, hi = (cap, hi) if sum(min(c, cap) for c in KAGGLE_CARDINALITIES) <= total else (lo, cap - 1)
+    return [min(c, lo) for c in KAGGLE_CARDINALITIES]
+
+
+def ensure_data(data: Path, rows: int, cardinalities: str = "example", table_rows_total: int | None = None) -> list[int]:
     """Make the synthetic data unless ``data`` has it; returns its 26 cardinalities."""
     report = data / "synth.json"
     if report.exists():
         document = json.loads(report.read_text())
         have = document.get("train_rows")
         note = "" if have == rows else f" (it has {have} train rows, not --rows {rows}; delete it or pass another --data to regenerate)"
+        have_total = sum(document["cardinalities"])
+        if table_rows_total is not None and have_total != sum(scaled_kaggle(table_rows_total)):
+            note += f" (its tables have {have_total:,} rows in all, not --table-rows-total {table_rows_total:,})"
         print(f"data: using {data}{note}")
         return [int(c) for c in document["cardinalities"]]
     print(f"data: generating {rows} rows into {data} ({cardinalities} cardinalities) ...", flush=True)
     if cardinalities == "kaggle":
         from tzrun.tools.synth import kaggle_cardinalities, synth_criteo
 
-        return list(synth_criteo(data, rows=rows, cardinalities=kaggle_cardinalities(1_000_000)).cardinalities)
+        sizes = kaggle_cardinalities(1_000_000) if table_rows_total is None else tuple(scaled_kaggle(table_rows_total))
+        return list(synth_criteo(data, rows=rows, cardinalities=sizes).cardinalities)
     subprocess.run([*tzrec_run(), "data", "synth", "criteo", "--rows", str(rows), "--out", str(data)], check=True)
     return [int(c) for c in json.loads(report.read_text())["cardinalities"]]
 
@@ -131,18 +160,73 @@ def busy_fraction(seconds: float = 1.0) -> float | None:
     return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
 
 
-def run(command: list[str], log: Path, pattern: re.Pattern[str], what: str,
-        env: dict[str, str] | None = None) -> tuple[re.Match[str], float]:
+def tree_rss(pid: int, proportional: bool = False) -> int:
+    """Resident bytes of ``pid`` and all its descendants (0 where /proc cannot say); with
+    ``proportional``, their PSS (pages shared by forked processes counted once; costlier to read)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            if proportional:
+                pss = next(line for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines() if line.startswith("Pss:"))
+                total += int(pss.split()[1]) * 1024
+            else:
+                total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return total
+
+
+class Measured:
+    """A finished process: its output, wall seconds, exit status and peak memory."""
+
+    def __init__(self, stdout: str, wall: float, returncode: int, max_rss: int, peak_tree_pss: int, killed: str) -> None:
+        self.stdout, self.wall, self.returncode = stdout, wall, returncode
+        self.max_rss = max_rss  # bytes, the largest single process of the job (ru_maxrss)
+        self.peak_tree_pss = peak_tree_pss  # bytes, the job's processes' PSS summed, sampled every second
+        self.killed = killed  # why the job was killed, or ""
+
+
+def run_measured(command: list[str], env: dict[str, str] | None = None, limit_bytes: int | None = None) -> Measured:
+    """Run ``command`` in its own session, sampling its process tree's memory: the whole session
+    is killed when its RSS (checked every 0.2 s) passes ``limit_bytes``; its PSS is read every second."""
     started = time.perf_counter()
-    proc = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, **(env or {})})
-    wall = time.perf_counter() - started
-    log.write_text(f"$ {' '.join(command)}\n{proc.stdout}")
-    match = pattern.search(proc.stdout)
-    if proc.returncode or not match:
-        tail = "\n".join(proc.stdout.splitlines()[-25:])
-        raise SystemExit(f"{what} failed (exit {proc.returncode}); full output in {log}\n{tail}")
-    return match, wall
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    peak, killed, done = [0], [""], threading.Event()
+
+    def watch() -> None:
+        tick = 0
+        while not done.wait(0.2):
+            rss = tree_rss(proc.pid)
+            tick += 1
+            if tick % 5 == 0:
+                peak[0] = max(peak[0], tree_rss(proc.pid, proportional=True))
+            if limit_bytes and rss > limit_bytes and not killed[0]:
+                killed[0] = f"killed: its processes held {rss / 2**30:.1f} GiB, over the limit of {limit_bytes / 2**30:.1f} GiB"
+                os.killpg(proc.pid, 9)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    stdout = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    done.set()
+    watcher.join()
+    return Measured(stdout, time.perf_counter() - started, proc.returncode, usage.ru_maxrss * 1024, peak[0], killed[0])
+
+
+def run(command: list[str], log: Path, pattern: re.Pattern[str], what: str,
+        env: dict[str, str] | None = None, limit_bytes: int | None = None) -> tuple[re.Match[str], Measured]:
+    result = run_measured(command, env, limit_bytes)
+    log.write_text(f"$ {' '.join(command)}\n{result.stdout}")
+    match = pattern.search(result.stdout)
+    if result.returncode or not match:
+        tail = "\n".join(result.stdout.splitlines()[-25:])
+        raise SystemExit(f"{what} failed (exit {result.returncode}{'; ' + result.killed if result.killed else ''}); "
+                         f"full output in {log}\n{tail}")
+    return match, result
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, steps: int, rounds: int) -> None:
@@ -163,6 +247,33 @@ def ratio_summary(name: str, ratios: list[float], target: float, digits: int = 3
 
 def spread(values: list[float], fmt: str) -> str:
     return f"median {format(statistics.median(values), fmt)}  (min {format(min(values), fmt)}, max {format(max(values), fmt)})"
+
+
+def memory_limit(gb: float | None) -> int | None:
+    """``gb`` in bytes, or 90% of the memory available now (None where it cannot be read)."""
+    if gb is not None:
+        return int(gb * 2**30)
+    from tzrun.runner.host_memory import host_memory
+
+    memory = host_memory()
+    return None if memory is None else int(memory.available * 0.9)
+
+
+def write_json(out: Path, args: argparse.Namespace, nproc: int, table_rows: list[int], records: list[dict]) -> None:
+    """The run's settings, every round's measurements and their medians, as JSON."""
+    def median(loop: str, field: str) -> float:
+        return statistics.median(r[loop][field] for r in records)
+
+    ratios = [r["framework"]["samples_per_s"] / r["handwritten"]["samples_per_s"] for r in records]
+    document = {
+        "nproc": nproc, "steps": args.steps, "batch_size": args.batch_size, "data_rows": args.rows,
+        "table_rows": table_rows, "table_rows_total": sum(table_rows), "handwritten_input": args.handwritten_input,
+        "handwritten_malloc": args.handwritten_malloc, "framework_set": args.framework_set, "rounds": records,
+        "median": {loop: {field: median(loop, field) for field in records[0][loop]} for loop in ("handwritten", "framework")},
+        "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=1) + "\n")
 
 
 def main() -> None:
@@ -186,10 +297,20 @@ def main() -> None:
                              "(default), or the Criteo Kaggle data's capped at 1M")
     parser.add_argument("--framework-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an extra --set for tzrec-run train, e.g. train.tune_malloc=false (repeatable)")
+    parser.add_argument("--table-rows-total", type=int, default=None, metavar="N",
+                        help="with --cardinalities kaggle: scale the tables (and the generated ids) to N rows in all")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT",
+                        help="write every round's samples/s and peak RSS, and the medians, to OUT")
+    parser.add_argument("--memory-limit-gb", type=float, default=None,
+                        help="kill a job whose processes together hold more than this (default: 90%% of the "
+                             "memory available at start)")
     args = parser.parse_args()
+    if args.table_rows_total is not None and args.cardinalities != "kaggle":
+        parser.error("--table-rows-total needs --cardinalities kaggle")
 
     data = args.data.resolve()
-    table_rows = ensure_data(data, args.rows, args.cardinalities)
+    table_rows = ensure_data(data, args.rows, args.cardinalities, args.table_rows_total)
+    limit = memory_limit(args.memory_limit_gb)
     busy = busy_fraction()
     if busy is not None and busy > 0.2:
         print(f"WARNING: {busy:.0%} of the {os.cpu_count()} CPU(s) busy before starting; the timings will be skewed")
@@ -236,27 +357,33 @@ def main() -> None:
         flush=True,
     )
 
-    rows = []
+    rows, records = [], []
     for i in range(args.rounds):
         order = ["hand-written", "framework"] if i % 2 == 0 else ["framework", "hand-written"]
-        result: dict[str, tuple[float, float]] = {}
+        result: dict[str, tuple[float, Measured]] = {}
         for who in order:
             if who == "hand-written":
-                match, wall = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run", hand_env)
+                match, measured = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run",
+                                      hand_env, limit)
                 if int(match.group(2)) != args.steps or int(match.group(3)) != nproc:
                     raise SystemExit(f"hand-written run reported {match.group(0)!r}; expected {args.steps} steps on {nproc} rank(s)")
-                result[who] = (float(match.group(1)), wall)
+                result[who] = (float(match.group(1)), measured)
             else:
-                match, wall = run(fw_cmd, work / f"round{i + 1}_framework.log", FRAMEWORK_RE, "tzrec-run train")
+                match, measured = run(fw_cmd, work / f"round{i + 1}_framework.log", FRAMEWORK_RE, "tzrec-run train",
+                                      limit_bytes=limit)
                 if int(match.group(1)) != args.steps:
                     raise SystemExit(f"tzrec-run reported {match.group(0)!r}; expected {args.steps} steps")
-                result[who] = (float(match.group(3).replace(",", "")), wall)
+                result[who] = (float(match.group(3).replace(",", "")), measured)
         hand, fw = result["hand-written"][0], result["framework"][0]
         rows.append((hand, fw, fw / hand))
+        records.append({key: {"samples_per_s": rate, "wall_s": m.wall, "max_rss_bytes": m.max_rss,
+                              "peak_pss_bytes": m.peak_tree_pss}
+                        for key, (rate, m) in (("handwritten", result["hand-written"]), ("framework", result["framework"]))})
         print(f"round {i + 1}/{args.rounds} (order: {' then '.join(order)})")
-        print(f"  {'':14}{'samples/s':>12}{'process wall s':>16}")
+        print(f"  {'':14}{'samples/s':>12}{'process wall s':>16}{'peak PSS GiB':>14}")
         for who in ("hand-written", "framework"):
-            print(f"  {who:14}{result[who][0]:>12,.0f}{result[who][1]:>16.1f}")
+            rate, m = result[who]
+            print(f"  {who:14}{rate:>12,.0f}{m.wall:>16.1f}{m.peak_tree_pss / 2**30:>14.2f}")
         print(f"  ratio framework / hand-written: {fw / hand:.3f}\n", flush=True)
 
     hands, fws, ratios = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
@@ -271,6 +398,8 @@ def main() -> None:
         f"handwritten_malloc={args.handwritten_malloc} handwritten_input={args.handwritten_input} "
         f"cardinalities={args.cardinalities} framework_set={','.join(args.framework_set) or '-'}"
     )
+    if args.json is not None:
+        write_json(args.json, args, nproc, table_rows, records)
     if args.keep:
         print(f"logs and configs kept in {work}")
     else:

@@ -110,13 +110,13 @@ def main() -> None:
         result: dict[str, tuple[float, float]] = {}
         for who in order:
             if who == "hand-written":
-                match, wall = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run", hand_env)
-                result[who] = (float(match.group(1)), wall)
+                match, measured = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run", hand_env)
+                result[who] = (float(match.group(1)), measured.wall)
             else:
-                match, wall = run(fw_cmd, work / f"round{i + 1}_framework.log", FRAMEWORK_RE, "tzrec-run train")
+                match, measured = run(fw_cmd, work / f"round{i + 1}_framework.log", FRAMEWORK_RE, "tzrec-run train")
                 if int(match.group(1)) != args.steps:
                     raise SystemExit(f"tzrec-run reported {match.group(0)!r}; expected {args.steps} steps")
-                result[who] = (float(match.group(3).replace(",", "")), wall)
+                result[who] = (float(match.group(3).replace(",", "")), measured.wall)
         hand, fw = result["hand-written"][0], result["framework"][0]
         rows.append((hand, fw, fw / hand))
         print(f"round {i + 1}/{args.rounds} (order: {' then '.join(order)})")
