@@ -276,6 +276,16 @@ def write_json(out: Path, args: argparse.Namespace, nproc: int, table_rows: list
     out.write_text(json.dumps(document, indent=1) + "\n")
 
 
+def rate_after(metrics: Path, warmup: int, rows_per_step: int) -> float:
+    """Samples/s of the train log windows of ``metrics`` (a ``metrics.jsonl``) after step
+    ``warmup``: their rows over their seconds."""
+    windows = [r for r in map(json.loads, metrics.read_text().splitlines())
+               if r.get("kind") == "train" and r["step"] - r["steps"] >= warmup]
+    if not windows:
+        raise SystemExit(f"{metrics}: no train log window after step {warmup}")
+    return sum(r["steps"] for r in windows) * rows_per_step / sum(r["seconds"] for r in windows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=200_000, help="train rows to generate (default 200000)")
@@ -299,6 +309,10 @@ def main() -> None:
                         help="an extra --set for tzrec-run train, e.g. train.tune_malloc=false (repeatable)")
     parser.add_argument("--table-rows-total", type=int, default=None, metavar="N",
                         help="with --cardinalities kaggle: scale the tables (and the generated ids) to N rows in all")
+    parser.add_argument("--warmup-steps", type=int, default=0, metavar="W",
+                        help="time only the steps after step W in both loops (default 0: all of them); the "
+                             "framework's rate then comes from its metrics.jsonl windows (train.log_every_n_steps=W), "
+                             "so a compiled run's compile (on the first steps) is left out")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT",
                         help="write every round's samples/s and peak RSS, and the medians, to OUT")
     parser.add_argument("--memory-limit-gb", type=float, default=None,
@@ -320,7 +334,7 @@ def main() -> None:
     nproc = args.nproc_per_node
     hand_cmd = [
         str(HANDWRITTEN), "--data", str(data / "train"), "--batch-size", str(args.batch_size),
-        "--steps", str(args.steps), "--warmup-steps", "0", "--table-rows", ",".join(map(str, table_rows)),
+        "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--table-rows", ",".join(map(str, table_rows)),
     ]
     if args.handwritten_input == "memory":
         hand_cmd.append("--in-memory")
@@ -337,6 +351,10 @@ def main() -> None:
         "--set", f"train.num_steps={args.steps}",
         "--model-dir", str(work / "framework_model"), "--overwrite",
     ]
+    if args.warmup_steps:
+        if not 0 < args.warmup_steps < args.steps:
+            parser.error("--warmup-steps must be between 0 and --steps")
+        fw_cmd += ["--set", f"train.log_every_n_steps={args.warmup_steps}"]
     for extra in args.framework_set:
         fw_cmd += ["--set", extra]
     hand_env = {}
@@ -353,7 +371,8 @@ def main() -> None:
     print(
         f"{args.rounds} round(s), {args.steps} steps of {args.batch_size} rows per rank on {nproc} process(es); "
         "samples/s = batch_size * world_size * steps / training time (pipeline creation, DataLoader start and "
-        "pipeline fill included; process start, set-up, checkpoint and evaluation excluded)\n",
+        "pipeline fill included; process start, set-up, checkpoint and evaluation excluded)"
+        + (f"; only the steps after step {args.warmup_steps} are timed" if args.warmup_steps else "") + "\n",
         flush=True,
     )
 
@@ -365,15 +384,20 @@ def main() -> None:
             if who == "hand-written":
                 match, measured = run(hand_cmd, work / f"round{i + 1}_handwritten.log", HANDWRITTEN_RE, "hand-written run",
                                       hand_env, limit)
-                if int(match.group(2)) != args.steps or int(match.group(3)) != nproc:
-                    raise SystemExit(f"hand-written run reported {match.group(0)!r}; expected {args.steps} steps on {nproc} rank(s)")
+                timed = args.steps - args.warmup_steps
+                if int(match.group(2)) != timed or int(match.group(3)) != nproc:
+                    raise SystemExit(f"hand-written run reported {match.group(0)!r}; expected {timed} timed steps on {nproc} rank(s)")
                 result[who] = (float(match.group(1)), measured)
             else:
                 match, measured = run(fw_cmd, work / f"round{i + 1}_framework.log", FRAMEWORK_RE, "tzrec-run train",
                                       limit_bytes=limit)
                 if int(match.group(1)) != args.steps:
                     raise SystemExit(f"tzrec-run reported {match.group(0)!r}; expected {args.steps} steps")
-                result[who] = (float(match.group(3).replace(",", "")), measured)
+                rate = float(match.group(3).replace(",", ""))
+                if args.warmup_steps:
+                    rate = rate_after(work / "framework_model" / "metrics.jsonl", args.warmup_steps,
+                                      args.batch_size * nproc)
+                result[who] = (rate, measured)
         hand, fw = result["hand-written"][0], result["framework"][0]
         rows.append((hand, fw, fw / hand))
         records.append({key: {"samples_per_s": rate, "wall_s": m.wall, "max_rss_bytes": m.max_rss,
@@ -396,7 +420,8 @@ def main() -> None:
         f"ratio_median={statistics.median(ratios):.4f} ratio_min={min(ratios):.4f} ratio_max={max(ratios):.4f} "
         f"rounds={len(rows)} nproc={nproc} steps={args.steps} batch_size={args.batch_size} "
         f"handwritten_malloc={args.handwritten_malloc} handwritten_input={args.handwritten_input} "
-        f"cardinalities={args.cardinalities} framework_set={','.join(args.framework_set) or '-'}"
+        f"cardinalities={args.cardinalities} framework_set={','.join(args.framework_set) or '-'} "
+        f"warmup_steps={args.warmup_steps}"
     )
     if args.json is not None:
         write_json(args.json, args, nproc, table_rows, records)
