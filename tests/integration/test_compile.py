@@ -50,16 +50,19 @@ _COMPILING = (
 
 
 @pytest.fixture(scope="module")
-def fresh_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
-    """Run this module's compiling tests in one interpreter of their own; each test's outcome
-    (``"passed"``, ``"failed"``, ``"skipped"``) and its message, by name. They compile in a fresh
+def fresh_process(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """Run this module's compiling tests (those this session selected) in one interpreter of
+    their own; each test's outcome (``"passed"``, ``"failed"``, ``"skipped"``) and its message,
+    by name. They compile in a fresh
     process: in a pytest process that had already imported Python 3.11's own ``distutils`` (an
     earlier test did), inductor's import of setuptools failed (setuptools' ``_distutils_hack``
     asserts that it came first), so the compiling tests failed in the whole suite and passed
     alone. One interpreter for the three pays torch's import and inductor's start-up once."""
+    selected = {item.name for item in request.session.items if item.path == Path(__file__)}
+    wanted = [f"{__file__}::{test}" for test in _COMPILING if test in selected]
+    assert wanted, f"none of {_COMPILING} is selected"  # (no node ids would run the whole suite)
     report = tmp_path_factory.mktemp("compile_child") / "junit.xml"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                           *(f"{__file__}::{test}" for test in _COMPILING)],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *wanted],
                           capture_output=True, text=True, cwd=REPO, timeout=1800, env={**os.environ, _CHILD: "1"})
     assert report.exists(), proc.stdout[-6000:] + proc.stderr[-2000:]
     outcomes = {}
