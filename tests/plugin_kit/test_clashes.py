@@ -49,10 +49,10 @@ def test_a_clash_breaks_only_the_configs_that_name_it_and_a_qualified_name_picks
     assert clashes == [{"kind": "dense_optimizer", "name": "twin_opt", "plugins": ["twin_a", "twin_b"],
                         "distributions": ["tzrun-twin-a", "tzrun-twin-b"]}]
 
-    bystander = tzrun_cli(["check", config, "--no-plan"], site)
+    bystander = tzrun_cli(["check", config], site)
     assert bystander.returncode == 0 and bystander.stderr == "", bystander.stderr
 
-    ambiguous = tzrun_cli(["check", config, "--no-plan", "--set", 'train.dense_optimizer={type="twin_opt", lr=0.1}'], site)
+    ambiguous = tzrun_cli(["check", config, "--set", 'train.dense_optimizer={type="twin_opt", lr=0.1}'], site)
     assert ambiguous.returncode == EXIT_CONFIG
     assert ("train.dense_optimizer.type: dense optimizer 'twin_opt' is registered by 2 plugins: 'twin_a' (tzrun-twin-a 1.0) "
             "and 'twin_b' (tzrun-twin-b 1.0); say which one with type = \"twin_a:twin_opt\" or type = \"twin_b:twin_opt\"") in ambiguous.stderr
@@ -106,7 +106,7 @@ def test_a_plugin_sharing_a_builtin_name_leaves_configs_naming_the_builtin_worki
         {"kind": "metric", "name": "calibration", "builtin": "tzrun_plugins.metrics", "plugins": ["tzrun_calib"],
          "distributions": ["tzrun-calib"], "picked_by": ["tzrun-calib:calibration"]}]
 
-    checked = tzrun_cli(["check", str(config), "--no-plan", "--no-data"], site)
+    checked = tzrun_cli(["check", str(config), "--no-data"], site)
     assert checked.returncode == 0, checked.stderr
     notes = [line for line in checked.stdout.splitlines() if "tzrun-calib" in line]
     assert notes == ["metrics[1].type: 'calibration' is the built-in metric; the one 'tzrun_calib' (tzrun-calib 1.0) "

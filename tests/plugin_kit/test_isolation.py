@@ -50,7 +50,7 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_others_work(site_dir, tm
                        modules={"sturdy_mod": optimizer_module("sturdy_sgd")})
     config = str(config_file(tmp_path))
 
-    proc = tzrun_cli(["check", config, "--no-plan", *uses("sturdy_sgd")], site_dir)
+    proc = tzrun_cli(["check", config, *uses("sturdy_sgd")], site_dir)
     assert proc.returncode == 0, proc.stderr
     assert "plugin 'flaky' (from tzrun-flaky 2.0) failed to load: ImportError: needs libfoo" in proc.stderr
     assert "TZRUN_DISABLE_PLUGINS=flaky" in proc.stderr and "TZRUN_STRICT_PLUGINS=1" in proc.stderr
@@ -60,13 +60,13 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_others_work(site_dir, tm
                                   "error": "ImportError: needs libfoo", "reason": "import"}]
     assert {"sturdy", "tzrun_plugins.optim"} <= {p["name"] for p in listing["plugins"]}
 
-    strict = tzrun_cli(["check", config, "--no-plan"], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
     assert strict.returncode == EXIT_CONFIG
     assert "tzrec-run: plugin 'flaky' (from tzrun-flaky 2.0) failed to load: ImportError: needs libfoo" in strict.stderr
     assert "strict plugin mode is on" in strict.stderr
     assert "Traceback (most recent call last)" in strict.stderr and 'flaky_mod.py", line 1' in strict.stderr
 
-    disabled = tzrun_cli(["check", config, "--no-plan"], site_dir, {"TZRUN_STRICT_PLUGINS": "1", "TZRUN_DISABLE_PLUGINS": "flaky"})
+    disabled = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1", "TZRUN_DISABLE_PLUGINS": "flaky"})
     assert disabled.returncode == 0 and disabled.stderr == "", disabled.stderr
 
 
@@ -79,15 +79,15 @@ def test_a_registration_hook_that_raises_is_named_and_the_rest_work(site_dir, tm
     """})
     config = str(config_file(tmp_path))
 
-    proc = tzrun_cli(["check", config, "--no-plan"], site_dir)
+    proc = tzrun_cli(["check", config], site_dir)
     assert proc.returncode == 0, proc.stderr  # every other plugin still works
     assert ("plugin 'raiser' (from tzrun-raiser 1.0) was disabled: its tzrun_register_metrics raised RuntimeError: boom; "
             "the other plugins are loaded") in proc.stderr
     for component in ('metrics=[{type="half_done", lr=1.0}]', 'train.dense_optimizer={type="raiser_sgd", lr=0.1}'):
-        half = tzrun_cli(["check", config, "--no-plan", "--set", component], site_dir)
+        half = tzrun_cli(["check", config, "--set", component], site_dir)
         assert half.returncode == EXIT_CONFIG and "unknown " in half.stderr  # the whole plugin is disabled
 
-    strict = tzrun_cli(["check", config, "--no-plan"], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
     assert strict.returncode == EXIT_CONFIG and "its tzrun_register_metrics raised RuntimeError: boom" in strict.stderr
     assert "Traceback (most recent call last)" in strict.stderr
 
@@ -101,17 +101,17 @@ def test_a_distribution_for_another_tzrec_run_version_is_rejected_without_being_
                        modules={"current_mod": optimizer_module("current_sgd")})
     config = str(config_file(tmp_path))
 
-    proc = tzrun_cli(["check", config, "--no-plan", *uses("current_sgd")], site_dir)
+    proc = tzrun_cli(["check", config, *uses("current_sgd")], site_dir)
     assert proc.returncode == 0, proc.stderr  # a compatible range (and a requirement only under an extra) loads
     assert "plugin 'future' (from tzrun-future 3.0) was rejected: it supports tzrec-run>=0.2, and this is tzrec-run 0.1.0" in proc.stderr
     assert "install a version of tzrun-future made for tzrec-run 0.1.0, or uninstall it" in proc.stderr
     assert not marker.exists()
-    rejected = tzrun_cli(["check", config, "--no-plan", *uses("future_sgd")], site_dir)
+    rejected = tzrun_cli(["check", config, *uses("future_sgd")], site_dir)
     assert rejected.returncode == EXIT_CONFIG and "unknown dense optimizer 'future_sgd'" in rejected.stderr
 
     failed = json.loads(tzrun_cli(["plugins", "--json"], site_dir).stdout)["failed"]
     assert [(f["name"], f["reason"]) for f in failed] == [("future", "incompatible")]
-    strict = tzrun_cli(["check", config, "--no-plan"], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
     assert strict.returncode == EXIT_CONFIG and "plugin 'future' (from tzrun-future 3.0) was rejected" in strict.stderr
 
 
@@ -132,12 +132,12 @@ def test_a_plugin_for_another_hook_api_is_rejected_whole(site_dir, tmp_path, hoo
         pass
     """})
     config = str(config_file(tmp_path))
-    proc = tzrun_cli(["check", config, "--no-plan", *uses("old_sgd")], site_dir)
+    proc = tzrun_cli(["check", config, *uses("old_sgd")], site_dir)
     assert proc.returncode == EXIT_CONFIG  # none of its hooks is used, not even the ones that match
     assert "unknown dense optimizer 'old_sgd'" in proc.stderr
     assert f"plugin 'old' (from tzrun-old 0.0.1) was rejected: {expected}" in proc.stderr
-    assert tzrun_cli(["check", config, "--no-plan"], site_dir).returncode == 0  # the rest work
-    strict = tzrun_cli(["check", config, "--no-plan"], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
+    assert tzrun_cli(["check", config], site_dir).returncode == 0  # the rest work
+    strict = tzrun_cli(["check", config], site_dir, {"TZRUN_STRICT_PLUGINS": "1"})
     assert strict.returncode == EXIT_CONFIG and expected in strict.stderr
 
 

@@ -11,8 +11,8 @@ DENSE = "train.dense_optimizer.type: unknown dense optimizer"
 
 def test_uninstalling_contrib_optimizers_makes_its_names_unknown(tmp_path):
     config = str(config_file(tmp_path))
-    lion = ["check", config, "--no-plan", "--set", 'train.dense_optimizer={type="lion", lr=0.001}']
-    typo = ["check", config, "--no-plan", "--set", 'train.dense_optimizer={type="adabelif", lr=0.001}']
+    lion = ["check", config, "--set", 'train.dense_optimizer={type="lion", lr=0.001}']
+    typo = ["check", config, "--set", 'train.dense_optimizer={type="adabelif", lr=0.001}']
 
     installed = tzrun_cli(lion)
     assert installed.returncode == 0, f"tzrun-contrib-optimizers must be installed (scripts/setup.sh): {installed.stderr}"
@@ -29,7 +29,7 @@ def test_uninstalling_contrib_optimizers_makes_its_names_unknown(tmp_path):
 
 def test_uninstalling_contrib_metrics_makes_its_names_unknown(tmp_path):
     config = str(config_file(tmp_path))
-    ndcg = ["check", config, "--no-plan", "--set", 'metrics=[{type="ndcg_at_k", k=5, group_by="cat_5"}]']
+    ndcg = ["check", config, "--set", 'metrics=[{type="ndcg_at_k", k=5, group_by="cat_5"}]']
     assert tzrun_cli(ndcg).returncode == 0
     gone = tzrun_cli_without(["tzrun-contrib-metrics"], ndcg, tmp_path)
     assert gone.returncode == EXIT_CONFIG
