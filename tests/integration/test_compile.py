@@ -52,12 +52,12 @@ _COMPILING = (
 @pytest.fixture(scope="module")
 def fresh_process(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     """Run this module's compiling tests (those this session selected) in one interpreter of
-    their own; each test's outcome (``"passed"``, ``"failed"``, ``"skipped"``) and its message,
-    by name. They compile in a fresh
-    process: in a pytest process that had already imported Python 3.11's own ``distutils`` (an
-    earlier test did), inductor's import of setuptools failed (setuptools' ``_distutils_hack``
-    asserts that it came first), so the compiling tests failed in the whole suite and passed
-    alone. One interpreter for the three pays torch's import and inductor's start-up once."""
+    their own; each test's outcome (``"passed"``, ``"failure"``, ``"error"``, ``"skipped"``) and
+    its message, by name. They compile in a fresh process: in a pytest process that had already
+    imported Python 3.11's own ``distutils`` (an earlier test did), inductor's import of
+    setuptools failed (setuptools' ``_distutils_hack`` asserts that it came first), so the
+    compiling tests failed in the whole suite and passed alone. One interpreter for the three
+    pays torch's import and inductor's start-up once."""
     selected = {item.name for item in request.session.items if item.path == Path(__file__)}
     wanted = [f"{__file__}::{test}" for test in _COMPILING if test in selected]
     assert wanted, f"none of {_COMPILING} is selected"  # (no node ids would run the whole suite)
