@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -40,17 +41,51 @@ ROWS = 128
 _CHILD = "TZRUN_COMPILE_TEST_CHILD"
 
 
-def _ran_in_a_fresh_process(test: str) -> bool:
-    """Run this module's ``test`` in an interpreter of its own and assert that it passed (True),
-    or return False inside that interpreter. A run compiles in a fresh process; in a pytest
-    process that had already imported Python 3.11's own ``distutils`` (an earlier test did),
-    inductor's import of setuptools failed (setuptools' ``_distutils_hack`` asserts that it came
-    first), so the compiling tests failed in the whole suite and passed alone."""
+#: the tests that compile, run together in one interpreter of their own (see ``fresh_process``)
+_COMPILING = (
+    "test_every_shipped_model_trains_to_the_same_losses_compiled",
+    "test_a_compiled_run_stopped_and_resumed_is_the_uninterrupted_compiled_run",
+    "test_graph_breaks_are_counted_at_info_and_named_at_debug",
+)
+
+
+@pytest.fixture(scope="module")
+def fresh_process(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """Run this module's compiling tests (those this session selected) in one interpreter of
+    their own; each test's outcome (``"passed"``, ``"failure"``, ``"error"``, ``"skipped"``) and
+    its message, by name. They compile in a fresh process: in a pytest process that had already
+    imported Python 3.11's own ``distutils`` (an earlier test did), inductor's import of
+    setuptools failed (setuptools' ``_distutils_hack`` asserts that it came first), so the
+    compiling tests failed in the whole suite and passed alone. One interpreter for the three
+    pays torch's import and inductor's start-up once."""
+    selected = {item.name for item in request.session.items if item.path == Path(__file__)}
+    wanted = [f"{__file__}::{test}" for test in _COMPILING if test in selected]
+    assert wanted, f"none of {_COMPILING} is selected"  # (no node ids would run the whole suite)
+    report = tmp_path_factory.mktemp("compile_child") / "junit.xml"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *wanted],
+                          capture_output=True, text=True, cwd=REPO, timeout=1800, env={**os.environ, _CHILD: "1"})
+    assert report.exists(), proc.stdout[-6000:] + proc.stderr[-2000:]
+    outcomes = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        found = [(child.tag, f"{child.get('message', '')}\n{child.text or ''}") for child in case
+                 if child.tag in ("failure", "error", "skipped")]
+        outcomes[case.get("name")] = found[0] if found else ("passed", "")
+    return outcomes
+
+
+def _ran_in_a_fresh_process(request: pytest.FixtureRequest) -> bool:
+    """True after asserting that this test passed in ``fresh_process``'s interpreter (or
+    skipping as it skipped there); False inside that interpreter, where the test runs."""
     if os.environ.get(_CHILD):
+        torch._dynamo.reset()  # each test compiles from a clean slate, as in an interpreter of its own
         return False
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{test}"],
-                          capture_output=True, text=True, cwd=REPO, timeout=1200, env={**os.environ, _CHILD: "1"})
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    outcomes = request.getfixturevalue("fresh_process")
+    name = request.node.name
+    assert name in outcomes, f"{name} did not run in the fresh process: {sorted(outcomes)}"
+    outcome, message = outcomes[name]
+    if outcome == "skipped":
+        pytest.skip(message)
+    assert outcome == "passed", f"{name} {outcome} in a fresh process:\n{message[-6000:]}"
     return True
 
 
@@ -103,7 +138,7 @@ def _train_model(session):
 
 
 def test_every_shipped_model_trains_to_the_same_losses_compiled(request):
-    if _ran_in_a_fresh_process(request.node.name):
+    if _ran_in_a_fresh_process(request):
         return
     datasets, tmp_path = request.getfixturevalue("datasets"), request.getfixturevalue("tmp_path")
     # one process compiles faster than a pool's start-up on a small machine
@@ -158,7 +193,7 @@ def test_a_third_party_model_is_compiled_around_its_embeddings():
 
 
 def test_a_compiled_run_stopped_and_resumed_is_the_uninterrupted_compiled_run(request):
-    if _ran_in_a_fresh_process(request.node.name):
+    if _ran_in_a_fresh_process(request):
         return
     tmp_path, criteo_dir = request.getfixturevalue("tmp_path"), request.getfixturevalue("criteo_dir")
     from tests.integration.test_resume import Losses, _train
@@ -191,7 +226,7 @@ def test_the_inductor_cache_dir_reaches_every_rank_unchanged():
 
 
 def test_graph_breaks_are_counted_at_info_and_named_at_debug(request):
-    if _ran_in_a_fresh_process(request.node.name):
+    if _ran_in_a_fresh_process(request):
         return
     caplog = request.getfixturevalue("caplog")
     class Breaking(nn.Module):
