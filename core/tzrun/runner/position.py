@@ -281,9 +281,9 @@ class TrainData:
         from tzrun.data.loader import ThreadPrefetcher
 
         passes = [(run, self.input_for(run.layout)) for run in self.plan if run.last_step > from_step]
-        reader = passes[0][1] if passes else None  # every input reads with the run's data.* settings
-        if reader is not None and reader.num_workers == 0 and reader.prefetch > 0:
-            return ThreadPrefetcher(_batches_of(passes, from_step, read_ahead=False), reader.prefetch, reader.nice)
+        first = passes[0][1] if passes else None  # every rank input reads with the run's data.* settings
+        if first is not None and first.num_workers == 0 and first.prefetch > 0:
+            return ThreadPrefetcher(_batches_of(passes, from_step, read_ahead=False), first.prefetch, first.nice)
         return _batches_of(passes, from_step, read_ahead=True)
 
     def position(self, step: int, gather: Callable[[list[Interval]], list[Interval]]) -> DataPosition:
