@@ -16,7 +16,11 @@ Rows:
   hashing every file from the disk (the version before).
 * ``async save, blocking``: what ``train.async_checkpoint`` blocks training for (the copy to
   CPU memory); ``async save, total``: until the checkpoint is complete.
-* ``load``: ``load_checkpoint``, each ``state/`` file checked as it is read (this version).
+* ``load``: ``load_checkpoint``, each ``state/`` file's SHA-256 checked on a thread of its own
+  while DCP reads it (this version).
+* ``load, sizes only``: ``load_checkpoint`` without the hashes of ``state/``
+  (``TZRUN_CHECKPOINT_VERIFY=size``), which reads through DCP's own reader: ``torch.load``
+  copies each value into a fresh allocation before DCP copies it into the state.
 * ``verify + load``: every file hashed first, then loaded (the version before: two reads).
 
 Usage::
@@ -117,6 +121,8 @@ def checkpoint_round(work: Path, size_mb: int, step: int) -> dict[str, float]:
     target = build_state(size_mb, step + 100)
     drop_cache(files_of(path))
     out["load"] = timed(lambda: load_checkpoint(path, target))
+    drop_cache(files_of(path))
+    out["load, sizes only"] = timed(lambda: load_checkpoint(path, target, verify_reads=False))
     drop_cache(files_of(path))
     out["verify + load"] = timed(lambda: (verify_checkpoint(path),
                                           load_checkpoint(path, target, verify=False, verify_reads=False)))

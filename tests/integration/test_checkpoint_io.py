@@ -54,18 +54,22 @@ def test_hashing_while_writing_gives_the_manifest_that_rereading_gave(runs, tmp_
     assert {f["path"] for f in manifest["files"]} == {"meta.json", "state/.metadata", "state/__0_0.distcp"}
 
 
-def test_state_is_checked_as_it_is_read_and_a_flipped_byte_is_refused(runs, tmp_path):
+@pytest.mark.parametrize("where", [0, 0.5, -1], ids=["first-entry-header", "values", "last-byte"])
+def test_state_is_checked_as_it_is_read_and_a_flipped_byte_is_refused(runs, tmp_path, where):
+    """Wherever the byte is (a header torch's reader stumbles on, or values it would load
+    silently), the error names the damaged file, not what torch made of it."""
     path = save_checkpoint(tmp_path, 3, state=_state(1), meta={"step": 3}, rank=0)
     data = path / "state" / "__0_0.distcp"
     raw = bytearray(data.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
+    at = int(len(raw) * where) if isinstance(where, float) else where
+    raw[at] ^= 0xFF
     data.write_bytes(bytes(raw))
     assert verify_checkpoint(path, state_while_reading=True).state == "ok"  # its hash is left to the read
     with pytest.raises(CheckpointError, match=r"state/__0_0\.distcp: corrupted \(its SHA-256 differs") as caught:
         load_checkpoint(path, _state(2))
     assert str(caught.value).startswith(f"checkpoint {path} is damaged")
     fresh = _state(3)
-    raw[len(raw) // 2] ^= 0xFF
+    raw[at] ^= 0xFF
     data.write_bytes(bytes(raw))
     load_checkpoint(path, fresh)
     assert torch.equal(fresh["model"][0].weight, _state(1)["model"][0].weight)

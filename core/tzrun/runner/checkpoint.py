@@ -18,7 +18,7 @@ Layout of one checkpoint::
 
 The manifest is kept for what DCP does not check: DCP reads each item by offset and length and
 has no checksum, so a flipped byte in a ``.distcp`` file loads silently and a truncated one
-fails with an unrelated error. With the manifest, a damaged file is named before torch reads it.
+fails with an unrelated error. With the manifest, a damaged file is named before the load returns.
 
 A directory without ``COMPLETE`` left by an interrupted save is removed before the same step is
 written again. Loading checks every file against the manifest first (sizes always, hashes unless
@@ -467,7 +467,7 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
         verify: check the files against the manifest first (:func:`verify_checkpoint`): sizes,
             and the hashes of the files outside ``state/``.
         verify_reads: check each file under ``state/`` against the manifest's SHA-256 as it is
-            read, before DCP gets its bytes (one read instead of two). Default: ``verify`` and
+            read, while DCP takes the values out of it (one read instead of two). Default: ``verify`` and
             not ``TZRUN_CHECKPOINT_VERIFY=size``; a caller that ran :func:`verify_checkpoint`
             with ``state_while_reading`` passes ``verify=False, verify_reads=True``.
 
