@@ -102,3 +102,20 @@ def test_async_and_sync_training_write_bit_identical_checkpoints(runs):
     assert [json.loads(x) for x in (sync_dir / "eval_results.jsonl").read_text().splitlines()] == \
         [json.loads(x) for x in (async_dir / "eval_results.jsonl").read_text().splitlines()]
 
+
+
+def test_a_value_an_error_still_holds_keeps_the_checkpoint_file_mapped(runs, tmp_path, monkeypatch):
+    """A load that fails after taking a value from the mapped file (here a value of the wrong
+    size) leaves that value readable, wherever the error's traceback keeps it: the file stays
+    mapped until the value is freed (reading it used to touch unmapped pages and crash)."""
+    import gc
+
+    import torch.distributed._shard._utils as shard_utils
+
+    path = save_checkpoint(tmp_path, 3, state=_state(1), meta={"step": 3}, rank=0)
+    monkeypatch.setattr(shard_utils, "narrow_tensor_by_index", lambda tensor, *_: tensor[:1])
+    with pytest.raises(CheckpointError, match=r"__0_0\.distcp entry '.*': holds \(1, 256\) where \(256, 256\) is loaded") as caught:
+        load_checkpoint(path, _state(2))
+    held = [t for t in gc.get_objects() if type(t) is torch.Tensor and tuple(t.shape) == (1, 256)]
+    assert held and all(torch.isfinite(t).all() for t in held)  # read from the file's pages
+    del caught, held

@@ -221,7 +221,8 @@ class _BufferReader(io.RawIOBase):
         return self._data
 
     def close(self) -> None:
-        self._data.release()
+        with contextlib.suppress(BufferError):  # a slice still held: released when it is freed
+            self._data.release()
         super().close()
 
 
@@ -337,24 +338,24 @@ def _read_verified(reader: Any, plan: Any, planner: Any) -> Any:
 
 
 def _load_item(view: memoryview, info: Any, item: Any, planner: Any, relative_path: str) -> None:
-    """One entry of a ``state/`` file into the loaded state, as DCP's reader does; no view of
-    the file's bytes outlives the call (the file is unmapped next)."""
+    """One entry of a ``state/`` file into the loaded state, as DCP's reader does. The views of
+    the file's bytes die with the call; one an error's traceback still holds keeps the file
+    mapped (its slice of ``view`` is never released early), so it never points at unmapped pages."""
     from torch.distributed._shard._utils import narrow_tensor_by_index
     from torch.distributed.checkpoint.planner import LoadItemType
 
     entry = f"{relative_path} entry '{item.dest_index.fqn}'"
     if info.transform_descriptors:
         raise _refuse(entry, f"it is stored transformed ({', '.join(map(str, info.transform_descriptors))})")
-    with view[info.offset:info.offset + info.length] as data:
-        if item.type == LoadItemType.BYTE_IO:
-            planner.load_bytes(item, io.BytesIO(data.tobytes()))
-            return
-        tensor = narrow_tensor_by_index(_tensor_in(data, entry), item.storage_offsets, item.lengths)
-        target = planner.resolve_tensor(item).detach()
-        if target.size() != tensor.size():
-            raise CheckpointError(f"{entry}: holds {tuple(tensor.size())} where {tuple(target.size())} is loaded")
-        target.copy_(tensor)
-        del tensor
+    data = view[info.offset:info.offset + info.length]  # the tensor holds it, and it the mapping
+    if item.type == LoadItemType.BYTE_IO:
+        planner.load_bytes(item, io.BytesIO(data.tobytes()))
+        return
+    tensor = narrow_tensor_by_index(_tensor_in(data, entry), item.storage_offsets, item.lengths)
+    target = planner.resolve_tensor(item).detach()
+    if target.size() != tensor.size():
+        raise CheckpointError(f"{entry}: holds {tuple(tensor.size())} where {tuple(target.size())} is loaded")
+    target.copy_(tensor)
     planner.commit_tensor(item, target)
 
 
