@@ -401,6 +401,10 @@ class RunContext:
     Attributes:
         config: the resolved run config.
         model_dir: where this run writes.
+        run_id: the run's id (its model dir's ``.tzrec-run`` marker: new for a fresh run or
+            ``--overwrite``, kept by ``--resume``); an output written outside the checkpoints
+            (an export, a dump) records it, so that it is never taken for another run's.
+            Empty outside training.
         rank, world_size, local_rank: this process in the job.
         device: the torch device of this rank.
         model: the (DistributedModelParallel) model.
@@ -432,6 +436,7 @@ class RunContext:
     steps_per_epoch: int = 0
     start_step: int = 0
     dense_parameters: Mapping[str, Any] = attrs.field(factory=dict)
+    run_id: str = ""
 
     @property
     def is_rank0(self) -> bool:

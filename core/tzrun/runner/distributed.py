@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads", "available_cpus", "refusal_of_rank0"]
+__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads", "available_cpus", "refusal_of_rank0",
+           "value_of_rank0"]
 
 
 @attrs.frozen
@@ -129,10 +130,15 @@ def refusal_of_rank0(refusal: str | None, world_size: int) -> str | None:
     """Rank 0's ``refusal`` (a message, or None to go on) on every rank: what rank 0 alone
     decided (the model dir is not a run's, the lock is held) stops every rank together instead
     of leaving the others waiting in the next collective. Collective when ``world_size > 1``."""
+    return value_of_rank0(refusal, world_size)
+
+
+def value_of_rank0(value: Any, world_size: int) -> Any:
+    """Rank 0's ``value`` (anything picklable) on every rank. Collective when ``world_size > 1``."""
     if world_size <= 1:
-        return refusal
+        return value
     import torch.distributed as dist
 
-    outcome: list[str | None] = [refusal]
+    outcome: list[Any] = [value]
     dist.broadcast_object_list(outcome, src=0)
     return outcome[0]

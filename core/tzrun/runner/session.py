@@ -299,10 +299,10 @@ class Session:
         """The configured ``[[train.stages]]``, built and registered on the run's manager."""
         return RunStages(self.cfg, self.registries, self.pm)
 
-    def run_context(self) -> RunContext:
-        """What lifecycle hooks receive as ``run``."""
+    def run_context(self, run_id: str = "") -> RunContext:
+        """What lifecycle hooks receive as ``run`` (``run_id``: the model dir's run, when training)."""
         info, built = self.info, self.built
-        return RunContext(config=self.cfg, model_dir=self.model_dir, rank=info.rank, world_size=info.world_size,
+        return RunContext(config=self.cfg, model_dir=self.model_dir, run_id=run_id, rank=info.rank, world_size=info.world_size,
                           local_rank=info.local_rank, device=info.device, model=built.model, optimizer=built.optimizer,
                           global_batch_size=self.cfg.data.batch_size * info.world_size,
                           dense_parameters=built.update.named_dense_params)

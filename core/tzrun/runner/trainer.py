@@ -44,8 +44,10 @@ from tzrun.runner.manifest import verify_hashes_by_default
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.log_file import log_file
+from tzrun.runner.distributed import value_of_rank0
 from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
+from tzrun.runner.run_marker import read_run_marker
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
 from tzrun.runner.run_log import (log_param_groups, log_skipped, log_time_to_first_step, record_start,
                                   warn_if_plugins_changed)
@@ -105,6 +107,7 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stopped_by: str | None = None
         self.run_lock: RunLock | None = None
+        self.run_id = ""  # the model dir's run (its marker's id), once claimed
         train = self.cfg.train  # no BackgroundSaves: every save is synchronous
         self.saves = BackgroundSaves(train.collective_timeout_s) if train.async_checkpoint else None
         self.train_seconds = 0.0
@@ -174,6 +177,8 @@ class Trainer:
                                           resume=self.resume, rank=self.info.rank)
             if resume_from is not None:
                 read_best(s.model_dir)  # a damaged best.json stops the run now, not at its first evaluation
+            marker = read_run_marker(s.model_dir) if self.info.rank == 0 else None
+            self.run_id = value_of_rank0(str((marker or {}).get("run_id", "")), self.info.world_size)
         except BaseException:
             self.release_run_lock()
             raise
@@ -198,7 +203,7 @@ class Trainer:
         """Build what the loop uses: the model and its update path, the stages, the metrics."""
         s = self.session
         self.built = s.built
-        self.run = s.run_context()
+        self.run = s.run_context(self.run_id)
         self.plugins = [p.to_json() for p in plugin_infos(self.pm, s.registries)]  # before the stages join
         self.stages = s.stages()
         self.train_metrics = s.train_metrics()
@@ -575,7 +580,7 @@ class Trainer:
         """The checkpoint's readable record (``meta.json``)."""
         built, s, loop = self.built, self.session, self._loop_state()
         return {
-            "world_size": self.info.world_size, "plugins": self.plugins, "config": dict(s.raw.data),
+            "run_id": self.run_id, "world_size": self.info.world_size, "plugins": self.plugins, "config": dict(s.raw.data),
             "config_source": s.raw.source, "steps_per_epoch": self.run.steps_per_epoch, **loop,
             "stages": self._stage_state,
             "learning_rates": {k: g[0]["lr"] for k, o in built.optimizers.items() if (g := o.param_groups)},
