@@ -30,7 +30,7 @@ def test_an_out_dir_holding_other_files_is_refused(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(WriteError, match="not an export") as error:
+    with pytest.raises(WriteError, match="not a tzrec-run export") as error:
         write_export(out, {}, {})
     assert error.value.exit_code == EXIT_CANT_WRITE
     assert (out / "notes.txt").read_text() == "mine"

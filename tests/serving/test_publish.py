@@ -74,7 +74,7 @@ def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, t
             os._exit(9)
 
         torch.export.save = killed
-        publish_export(session.facts, {str(checkpoint)!r}, {str(exports)!r}, keep=3)
+        publish_export(session.facts, {str(checkpoint)!r}, {str(exports)!r}, keep=3, run_id={_run_id(run)!r})
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 9, proc.stderr[-3000:]
@@ -86,7 +86,7 @@ def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, t
     before = Predictor(exports).predict(rows)["probs"]
     np.testing.assert_array_equal(before, Predictor(run.model_dir / "exports" / "step-4").predict(rows)["probs"])
 
-    publish_export(_session(run).facts, checkpoint, exports, keep=3)  # the next publication cleans up
+    publish_export(_session(run).facts, checkpoint, exports, keep=3, run_id=_run_id(run))  # the next publication cleans up
     assert [(s, c) for s, _, c in versions(exports)] == [(2, True), (4, True)]
     assert latest_version(exports).name == "step-2"
 
@@ -98,8 +98,8 @@ def test_publishing_to_an_object_store(trained, s3_bucket):
     run, root = trained
     facts = _session(run).facts
     url = f"{s3_bucket}/exports"
-    publish_export(facts, run.model_dir / "checkpoints" / "step-2", url, keep=1)
-    publish_export(facts, run.model_dir / "checkpoints" / "step-4", url, keep=1)
+    publish_export(facts, run.model_dir / "checkpoints" / "step-2", url, keep=1, run_id=_run_id(run))
+    publish_export(facts, run.model_dir / "checkpoints" / "step-4", url, keep=1, run_id=_run_id(run))
     assert latest_version(url).name == "step-4"
     from tzrun.io.storage import as_path
 
@@ -124,3 +124,8 @@ def test_rank_0_exports_while_the_other_rank_waits(two_rank_run, trained):
     assert manifest["checkpoint"]["world_size"] == 2
     probs = Predictor(exports).predict(_rows(root))["probs"]
     assert probs.shape == (300,) and np.all((probs > 0) & (probs < 1))
+
+
+def _run_id(run) -> str:
+    """The run id of ``run`` (its model dir's marker), which its exports record."""
+    return json.loads((run.model_dir / ".tzrec-run").read_text())["run_id"]

@@ -16,12 +16,21 @@ Rows left out under ``data.on_bad_row = "skip"`` are listed in ``_skipped.parque
 directory) or ``NAME.skipped.parquet`` next to ``NAME.parquet`` (one file): the input row number (0-based, in the
 reader's order of the input's files) and the problem(s), written before the marker or file.
 A leftover ``OUTPUT.partial/`` (a killed run) is removed by the next run.
+
+Nothing but predict's own output is ever removed (:mod:`tzrun.io.owned`): a directory of
+predictions (and its staging directory) carries the marker ``.tzrec-run-output``, written
+before any part; ``--overwrite`` replaces only a directory with that marker holding only
+parts, ``_SUCCESS`` and ``_skipped.parquet``, and only a single file (or its skipped-rows list)
+whose Parquet schema metadata says ``tzrec-run: predictions``. Anything else (a user's
+directory, a model dir, a checkpoint, the working directory) is refused with one line, with or
+without ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,9 +39,10 @@ import pyarrow.parquet as pq
 
 from tzrun.errors import WriteError
 from tzrun.io.files import write_atomic
+from tzrun.io.owned import claim_output_dir, remove_owned, replaceable_entries
 from tzrun.io.storage import as_path, exists, is_remote, remove_tree
 
-__all__ = ["SUCCESS", "SKIPPED", "PredictionSink", "skipped_path"]
+__all__ = ["SUCCESS", "SKIPPED", "OWNER_KEY", "PredictionSink", "skipped_path", "is_prediction_file", "is_our_parquet"]
 
 #: The completion marker of a directory of predictions.
 SUCCESS = "_SUCCESS"
@@ -51,7 +61,37 @@ def _single(output: str) -> bool:
     return output.rstrip("/").endswith(".parquet")
 
 
+#: The schema metadata key that marks a Parquet file of predictions as tzrec-run's.
+OWNER_KEY = b"tzrec-run"
+_PART = re.compile(r"^part-\d{5}\.parquet$")
+
+
+def _stamped(table: pa.Table) -> pa.Table:
+    """``table`` with the schema metadata that marks it as a prediction file of ours."""
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), OWNER_KEY: b"predictions"})
+
+
+def is_prediction_file(name: str) -> bool:
+    """Whether ``name`` is one a directory of predictions holds (the marker aside)."""
+    name = name.removeprefix(".").removesuffix(".tmp")
+    return name in (SUCCESS, SKIPPED) or bool(_PART.match(name))
+
+
+def is_our_parquet(path: Path) -> bool:
+    """Whether the Parquet file ``path`` is one ``predict`` wrote (its schema's metadata says so)."""
+    try:
+        if is_remote(path):
+            with path.open("rb") as f:
+                schema = pq.read_schema(f)
+        else:
+            schema = pq.read_schema(path)
+    except (OSError, ValueError, pa.ArrowException):
+        return False
+    return (schema.metadata or {}).get(OWNER_KEY) == b"predictions"
+
+
 def _write_table(path: Path, table: pa.Table) -> None:
+    table = _stamped(table)
     if is_remote(path):
         with path.open("wb") as f:  # one object, visible once its upload completes
             pq.write_table(table, f)
@@ -79,23 +119,34 @@ class PredictionSink:
         self.parts = self.final if (not self.single and is_remote(output)) else self.staging
 
     def prepare(self) -> None:
-        """Refuse an existing output (unless ``overwrite``) and clear what a killed run left
-        (rank 0, before any rank writes).
+        """Refuse an output that is not ours, or one of ours without ``overwrite``; clear what a
+        killed run left (rank 0, before any rank writes). Only files ``predict`` writes are
+        ever removed (:mod:`tzrun.io.owned`; a single file is ours when its Parquet schema says
+        so).
 
         Raises:
-            WriteError: when the output exists and ``overwrite`` is not set.
+            WriteError: naming the output, what it holds and the fix; nothing is changed then.
         """
-        if exists(self.output):
-            if not self.overwrite:
-                raise WriteError(f"{self.output}: exists already; pass --overwrite to replace it, or another --output")
-            if self.parts == self.final:  # in place: no longer complete from here on
-                marker = self.final / SUCCESS
-                if exists(marker):
-                    marker.unlink()
-                remove_tree(self.final)
-        remove_tree(self.staging)
-        if not is_remote(self.output):
-            self.parts.mkdir(parents=True, exist_ok=True)
+        if self.single:
+            for path in (self.final, skipped_path(self.output)):
+                self._check_file(path)
+        elif self.parts != self.final:  # a local directory: replaced at the end, whole
+            replaceable_entries(self.final, "predictions", is_prediction_file, flag="--output", overwrite=self.overwrite)
+        if self.parts != self.final:
+            claim_output_dir(self.staging, "predictions", is_prediction_file, flag="--output's staging directory")
+        else:  # in place on an object store: no longer complete from here on
+            claim_output_dir(self.final, "predictions", is_prediction_file, flag="--output", overwrite=self.overwrite)
+
+    def _check_file(self, path: Path) -> None:
+        if not exists(path):
+            return
+        if not is_remote(path) and Path(path).is_dir():
+            raise WriteError(f"--output {self.output}: {path} is a directory; name a .parquet file that does not exist")
+        if not is_our_parquet(path):
+            raise WriteError(f"--output {self.output}: {path} exists and is not a prediction file tzrec-run wrote; "
+                             "nothing was changed: name another --output")
+        if not self.overwrite:
+            raise WriteError(f"--output {self.output}: {path} exists already; pass --overwrite to replace it, or another --output")
 
     def part(self, rank: int) -> Path:
         """Where rank ``rank`` writes its rows."""
@@ -106,6 +157,7 @@ class PredictionSink:
         if table.num_rows == 0:
             return None
         path = self.part(rank)
+        table = _stamped(table)
         if is_remote(path):
             with path.open("wb") as f:
                 pq.write_table(table, f)
@@ -126,8 +178,10 @@ class PredictionSink:
             marker = {**record, "parts": list(parts), "skipped_rows": skipped.num_rows}
             write_atomic(self.parts / SUCCESS, json.dumps(marker, indent=2).encode())
             if self.parts != self.final:
-                if exists(self.output):
-                    remove_tree(self.final)
+                old = replaceable_entries(self.final, "predictions", is_prediction_file, flag="--output")
+                if old:  # ours (checked again): only its own files go
+                    remove_owned(self.final, old)
+                    os.rmdir(self.final)
                 os.replace(self.staging, self.final)
         return listing
 

@@ -133,6 +133,7 @@ class Trainer:
         """:meth:`fit` once the model dir is claimed."""
         try:
             self.set_up()
+            self.retire_exports()
         except BaseException:
             self.release_run_lock()
             raise
@@ -505,6 +506,16 @@ class Trainer:
             self.publish_export(checkpoint_dir(self.session.model_dir, self.step))
         self.prune()
 
+    def retire_exports(self) -> None:
+        """Remove the ``[export]`` versions of any other run (rank 0), so that ``latest`` never
+        names a replaced run's model (:func:`~tzrun.serving.publish.retire_exports`)."""
+        if self.info.rank != 0 or self.cfg.export is None:
+            return
+        from tzrun.serving.publish import export_root, retire_exports
+
+        for path in retire_exports(export_root(self.cfg), self.run_id):
+            self._log0("retired %s: an export of another run", path)
+
     def publish_export(self, checkpoint: Path) -> None:
         """Export ``checkpoint`` for serving as ``[export]`` says (rank 0, from the complete
         checkpoint on storage; the other ranks wait at the next collective)."""
@@ -512,7 +523,7 @@ class Trainer:
             return
         from tzrun.serving.publish import export_root, publish_export
 
-        version = publish_export(self.session.facts, checkpoint, export_root(self.cfg), self.cfg.export.keep)
+        version = publish_export(self.session.facts, checkpoint, export_root(self.cfg), self.cfg.export.keep, self.run_id)
         self._log0("exported %s for serving: %s", checkpoint.name, version)
 
     def prune(self) -> None:

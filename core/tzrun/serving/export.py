@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -31,14 +30,14 @@ import attrs
 import torch
 from torch import nn
 
-from tzrun.errors import CheckpointError, TzrunError, WriteError
+from tzrun.errors import CheckpointError, TzrunError
 from tzrun.io.files import write_atomic
-from tzrun.io.storage import as_path, is_remote, remove_tree
+from tzrun.io.storage import as_path, is_remote
 from tzrun.serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of, sequence_keys
 from tzrun.serving.plain import PlainFeatures, PlainSequenceFeatures, plain_batch, swap_embedding_collections
 
 __all__ = ["ServingProgram", "ServingModule", "load_unsharded", "serving_programs", "export_model",
-           "write_export", "export_checkpoint", "ExportResult"]
+           "write_export", "export_checkpoint", "ExportResult", "claim_export_dir", "is_export_file", "is_legacy_export"]
 
 log = logging.getLogger("tzrun")
 
@@ -319,20 +318,47 @@ def _digest(checkpoint: Path) -> str:
     return hashlib.sha256((as_path(checkpoint) / MARKER).read_bytes()).hexdigest()
 
 
-def write_export(out: Path, exported: Mapping[ServingProgram, Any], manifest: Mapping[str, Any]) -> Path:
-    """Write the programs, then the manifest, then (last) the completion marker into ``out``
-    (local or an object store). A directory that exists is replaced only if it is an export
-    or empty.
+def is_export_file(name: str) -> bool:
+    """Whether ``name`` is one an export writes: its programs, manifest and marker (and their
+    temporary files)."""
+    name = name.removeprefix(".").removesuffix(".tmp")
+    return name in (MANIFEST, COMPLETE) or name.endswith(".pt2")
+
+
+def is_legacy_export(path: Path) -> bool:
+    """Whether ``path`` is an export written before exports carried an output marker."""
+    try:
+        marker = json.loads((as_path(path) / COMPLETE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get("format") == FORMAT
+
+
+def claim_export_dir(out: Path, run_id: str = "") -> None:
+    """Make ``out`` an empty export directory with its marker (see :mod:`tzrun.io.owned`): an
+    export of ours (or one written before markers) is replaced, file by file; anything else is
+    refused.
 
     Raises:
-        WriteError: when ``out`` holds something that is not an export.
+        WriteError: naming ``out``, what it holds and the fix.
+    """
+    from tzrun.io.owned import claim_output_dir, output_entries, read_output_marker, remove_owned
+
+    names = output_entries(out)
+    if names and read_output_marker(out) is None and is_legacy_export(out) and all(is_export_file(n) for n in names):
+        remove_owned(out, names)  # an export of an earlier version: ours, without the marker
+    claim_output_dir(out, "export", is_export_file, flag="--out", run_id=run_id)
+
+
+def write_export(out: Path, exported: Mapping[ServingProgram, Any], manifest: Mapping[str, Any]) -> Path:
+    """Write the programs, then the manifest, then (last) the completion marker into ``out``
+    (local or an object store), once :func:`claim_export_dir` made it ours and empty.
+
+    Raises:
+        WriteError: when ``out`` is a file, or a directory that is not an export of ours.
     """
     out = as_path(out)
-    if out.exists() and any(out.iterdir()):
-        if not (out / MANIFEST).exists() and not any(p.name.endswith(".pt2") for p in out.iterdir()):
-            raise WriteError(f"--out {out}: the directory holds files that are not an export; name an empty or new directory")
-        remove_tree(out) if is_remote(out) else shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_export_dir(out, str((manifest.get("checkpoint") or {}).get("run_id") or ""))
     for program, ep in exported.items():
         target = out / f"{program.name}.pt2"
         if is_remote(target):
@@ -370,7 +396,7 @@ def export_checkpoint(facts: Any, checkpoint: Path, out: Path) -> ExportResult:
     outputs = list(declare(facts.cfg.model.config)) if declare is not None else []
     exported = export_model(model, facts.specs, outputs)
     source = {"path": str(checkpoint), "step": int(meta["step"]), "marker_sha256": _digest(checkpoint),
-              "world_size": meta.get("world_size")}
+              "world_size": meta.get("world_size"), "run_id": meta.get("run_id")}
     manifest = manifest_of(facts, list(exported), source)
     path = write_export(out, exported, manifest)
     return ExportResult(path, checkpoint, int(meta["step"]), tuple(exported))

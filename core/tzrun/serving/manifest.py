@@ -48,7 +48,9 @@ value per row, whatever a batch's size); ``kind`` is ``probability``, ``logit``,
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -56,12 +58,14 @@ import attrs
 
 from tzrun.errors import CheckpointError
 
-__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "sequence_keys", "manifest_of", "read_manifest", "output_kind"]
+__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "sequence_keys", "manifest_of", "read_manifest", "read_program",
+           "output_kind"]
 
 FORMAT = "tzrun-export/1"
 MANIFEST = "manifest.json"
 #: written last; without it the directory is not an export
 COMPLETE = "COMPLETE"
+_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.pt2$")
 
 
 def sequence_keys(specs: Any, features: Sequence[str]) -> list[str]:
@@ -148,16 +152,84 @@ def _sparse_entry(f: Any) -> dict[str, Any]:
 
 
 def read_manifest(export_dir: Path) -> dict[str, Any]:
-    """The manifest of a complete export.
+    """The manifest of a complete export, checked against its ``COMPLETE`` marker (which
+    records the manifest's SHA-256), with every program file named as a plain file of the
+    export that the manifest's ``files`` hashes.
 
     Raises:
-        CheckpointError: when ``export_dir`` is not a complete export (no marker) or its
-            manifest is of another format.
+        CheckpointError: when ``export_dir`` is not a complete export (no marker), its marker or
+            manifest is damaged or of another format, or a program names a file outside it.
     """
-    if not (export_dir / COMPLETE).exists():
-        raise CheckpointError(f"{export_dir}: not a complete export (no {COMPLETE} marker); export again, or use "
-                         "another version")
-    manifest = json.loads((export_dir / MANIFEST).read_text(encoding="utf-8"))
-    if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{export_dir / MANIFEST}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    marker = _marker(export_dir)
+    try:
+        raw = (export_dir / MANIFEST).read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise CheckpointError(f"{export_dir / MANIFEST}: missing, though {COMPLETE} is there: the export is damaged; "
+                              "export it again (tzrec-run export)") from None
+    if hashlib.sha256(raw).hexdigest() != marker["manifest_sha256"]:
+        raise CheckpointError(f"{export_dir / MANIFEST}: does not match the SHA-256 that {COMPLETE} records (edited, "
+                              "truncated or damaged); export it again (tzrec-run export)")
+    try:
+        manifest = json.loads(raw)
+    except ValueError as error:
+        raise CheckpointError(f"{export_dir / MANIFEST}: not JSON ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise CheckpointError(f"{export_dir / MANIFEST}: format {found!r}, expected {FORMAT!r}")
+    files, programs = manifest.get("files"), manifest.get("programs")
+    if not isinstance(files, dict) or not isinstance(programs, dict) or not programs:
+        raise CheckpointError(f"{export_dir / MANIFEST}: lists no programs or no file hashes; export it again")
+    for name, program in programs.items():
+        file = program.get("file") if isinstance(program, dict) else None
+        if not isinstance(file, str) or not _FILE.match(file) or file not in files:
+            raise CheckpointError(f"{export_dir / MANIFEST}: program {name!r} names the file {file!r}, which is not a "
+                                  "hashed .pt2 file of this export; export it again")
     return manifest
+
+
+def _marker(export_dir: Path) -> dict[str, Any]:
+    """The export's ``COMPLETE`` marker: ``{"format", "manifest_sha256"}``."""
+    try:
+        text = (export_dir / COMPLETE).read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise CheckpointError(f"{export_dir}: not a complete export (no {COMPLETE} marker); export again, or use "
+                              "another version") from None
+    except UnicodeDecodeError:
+        text = ""
+    try:
+        marker = json.loads(text)
+    except ValueError:
+        marker = None
+    digest = marker.get("manifest_sha256") if isinstance(marker, dict) else None
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest) or marker.get("format") != FORMAT:
+        raise CheckpointError(f"{export_dir / COMPLETE}: {'empty' if not text.strip() else 'not the marker of an export'} "
+                              f"(expected {FORMAT!r} and the manifest's SHA-256); the export is damaged or is not one: "
+                              "export it again (tzrec-run export)")
+    return marker
+
+
+def read_program(export_dir: Path, manifest: Mapping[str, Any], program: str) -> bytes:
+    """The bytes of ``program``'s ``.pt2`` file, once they match the manifest's SHA-256 and the
+    archive holds nothing that loading could unpickle or run (:func:`~tzrun.serving.archive.check_archive`).
+    Load them with ``torch.export.load(io.BytesIO(data))``: nothing is read twice.
+
+    Raises:
+        CheckpointError: naming the file and what is wrong.
+    """
+    from tzrun.serving.archive import ArchiveRefused, check_archive
+
+    file = manifest["programs"][program]["file"]
+    path = export_dir / file
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise CheckpointError(f"{path}: missing, though {MANIFEST} lists it: the export is damaged; export it again") from None
+    if hashlib.sha256(data).hexdigest() != manifest["files"][file]:
+        raise CheckpointError(f"{path}: does not match its SHA-256 in {MANIFEST} (truncated, damaged or replaced); "
+                              "export it again (tzrec-run export)")
+    try:
+        check_archive(data)
+    except ArchiveRefused as error:
+        raise CheckpointError(f"{path}: refused, nothing in it was loaded: {error}. Only load exports that "
+                              "tzrec-run export wrote (docs/serving.md, 'What an export may hold')") from None
+    return data

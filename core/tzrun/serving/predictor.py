@@ -16,6 +16,7 @@ Python serving process imports::
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,15 +24,16 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
-from tzrun.errors import TzrunError
+from tzrun.errors import CheckpointError, TzrunError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature
 from tzrun.io.storage import as_path
-from tzrun.serving.manifest import read_manifest
+from tzrun.serving.manifest import read_manifest, read_program
 
 __all__ = ["Predictor", "Scored", "resolve_export"]
 
 _ROW = "__tzrun_row__"  # the input row index, carried through the batch builder as a group key
 LATEST = "latest"
+_VERSION = re.compile(r"step-\d+")
 
 
 @attrs.frozen
@@ -52,11 +54,19 @@ class Scored:
 
 def resolve_export(path: str | Path) -> Path:
     """The export directory ``path`` names: a complete export, or a directory of versions
-    whose ``latest`` file names one (see :mod:`tzrun.serving.publish`)."""
+    whose ``latest`` file names one (see :mod:`tzrun.serving.publish`).
+
+    Raises:
+        CheckpointError: when ``latest`` names anything but a ``step-N`` version directly in ``path``.
+    """
     path = as_path(path)
     pointer = path / LATEST
     if pointer.exists() and not (path / "manifest.json").exists():
-        return path / pointer.read_text(encoding="utf-8").strip()
+        name = pointer.read_bytes()[:256].decode("utf-8", "replace").strip()
+        if not _VERSION.fullmatch(name):
+            raise CheckpointError(f"{pointer}: names {name!r}, not a version (step-N) of {path}: damaged or not written "
+                                  "by tzrec-run; nothing was loaded")
+        return path / name
     return path
 
 
@@ -89,8 +99,7 @@ class Predictor:
         self.spec = programs[program]
         self.inputs = [i["name"] for i in self.spec["inputs"]]
         self.outputs = [o["name"] for o in self.spec["outputs"]]
-        with (self.path / self.spec["file"]).open("rb") as f:
-            self.exported = torch.export.load(io.BytesIO(f.read()))
+        self.exported = torch.export.load(io.BytesIO(read_program(self.path, self.manifest, program)))
         self._module = self.exported.module()
         self._builder = _builder(self.manifest, self.spec["features"], on_bad_row)
 

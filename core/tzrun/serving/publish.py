@@ -8,6 +8,7 @@ the pointer are each one atomic write)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -16,9 +17,9 @@ from typing import Any
 
 from tzrun.io.files import write_atomic
 from tzrun.io.storage import as_path, is_remote, remove_tree
-from tzrun.serving.manifest import COMPLETE
+from tzrun.serving.manifest import COMPLETE, MANIFEST
 
-__all__ = ["LATEST", "publish_export", "versions", "latest_version", "export_root"]
+__all__ = ["LATEST", "publish_export", "retire_exports", "versions", "latest_version", "export_root"]
 
 log = logging.getLogger("tzrun")
 
@@ -45,39 +46,86 @@ def versions(root: Path) -> list[tuple[int, Path, bool]]:
 
 
 def latest_version(root: Path) -> Path | None:
-    """The version ``<root>/latest`` names (None without one)."""
+    """The version ``<root>/latest`` names (None without one, or one naming no ``step-N``)."""
     pointer = as_path(root) / LATEST
     if not pointer.exists():
         return None
-    return as_path(root) / pointer.read_text(encoding="utf-8").strip()
+    name = pointer.read_bytes()[:256].decode("utf-8", "replace").strip()
+    return as_path(root) / name if _VERSION.match(name) else None
+
+
+def _ours(path: Path) -> bool:
+    """Whether the version directory ``path`` is an export tzrec-run wrote (its output marker,
+    or an export written before markers)."""
+    from tzrun.io.owned import read_output_marker
+    from tzrun.serving.export import is_legacy_export
+
+    marker = read_output_marker(path)
+    return (marker or {}).get("kind") == "export" or (marker is None and is_legacy_export(path))
+
+
+def _run_of(path: Path) -> str | None:
+    """The run id a version's manifest records (None when it records none or cannot be read)."""
+    try:
+        manifest = json.loads((as_path(path) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return ((manifest.get("checkpoint") or {}) if isinstance(manifest, dict) else {}).get("run_id") or None
 
 
 def _remove(path: Path) -> None:
     remove_tree(path) if is_remote(path) else shutil.rmtree(path, ignore_errors=True)
 
 
-def publish_export(facts: Any, checkpoint: Path, root: Path, keep: int) -> Path:
+def retire_exports(root: Path, run_id: str) -> list[Path]:
+    """Remove the versions under ``root`` that are not complete exports of the run ``run_id``
+    (a replaced run's, or what a killed publication left), and a ``latest`` pointer that then
+    names none; returns what was removed. Only directories tzrec-run marked as exports are
+    removed; anything else under ``root`` is left alone (and never pointed at)."""
+    root = as_path(root)
+    removed = []
+    for _, path, complete in versions(root):
+        if _ours(path) and (not complete or _run_of(path) != run_id):
+            _remove(path)
+            removed.append(path)
+    current = latest_version(root)
+    if current is not None and not (current / COMPLETE).exists():
+        (root / LATEST).unlink()
+    return removed
+
+
+def publish_export(facts: Any, checkpoint: Path, root: Path, keep: int, run_id: str = "") -> Path:
     """Export ``checkpoint`` as the version ``<root>/step-N`` (one process, no process group),
-    point ``latest`` at it, and keep the newest ``keep`` versions. A version that is complete
-    already is only pointed at.
+    point ``latest`` at it, and keep the newest ``keep`` versions of the run ``run_id``; the
+    versions of other runs are retired first (:func:`retire_exports`). A complete version of
+    this run and this very checkpoint is only pointed at.
 
     Returns:
         The version directory.
     """
     from tzrun.runner.checkpoint import checkpoint_step
-    from tzrun.serving.export import export_checkpoint
+    from tzrun.serving.export import _digest, export_checkpoint
 
     root, checkpoint = as_path(root), as_path(checkpoint)
     step = checkpoint_step(checkpoint)
-    for _, path, complete in versions(root):  # left by a publication that was killed
-        if not complete:
-            _remove(path)
+    retired = retire_exports(root, run_id)
+    if retired:
+        log.info("retired %d export(s) under %s that were not this run's", len(retired), root)
     version = root / f"step-{step}"
-    if not (version / COMPLETE).exists():
+    if not (version / COMPLETE).exists() or _source_digest(version) != _digest(checkpoint):
         export_checkpoint(facts, checkpoint, version)
     write_atomic(root / LATEST, f"{version.name}\n".encode())
-    complete = [path for _, path, done in versions(root) if done]
+    complete = [path for _, path, done in versions(root) if done and _ours(path)]
     for path in complete[:-keep]:
         if path.name != version.name:
             _remove(path)
     return version
+
+
+def _source_digest(version: Path) -> str | None:
+    """The checkpoint marker's SHA-256 that a version's manifest records."""
+    try:
+        manifest = json.loads((version / MANIFEST).read_text(encoding="utf-8"))
+        return manifest["checkpoint"]["marker_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
