@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         "apply-deltas", help="a checkpoint's embedding tables plus the embedding_deltas dumps after it: the tables "
                              "at the last dump, saved as {table: tensor} with torch.save (loads with weights_only=True)")
     apply_deltas.add_argument("path", metavar="CHECKPOINT", help="the base: a complete checkpoint directory")
-    apply_deltas.add_argument("deltas", metavar="DELTAS_DIR", help="the stage's dumps (model_dir/embedding_deltas)")
+    apply_deltas.add_argument("deltas", metavar="DELTAS_DIR",
+                              help="the stage's dumps (model_dir/embedding_deltas), written by the checkpoint's run")
     apply_deltas.add_argument("--out", required=True, metavar="FILE", help="where to write the tables")
     apply_deltas.add_argument("--upto", type=int, metavar="STEP", help="apply the dumps up to this step only")
 

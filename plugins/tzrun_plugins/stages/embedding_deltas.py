@@ -15,7 +15,10 @@ the run with an error naming both steps, not a mismatched collective), each rank
 holds, and rank 0 writes the manifest and, last, the marker. The ids changed since the last
 dump are part of the stage's state: each checkpoint saves every rank's, so a run resumed from
 a checkpoint loses none; on resume, dumps after the checkpoint's step (a crashed run's) are
-removed and written again. The last step of training is always dumped.
+removed and written again. A run that starts at step 0 retires every dump it finds in its dir
+(another run's, in a ``dir`` shared between runs); each dump names its run (``run_id``), and
+``ckpt apply-deltas`` applies it only to that run's checkpoints. The last step of training is
+always dumped.
 """
 
 from __future__ import annotations
@@ -84,8 +87,23 @@ class EmbeddingDeltasStage:
             if name in self.names:
                 self.pending.append(ids.long() | (self.names.index(name) << _ID_BITS))
         self.restored = {}
+        if run.is_rank0 and run.start_step == 0:
+            self._retire(run)
         if not self.names:
             log.warning("embedding_deltas: the model has no sharded embedding collection; nothing to dump")
+
+    def _retire(self, run: tzrun.RunContext) -> None:
+        """Remove the dumps a run starting at step 0 finds in its dir (an earlier run's, in a
+        ``dir`` shared between runs, or an earlier attempt's): they apply to no checkpoint of this run."""
+        root = tzrun.under(run.model_dir, self.cfg.dir)
+        removed, left = tzrun.DeltaDumps(root).retire()
+        if removed:
+            runs = sorted({run_id or "unknown" for _, run_id in removed})
+            log.info("embedding_deltas: run %s starts at step 0: retired %d dump(s) left in %s by run(s) %s (%s)",
+                     run.run_id, len(removed), root, ", ".join(runs), ", ".join(path.name for path, _ in removed))
+        for path in left:
+            log.warning("embedding_deltas: %s: left in place: not a dump (it holds other files); a dump of that step "
+                        "replaces it", path)
 
     def record(self, encoded: Any) -> None:
         """Add one step's encoded ids (called by the pre-hooks)."""
@@ -162,7 +180,7 @@ class EmbeddingDeltasStage:
         dumps.write_part(step, run.rank, tables, full)
         _barrier(run)
         if run.is_rank0:
-            dumps.publish(step, self.last_dump, run.world_size, shapes)
+            dumps.publish(step, self.last_dump, run.world_size, shapes, run_id=run.run_id)
         self.last_dump = step
         self.pending = []
 
