@@ -231,5 +231,5 @@ def read_program(export_dir: Path, manifest: Mapping[str, Any], program: str) ->
         check_archive(data)
     except ArchiveRefused as error:
         raise CheckpointError(f"{path}: refused, nothing in it was loaded: {error}. Only load exports that "
-                              "tzrec-run export wrote (docs/serving.md, 'What an export may hold')") from None
+                              "tzrec-run export wrote (tzrec-run help serving: what an export may hold)") from None
     return data
