@@ -77,3 +77,32 @@ def test_dssm_with_a_self_attention_sequence_encoder_trains(taobao, tmp_path):
                     "model.output_dim=8", "train.num_epochs=1")
     assert result["step"] == 8
     assert 0.0 <= result["recall_at_50"] <= 1.0 and result["loss/in_batch_softmax"] > 0.0
+
+
+def test_din_whose_id_features_are_all_queries_trains_in_bf16_and_exports(taobao, tmp_path):
+    """The defaults users get (the sparse_dist pipeline) with the options they turn on together
+    (bf16, gradient accumulation, a sequence group), and an export of a program that reads no
+    pooled id feature (its only one is the group's query)."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    from tzrun.cli.main import main
+    from tzrun.serving import Predictor
+
+    text = (REPO / "examples" / "din_taobao.toml").read_text()
+    blocks = re.split(r"(?=^\[\[features\.)", text, flags=re.M)
+    config = tmp_path / "din_queries_only.toml"
+    config.write_text("".join(b for b in blocks if not b.startswith("[[features.sparse]]") or 'name = "adgroup_id"' in b))
+    small = ["model.towers=[{hidden_units=[16]}]", 'model.din_towers=[{sequence="click_seq", attention_hidden_units=[8]}]',
+             "model.final_hidden_units=[8]"]
+    result = _train(config, taobao, tmp_path / "run", *small, 'train.mixed_precision="bf16"',
+                    "train.gradient_accumulation_steps=2")
+    assert result["step"] == 8 and 0.0 <= result["auc"] <= 1.0
+    sets = [a for s in [f'model_dir="{tmp_path / "run"}"', *small] for a in ("--set", s)]
+    assert main(["export", str(config), "--checkpoint", "latest", "--out", str(tmp_path / "export"), *sets]) == 0
+    predictor = Predictor(tmp_path / "export")
+    rows = pq.read_table(taobao / "eval").slice(0, 7)
+    probs = predictor.predict(rows)["probs"]
+    assert probs.shape == (7,) and ((probs > 0) & (probs < 1)).all()
+    assert abs(predictor.predict(rows.slice(0, 1))["probs"][0] - probs[0]) <= 1e-6  # one row: the batch dimension is free

@@ -251,9 +251,9 @@ def _run_with(tmp_path, criteo_dir, plugin, *overrides, name="run"):
     return train(Session(load_config(raw, registries), raw, pm, registries))
 
 
-def test_bf16_autocast_trains_on_cpu(tmp_path, criteo_dir):
-    probe = DtypeProbe()
-    result = _run_with(tmp_path, criteo_dir, probe, 'train.mixed_precision="bf16"')
+def test_bf16_autocast_trains_on_cpu_under_the_default_pipeline(tmp_path, criteo_dir):
+    probe = DtypeProbe()  # sparse_dist (the default) traces the forward: the autocast device is no batch field
+    result = _run_with(tmp_path, criteo_dir, probe, 'train.mixed_precision="bf16"', 'train.pipeline={type="sparse_dist"}')
     assert probe.dtypes == {torch.bfloat16}
     assert result.steps == 4
     assert all(torch.isfinite(v).all() for v in final_weights(result).values())

@@ -66,7 +66,8 @@ class TrainModel(nn.Module):
     the total loss (``1 / accumulation steps``, times the fp16 loss scale): the only place the
     loss is ever scaled.
 
-    With ``mixed_precision``, the model and its losses run under ``torch.autocast``.
+    With ``mixed_precision``, the model and its losses run under ``torch.autocast`` on
+    ``device_type`` (the run's device).
     """
 
     def __init__(
@@ -77,8 +78,10 @@ class TrainModel(nn.Module):
         mixed_precision: str | None = None,
         loss_scale: LossScale | None = None,
         loss_weighting: LossWeighting | None = None,
+        device_type: str = "cpu",
     ) -> None:
         super().__init__()
+        self.device_type = device_type  # autocast's; known here, never read off the batch (a traced proxy)
         self.model = model
         self.losses = nn.ModuleDict(dict(losses))
         self.slots = list(slots)
@@ -90,8 +93,7 @@ class TrainModel(nn.Module):
         if self.autocast_dtype is None:
             outputs, total, values, loss_weights = self._forward(batch)
         else:
-            device_type = batch.labels[next(iter(batch.labels))].device.type
-            with torch.autocast(device_type, dtype=self.autocast_dtype):
+            with torch.autocast(self.device_type, dtype=self.autocast_dtype):
                 outputs, total, values, loss_weights = self._forward(batch)
         detached = {k: v.detach().float() for k, v in outputs.items()}
         backward = self.loss_scale.for_backward(total, self) if self.training else total
@@ -145,9 +147,11 @@ def _check_reads_sequences(model: nn.Module, ctx: ModelContext, model_type: str)
                           "sequences (such as din) or remove [[features.sequence]]")])
 
 
-def build_model(facts: RunFacts, device: torch.device, loss_scale: LossScale | None = None) -> TrainModel:
+def build_model(facts: RunFacts, device: torch.device, loss_scale: LossScale | None = None, *,
+                compute_device: str = "cpu") -> TrainModel:
     """The user's model and its losses (the run's resolved loss slots), with embedding
-    collections on ``device``."""
+    collections on ``device``; ``compute_device`` (``"cpu"``, ``"cuda"``) is where it runs,
+    for ``train.mixed_precision``'s autocast."""
     cfg, registries, specs = facts.cfg, facts.registries, facts.specs
     ctx = ModelContext(specs.dense, specs.sparse, specs.tables, device, tuple(cfg.data.labels),
                        specs.sequence_groups, specs.sequence_tables)
@@ -160,4 +164,4 @@ def build_model(facts: RunFacts, device: torch.device, loss_scale: LossScale | N
         for i, (slot, c) in enumerate(zip(slots, cfg.losses))
     }
     weighting = build_loss_weighting(cfg, registries, [slot.name for slot in slots])
-    return TrainModel(model, losses, slots, cfg.train.mixed_precision, loss_scale, weighting)
+    return TrainModel(model, losses, slots, cfg.train.mixed_precision, loss_scale, weighting, compute_device)

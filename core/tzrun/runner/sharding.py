@@ -170,7 +170,7 @@ def prepare_sharding(
 
     cfg = facts.cfg
     batch_size = cfg.data.batch_size if batch_size is None else batch_size
-    train_model = build_model(facts, torch.device("meta"), loss_scale)
+    train_model = build_model(facts, torch.device("meta"), loss_scale, compute_device=device.type)
     modules = embedding_modules(train_model)
     if not modules:
         raise ConfigError("model", [ConfigProblem("model.type", f"model '{cfg.model.type}' built no EmbeddingBagCollection; tzrec-run shards embeddings with TorchRec")])

@@ -263,8 +263,11 @@ def _dynamic_shapes(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
 
     batch = Dim("batch", min=1, max=2**31 - 2)
     ids = Dim("ids", min=0, max=2**31 - 2)
-    axes = {"dense": {0: batch}, "ids": {0: ids}, "lengths": {1: batch}, "weights": {0: ids},
-            "sequence_lengths": {1: batch}}
+    # a program without pooled id features (a DIN whose id features are all its group's
+    # queries) always gets no ids: its id count is the constant 0, not a dimension
+    pooled = inputs["lengths"].shape[0] > 0
+    axes: dict[str, Any] = {"dense": {0: batch}, "ids": {0: ids} if pooled else None, "lengths": {1: batch},
+                            "weights": {0: ids} if pooled else None, "sequence_lengths": {1: batch}}
     for i, name in enumerate(n for n in inputs if n.startswith("sequence_ids/")):
         axes[name] = {0: Dim(f"sequence_ids_{i}", min=0, max=2**31 - 2)}
     return {"inputs": {name: axes[name] for name in inputs}}
