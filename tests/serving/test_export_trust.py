@@ -232,3 +232,17 @@ def test_after_train_overwrite_only_the_new_runs_export_is_served(tiny_run, tmp_
     assert latest_version(shared).name == "step-2"
     assert json.loads((shared / "step-2" / "manifest.json").read_text())["checkpoint"]["run_id"] == run_id
     assert "retired" in again.stderr
+
+
+def test_on_two_ranks_a_foreign_output_is_refused_by_rank_0_and_no_rank_waits(tiny_run, tmp_path):
+    from tests.conftest import run_cli
+
+    user = tmp_path / "user"
+    files = _user_dir(user)
+    done = run_cli(["predict", str(tiny_run.model_dir.parent / "tiny.toml"), "--checkpoint", "latest", "--input",
+                    str(tiny_run.model_dir.parent / "tiny_data" / "eval"), "--output", str(user), "--overwrite",
+                    "--nproc-per-node", "2"], timeout=300)
+    assert done.returncode == EXIT_CANT_WRITE, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("tzrec-run:")]
+    assert len(lines) == 1 and "no tzrec-run marker" in lines[0], done.stderr[-3000:]
+    assert _contents(user) == files
