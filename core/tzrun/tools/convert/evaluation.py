@@ -260,12 +260,15 @@ def convert_export(node: Node, evaluation: dict[str, Any], names: Mapping[str, s
         if metric in names:
             evaluation["best_metric"] = names[metric]
             evaluation["best_mode"] = "max" if larger else "min"
-            node.note("exporter_type", "the best checkpoint is recorded in best.json and kept from pruning; there is no export")
+            node.note("exporter_type", "the best checkpoint is recorded in best.json and kept from pruning; export it "
+                                       "with tzrec-run export CONFIG --checkpoint best --out DIR (or [export] on_best = true "
+                                       "during training)")
         else:
             node.findings.not_converted.append(Finding(node.at("best_exporter_metric"), f"'{metric}' is none of the "
                                                        f"converted eval results ({', '.join(names) or 'none'})"))
     else:
-        node.skip("exporter_type", "exporting a model for serving is not part of tzrec-run")
+        node.skip("exporter_type", "export the latest checkpoint with tzrec-run export CONFIG --checkpoint latest --out DIR "
+                                   "(or [export] at_end = true during training)")
         for name in ("best_exporter_metric", "metric_larger_is_better"):
             node.skip(name, f"used only with exporter_type \"best\" (this one is \"{kind}\")")
-    node.rest("exporting a model for serving is not part of tzrec-run")
+    node.rest("an export is made by tzrec-run export (tzrec-run help serving), not configured here")
