@@ -269,6 +269,25 @@ def tzrun_register_samplers(register: Register) -> None:
     """
 
 
+@hookspec
+def tzrun_register_commands(register: Register) -> None:
+    """Register ``tzrec-run`` subcommands by name (as llm's ``register_commands``): a command
+    that is not a run (a report, a converter, a tool for the way out of a run).
+
+    Called once per ``tzrec-run`` invocation that names a command tzrec-run does not ship (and
+    for ``tzrec-run --help`` and ``tzrec-run plugins``), before its arguments are parsed, on the
+    process that parses them; never during a run. Call ``register(name, config=..., build=...,
+    description=...)``: ``name`` is lower_snake and is typed with hyphens
+    (``my_report`` is ``tzrec-run my-report``); each field of the attrs class ``config`` is an
+    option of the command (``--field-name``: required without a default, a flag for a ``bool``
+    defaulting to false, repeatable for a ``tuple``; ``metadata={"help": ...}`` for its help,
+    ``metadata={"positional": True}`` for a positional argument); ``build(options)`` runs the
+    command with the options parsed into ``config`` and returns its exit code (``None`` is 0).
+    A :class:`~tzrun.errors.TzrunError` it raises is printed as one line with its exit code. A
+    name that tzrec-run's own commands use is refused with a warning naming the plugin.
+    """
+
+
 # ----------------------------------------------------------------------------------------------
 # lifecycle hooks
 

@@ -44,7 +44,7 @@ __all__ = [
 
 class Register(Protocol):
     """The ``register`` callback of the registration hooks whose kinds take no kind-specific
-    option: sparse and dense optimizers, lr schedules, train pipelines, samplers (see
+    option: sparse and dense optimizers, lr schedules, train pipelines, samplers, commands (see
     :mod:`tzrun.hookspecs`). The other kinds have their own: :class:`RegisterLosses`,
     :class:`RegisterLossWeightings`, :class:`RegisterMetrics`, :class:`RegisterStages`,
     :class:`RegisterModels`, :class:`RegisterReaders`, so that a type checker refuses a

@@ -25,6 +25,8 @@ from tzrun.cli.install_commands import add_parsers as add_install_parsers
 from tzrun.cli.results import print_evaluation, print_train
 from tzrun.cli.completion import SHELLS
 from tzrun.cli.predict_command import add_predict_parser, cmd_predict
+from tzrun.cli.plugin_commands import (add_plugin_commands, command_of as _command_of, names_no_command_of_ours as
+                                       _names_no_command_of_ours, plugin_commands, run_plugin_command)
 
 __all__ = ["main", "console_main", "build_parser", "EXIT_CONFIG", "LOG_LEVELS", "LOG_LEVEL_ENV"]
 
@@ -38,8 +40,9 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``tzrec-run``."""
+def build_parser(plugin_commands: Sequence[Any] = ()) -> argparse.ArgumentParser:
+    """The argument parser of ``tzrec-run``, with the commands plugins registered
+    (:mod:`tzrun.cli.plugin_commands`) after its own."""
     parser = ArgumentParser(
         prog="tzrec-run",
         description="Train recommendation models on TorchRec from one TOML file.",
@@ -252,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "without TOPIC, the list of topics")
     help_.add_argument("topic", nargs="?", metavar="TOPIC")
     _accept_everywhere(parser, "--log-level", choices=LOG_LEVELS, help=log_level_help)
+    add_plugin_commands(sub, plugin_commands, list(sub.choices))
     return parser
 
 
@@ -454,15 +458,6 @@ def console_main() -> None:
     raise SystemExit(code)
 
 
-def _command_of(argv: Sequence[str]) -> str | None:
-    """The command ``argv`` names: its first word that is neither an option nor the value of
-    ``--log-level`` (the one global option that takes a value)."""
-    for i, token in enumerate(argv):
-        if not token.startswith("-") and (i == 0 or argv[i - 1] != "--log-level"):
-            return token
-    return None
-
-
 def _quiet_broken_pipe() -> int:
     """Standard output's reader went away: point it at ``/dev/null`` (the interpreter's final
     flush would fail again) and return :data:`~tzrun.errors.EXIT_BROKEN_PIPE`."""
@@ -475,7 +470,12 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tzrec-run`` with ``argv`` (default: the process arguments); returns the exit code."""
     argv = with_our_spellings(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    registered: list[Any] = []
+    if _names_no_command_of_ours(parser, argv):
+        registered = plugin_commands()
+        parser = build_parser(registered)
+    args = parser.parse_args(argv)
     level = args.log_level or os.environ.get(LOG_LEVEL_ENV, "").strip().lower() or None
     if level not in (None, *LOG_LEVELS):
         print(f"tzrec-run: {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r}: expected one of {', '.join(LOG_LEVELS)}",
@@ -487,7 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in launches:
             return launches[args.command](args, argv)
-        return COMMANDS[args.command](args)
+        if args.command in COMMANDS:
+            return COMMANDS[args.command](args)
+        return run_plugin_command(args) or 0
     except TzrunError as error:
         if not _announced_by_rank0(error):
             print(f"tzrec-run: {redact_url(str(_named_after_the_config(error, getattr(args, 'config', None))))}",

@@ -66,6 +66,7 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("model", "tzrun_register_models", "model", "models", {"outputs": None}),
             Kind("reader", "tzrun_register_readers", "reader", "readers", {"check": None}),
             Kind("sampler", "tzrun_register_samplers", "sampler", "samplers"),
+            Kind("command", "tzrun_register_commands", "command", "commands"),
         )
     }
 )
