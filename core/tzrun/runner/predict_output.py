@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from tzrun.errors import WriteError
 from tzrun.io.files import write_atomic
-from tzrun.io.owned import claim_output_dir, remove_owned, replaceable_entries
+from tzrun.io.owned import claim_output_dir, output_entries, read_output_marker, remove_owned, replaceable_entries
 from tzrun.io.storage import as_path, exists, is_remote, remove_tree
 
 __all__ = ["SUCCESS", "SKIPPED", "OWNER_KEY", "PredictionSink", "skipped_path", "is_prediction_file", "is_our_parquet"]
@@ -133,6 +133,9 @@ class PredictionSink:
         elif self.parts != self.final:  # a local directory: replaced at the end, whole
             replaceable_entries(self.final, "predictions", is_prediction_file, flag="--output", overwrite=self.overwrite)
         if self.parts != self.final:
+            left = output_entries(self.staging)
+            if left and read_output_marker(self.staging) is None and all(is_prediction_file(n) for n in left):
+                remove_owned(self.staging, left)  # parts a killed run of an earlier version left, before markers
             claim_output_dir(self.staging, "predictions", is_prediction_file, flag="--output's staging directory")
         else:  # in place on an object store: no longer complete from here on
             claim_output_dir(self.final, "predictions", is_prediction_file, flag="--output", overwrite=self.overwrite)
