@@ -163,7 +163,7 @@ def test_two_ranks_read_their_shards_from_s3(tiny_data, s3_bucket, tmp_path):
 
 
 def test_vocab_files_and_item_tables_are_read_from_s3(s3_bucket, tmp_path):
-    from tzrun.data.vocab import read_vocab_file
+    from tzrun.config.vocab import read_vocab_file
     from tzrun_plugins.samplers.negative import NegativeSamplerConfig, read_item_table
 
     fs = fsspec.filesystem("s3")

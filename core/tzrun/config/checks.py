@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from tzrun.config.schema import RunConfig, SparseFeatureConfig
+from tzrun.config.schema import SEQUENCE_LENGTH, RunConfig, SparseFeatureConfig
 from tzrun.config.sequences import ID_KINDS, check_sequences, resolved_sequences
-from tzrun.data.cost import SEQUENCE_LENGTH
-from tzrun.data.vocab import check_vocab, read_vocab_file
+from tzrun.config.vocab import check_vocab, read_vocab_file
 from tzrun.errors import ConfigProblem
 
 __all__ = ["check_run_config", "FBGEMM_DIM_MULTIPLE"]

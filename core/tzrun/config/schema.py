@@ -23,6 +23,7 @@ from tzrun.config.features_schema import (
 )
 
 __all__ = [
+    "SEQUENCE_LENGTH",
     "Component",
     "SparseOptimizerFields",
     "DenseOptimizerFields",
@@ -48,6 +49,9 @@ __all__ = [
     "PluginsConfig",
     "RunConfig",
 ]
+
+#: ``data.sample_cost``'s value for "a row costs its sequences' lengths" (the default; see :mod:`tzrun.data.cost`)
+SEQUENCE_LENGTH = "sequence_length"
 
 
 @attrs.frozen
@@ -304,7 +308,7 @@ class DataConfig:
     sampler: Optional[Component] = None
     derived_labels: tuple[DerivedLabelConfig, ...] = ()
     batch_cost_size: Optional[int] = attrs.field(default=None, validator=attrs.validators.optional(_positive))
-    sample_cost: str = "sequence_length"
+    sample_cost: str = SEQUENCE_LENGTH
 
 
 @attrs.frozen

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tzrun.config.schema import SEQUENCE_LENGTH
 from tzrun.errors import DataError
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ __all__ = ["SEQUENCE_LENGTH", "SequenceCost", "BatchCost", "batch_bounds", "cost
 log = logging.getLogger(__name__)
 
 #: ``data.sample_cost`` that makes a row's cost its total sequence length, + 1.
-SEQUENCE_LENGTH = "sequence_length"
 
 
 @attrs.frozen

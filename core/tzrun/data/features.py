@@ -38,7 +38,7 @@ from tzrun.config.sequences import resolved_sequences, table_name, unpooled_tabl
 from tzrun.data.hashing import fnv1a_64, hash_to_buckets, is_hashable
 from tzrun.data.ids import JaggedIds, jagged_ids
 from tzrun.data.labels import DerivedLabel, LabelDomain, derive, violations
-from tzrun.data.vocab import read_vocab_file
+from tzrun.config.vocab import read_vocab_file
 from tzrun.errors import BadRowError, DataError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tzrun.data.hashing import hash_to_buckets, is_hashable
-from tzrun.data.vocab import OOV_ID
+from tzrun.config.vocab import OOV_ID
 from tzrun.errors import DataError
 from tzrun.interfaces import SparseFeature
 

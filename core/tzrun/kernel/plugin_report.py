@@ -25,7 +25,7 @@ def _type_text(annotation: Any) -> str:
 def component_options(entry: Entry) -> list[dict[str, Any]]:
     """The TOML options of a component: ``name``, ``type`` (as annotated), ``default`` (TOML
     text; None when the option is required)."""
-    from tzrun.tools.reference.fields import default_value, toml_value
+    from tzrun.config.toml_text import default_value, toml_value
 
     options = []
     for field in attrs.fields(entry.config):

@@ -19,7 +19,6 @@ import enum
 import json
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
+from tzrun.config.toml_text import toml_key, toml_literal
 from tzrun.config.load import RawConfig
 from tzrun.config.schema import Component, RunConfig
 from tzrun.io.files import write_atomic
@@ -45,7 +45,6 @@ RESOLVED_TOML = "resolved_config.toml"
 RESOLVED_JSON = "resolved_config.json"
 ENV_FILE = "env.json"
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,36 +129,6 @@ def config_sources(tree: Mapping[str, Any], raw: RawConfig) -> dict[str, str]:
     return out
 
 
-def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
-
-
-def toml_literal(value: Any) -> str:
-    """``value`` (TOML-shaped: dict, list, str, int, float, bool) as a TOML literal, tables inline;
-    the one TOML writer of tzrec-run (``resolved_config.toml``, ``convert``, the reference pages).
-
-    Raises:
-        TypeError: a value that TOML cannot hold (None, say).
-    """
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if value != value:
-            return "nan"
-        if value in (float("inf"), float("-inf")):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {toml_literal(v)}" for k, v in value.items()) + " }" if value else "{}"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
-
-
 def _is_table(value: Any) -> bool:
     return isinstance(value, dict)
 
@@ -191,10 +160,10 @@ def emit_toml(lines: list[str], node: Mapping[str, Any], header: str, path: str,
         if _is_table(value) or _is_table_array(value):
             continue
         full = f"{path}.{key}" if path else key
-        lines.append(f"{_key(key)} = {toml_literal(value)}{mark(full)}")
+        lines.append(f"{toml_key(key)} = {toml_literal(value)}{mark(full)}")
     for key, value in node.items():
         full = f"{path}.{key}" if path else key
-        name = f"{header}.{_key(key)}" if header else _key(key)
+        name = f"{header}.{toml_key(key)}" if header else toml_key(key)
         if _is_table(value):
             lines.extend(["", f"[{name}]"])
             emit_toml(lines, value, name, full, sources)

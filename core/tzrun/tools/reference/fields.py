@@ -11,7 +11,7 @@ from typing import Any, Literal, Mapping, Union
 import attrs
 
 from tzrun.config.schema import Component
-from tzrun.runner.records import toml_literal
+from tzrun.config.toml_text import default_value, toml_value
 from tzrun.tools.reference.docstrings import code_span, table_cell
 
 __all__ = [
@@ -71,38 +71,6 @@ def _toml_type(hint: Any, plural: bool = False) -> str:
     if hint is Any:
         return "any value"
     return code_span(getattr(hint, "__name__", str(hint)))
-
-
-def _toml_shaped(value: Any) -> Any:
-    """``value`` as TOML-shaped data: a component as its table, an attrs instance as the keys it
-    changes, tuples as lists."""
-    if isinstance(value, Component):
-        return {"type": value.type, **{k: _toml_shaped(v) for k, v in value.raw.items()}}
-    if isinstance(value, (tuple, list)):
-        return [_toml_shaped(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _toml_shaped(v) for k, v in value.items()}
-    if attrs.has(type(value)):
-        return {f.name: _toml_shaped(getattr(value, f.name)) for f in attrs.fields(type(value))
-                if f.default is attrs.NOTHING or getattr(value, f.name) != default_value(f)}
-    return value
-
-
-def toml_value(value: Any) -> str:
-    """A default value as TOML text (an attrs instance shows only the keys it changes), written by
-    :func:`tzrun.runner.records.toml_literal`; a value TOML cannot hold shows as its ``repr``."""
-    try:
-        return toml_literal(_toml_shaped(value))
-    except TypeError:
-        return repr(value)
-
-
-def default_value(field: Any) -> Any:
-    """The default of an attrs field (a factory called; ``attrs.NOTHING`` when there is none)."""
-    default = field.default
-    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        return attrs.NOTHING if default.takes_self else default.factory()
-    return default
 
 
 def field_default_cell(field: Any) -> str:

@@ -1,0 +1,36 @@
+"""The layering rules of the core (shared/DESIGN.md, "Layout"), checked on every import
+statement, function-local ones included: the plugin kernel never imports the tools or the
+first-party plugins, and ``config`` never imports ``data`` or the runner."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[2] / "core" / "tzrun"
+
+#: package (below tzrun) -> the modules it must never import
+RULES = {
+    "kernel": ("tzrun.tools", "tzrun_plugins", "tzrun.runner", "tzrun.cli"),
+    "config": ("tzrun.data", "tzrun.runner", "tzrun.tools", "tzrun.serving", "tzrun_plugins"),
+}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(RULES))
+def test_a_layer_never_imports_what_sits_above_it(package):
+    broken = [f"{path.relative_to(CORE.parent)}:{line} imports {module}"
+              for path in sorted((CORE / package).rglob("*.py")) for line, module in _imports(path)
+              if any(module == banned or module.startswith(banned + ".") for banned in RULES[package])]
+    assert broken == []
