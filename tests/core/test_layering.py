@@ -1,6 +1,7 @@
 """The layering rules of the core (shared/DESIGN.md, "Layout"), checked on every import
 statement, function-local ones included: the plugin kernel never imports the tools or the
-first-party plugins, and ``config`` never imports ``data`` or the runner."""
+first-party plugins, ``config`` never imports ``data`` or the runner, and the runner's modules
+import each other without a circle."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def test_a_layer_never_imports_what_sits_above_it(package):
               for path in sorted((CORE / package).rglob("*.py")) for line, module in _imports(path)
               if any(module == banned or module.startswith(banned + ".") for banned in RULES[package])]
     assert broken == []
+
+
+def test_the_runners_modules_import_each_other_without_a_circle():
+    edges = {path.stem: {module.split(".")[2] for _, module in _imports(path) if module.startswith("tzrun.runner.")}
+             for path in (CORE / "runner").glob("*.py")}
+    circles = []
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(edges.get(path[-1], ())):
+            if nxt == path[0]:
+                circles.append(" -> ".join([*path, nxt]))
+            elif nxt not in path and nxt > path[0]:  # each circle once, from its smallest module
+                walk([*path, nxt])
+
+    for start in sorted(edges):
+        walk([start])
+    assert circles == []

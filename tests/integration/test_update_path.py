@@ -18,7 +18,7 @@ from tzrun.config.load import load_config, parse_config
 from tzrun.errors import ConfigError
 from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
-from tzrun.runner.build import assign_parts
+from tzrun.runner.dense_parts import assign_parts
 from tests.checkpoint_entries import read_saved
 from tzrun.runner.checkpoint import checkpoint_dir
 from tzrun.runner.distributed import init_distributed, shutdown_distributed

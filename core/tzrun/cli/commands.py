@@ -103,11 +103,11 @@ def check_plan(session: Any, source: str, nproc: int, device: str | None) -> Non
 
     from tzrun.errors import PlanError
     from tzrun.runner.host_memory import host_memory
-    from tzrun.runner.plan import PlanRequest, failure_line, plan_run
+    from tzrun.runner.plan import PlanRequest, failure_line, plan_config
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        report = plan_run(session, PlanRequest(nproc, nproc, device), host=host_memory() if device == "cpu" else None)
+        report = plan_config(session.facts, PlanRequest(nproc, nproc, device), host=host_memory() if device == "cpu" else None)
     except PlanError as error:  # this host's memory cannot hold the tables
         raise PlanError(f"{source}: {error}") from None
     if not report.fits:
@@ -118,7 +118,7 @@ def print_parameters(session: Any, device: str | None = None) -> None:
     """The dense parameters of each dense optimizer key, and each table's sparse optimizer."""
     import torch
 
-    from tzrun.runner.build import assign_parts
+    from tzrun.runner.dense_parts import assign_parts
     from tzrun.runner.model import build_model, dense_parameter_names, embedding_modules, embedding_tables
     from tzrun.runner.sharding import plan_table_updates
 
@@ -157,7 +157,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"tzrec-run plan: {'; '.join(wrong)}", file=sys.stderr)
         return EXIT_USAGE
     session = prepare(args.config, args.overrides, args.strict)
-    from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_run
+    from tzrun.runner.plan import GIB, PlanRequest, format_failure, format_plan, plan_config
 
     session.check()
     request = PlanRequest(
@@ -165,7 +165,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         hbm_cap=None if args.hbm_gb is None else int(args.hbm_gb * GIB),
         ddr_cap=None if args.ddr_gb is None else int(args.ddr_gb * GIB),
     )
-    report = plan_run(session, request)
+    report = plan_config(session.facts, request)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif report.fits:

@@ -4,16 +4,17 @@ dense optimizers (and their parts), the schedules and the update path around the
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import attrs
 import torch
 import torch.distributed as dist
 
 from tzrun.config.schema import Component, RunConfig
-from tzrun.errors import ConfigError, ConfigProblem, PlanError
+from tzrun.errors import PlanError
 from tzrun.kernel.registry import Registries
 from tzrun.runner.compile import CompiledDense, compile_dense
+from tzrun.runner.dense_parts import assign_parts
 from tzrun.runner.distributed import DistInfo
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import host_memory
@@ -22,7 +23,7 @@ from tzrun.runner.sharding import ShardingSetup, prepare_sharding
 from tzrun.runner.sparse_state import set_initial_accumulators
 from tzrun.runner.update import UpdateOptimizer
 
-__all__ = ["Built", "assign_parts", "apply_tf32", "build_run"]
+__all__ = ["Built", "apply_tf32", "build_run"]
 
 log = logging.getLogger(__name__)
 
@@ -52,43 +53,6 @@ class Built:
     plan: Any
     parts: dict[str, list[str]] = attrs.field(factory=dict)
     compiled: CompiledDense | None = None
-
-
-def assign_parts(names: Sequence[str], parts: Sequence[Component], where: str = "train.dense_optimizer") -> dict[str, list[str]]:
-    """Split dense parameter names between the part optimizers (whole-name regex match) and
-    the main dense optimizer (key ``dense``; parts are ``dense.parts[<i>]``).
-
-    Raises:
-        ConfigError: when a name matches two parts (naming both patterns) or a part matches
-            no parameter.
-    """
-    import re
-
-    compiled = [(i, re.compile(part.fields.pattern)) for i, part in enumerate(parts)]
-    groups: dict[str, list[str]] = {"dense": []}
-    groups.update({f"dense.parts[{i}]": [] for i in range(len(parts))})
-    problems = []
-    for name in names:
-        matched = [i for i, pattern in compiled if pattern.fullmatch(name)]
-        if len(matched) > 1:
-            a, b = matched[:2]
-            problems.append(ConfigProblem(
-                f"{where}.parts[{b}].pattern",
-                f"parameter '{name}' is matched by parts[{a}] ('{parts[a].fields.pattern}') and parts[{b}] "
-                f"('{parts[b].fields.pattern}'); a parameter belongs to one part",
-            ))
-        groups[f"dense.parts[{matched[0]}]" if matched else "dense"].append(name)
-    for i, part in enumerate(parts):
-        if not groups[f"dense.parts[{i}]"]:
-            sample = ", ".join(list(names)[:6]) + (", ..." if len(names) > 6 else "")
-            problems.append(ConfigProblem(
-                f"{where}.parts[{i}].pattern",
-                f"'{part.fields.pattern}' matches no dense parameter (the pattern must match the whole name; names: {sample}; "
-                "see tzrec-run check --params)",
-            ))
-    if problems:
-        raise ConfigError(where, problems)
-    return groups
 
 
 def apply_tf32(cfg: RunConfig) -> None:

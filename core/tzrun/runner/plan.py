@@ -35,13 +35,12 @@ from tzrun.config.schema import RunConfig
 from tzrun.config.sequences import id_features
 from tzrun.errors import PlanError
 from tzrun.kernel.registry import Registries
-from tzrun.runner.build import assign_parts
+from tzrun.runner.dense_parts import assign_parts
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory
 from tzrun.runner.model import dense_parameter_names, embedding_tables
 from tzrun.runner.sharding import prepare_sharding
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
-from tzrun.runner.session import Session
 
 __all__ = [
     "PlanRequest",
@@ -50,7 +49,6 @@ __all__ = [
     "DenseEstimate",
     "PlanFailure",
     "PlanReport",
-    "plan_run",
     "estimate_dense",
     "format_plan",
     "format_failure",
@@ -157,7 +155,7 @@ class DenseEstimate:
 
 @attrs.frozen
 class PlanReport:
-    """What :func:`plan_run` found.
+    """What :func:`plan_config` found.
 
     Attributes:
         request: the cluster, with defaults filled in.
@@ -204,12 +202,13 @@ class PlanReport:
         }
 
 
-def plan_run(session: Session, request: PlanRequest, host: HostMemory | None = None) -> PlanReport:
+def plan_config(facts: RunFacts, request: PlanRequest, host: HostMemory | None = None) -> PlanReport:
     """Run TorchRec's planner for ``request``'s cluster on the model built on the meta device,
-    from the session's config, components and features (no process group needed).
+    from a run's facts (its config, components and features: ``session.facts``; no process
+    group needed).
 
     Args:
-        session: the run.
+        facts: the run's facts.
         request: the cluster.
         host: this host's memory, to refuse tables it cannot hold (a CPU run here); None
             checks nothing.
@@ -222,11 +221,6 @@ def plan_run(session: Session, request: PlanRequest, host: HostMemory | None = N
         ConfigError: as training would (see :func:`tzrun.runner.sharding.prepare_sharding`).
         PlanError: when ``host`` cannot hold the tables.
     """
-    return plan_config(session.facts, request, host)
-
-
-def plan_config(facts: RunFacts, request: PlanRequest, host: HostMemory | None = None) -> PlanReport:
-    """:func:`plan_run` of a config's facts (its config, components and features)."""
     from torchrec.distributed.planner.types import PlannerError
 
     cfg, registries = facts.cfg, facts.registries
