@@ -53,7 +53,7 @@ def test_json_has_no_nan(capsys):
 
 
 def test_torchruns_own_spelling_nproc_per_node_is_accepted_and_not_passed_on():
-    from tzrun.cli.main import _without_launcher_options, with_our_spellings
+    from tzrun.runner.launch import with_our_spellings, without_launcher_options as _without_launcher_options
 
     def parse(*argv: str):
         return build_parser().parse_args(with_our_spellings(argv))

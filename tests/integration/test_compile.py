@@ -219,7 +219,7 @@ def test_a_compiled_run_stopped_and_resumed_is_the_uninterrupted_compiled_run(re
 
 
 def test_the_inductor_cache_dir_reaches_every_rank_unchanged():
-    from tzrun.cli.main import launch_environment
+    from tzrun.runner.launch import launch_environment
 
     env = launch_environment({"TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}, 2)
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/data/inductor"

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Mapping, NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from tzrun import __version__
 from tzrun.cli.commands import COMMANDS, prepare
@@ -23,6 +23,7 @@ from tzrun.cli.logs import setup_logging as _setup_logging
 from tzrun.io.storage import redact_url
 from tzrun.cli.install_commands import add_parsers as add_install_parsers
 from tzrun.cli.results import print_evaluation, print_train
+from tzrun.runner.launch import with_our_spellings
 from tzrun.cli.completion import SHELLS
 from tzrun.cli.predict_command import add_predict_parser, cmd_predict
 from tzrun.cli.plugin_commands import (add_plugin_commands, command_of as _command_of, names_no_command_of_ours as
@@ -271,63 +272,10 @@ def _accept_everywhere(parser: argparse.ArgumentParser, option: str, **kwargs: A
 
 
 def _launch_torchrun(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from tzrun.stack import require_stack
+    """Start ``argv``'s command on ``--nproc-per-node`` ranks (:func:`tzrun.runner.launch.launch_torchrun`)."""
+    from tzrun.runner.launch import launch_torchrun
 
-    require_stack()  # before torchrun itself needs torch
-    rest = _without_launcher_options(argv)
-    max_restarts = getattr(args, "max_restarts", None)
-    restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
-    command = [sys.executable, "-m", "tzrun.cli.agent", "--standalone", *restarts,
-               "--nproc-per-node", str(args.nproc_per_node), "-m", "tzrun", *rest]
-    from tzrun.runner.launch import run_torchrun
-
-    return run_torchrun(command, launch_environment(os.environ, args.nproc_per_node), args.nproc_per_node)
-
-
-def _without_launcher_options(argv: Sequence[str]) -> list[str]:
-    """``argv`` without the options the launcher itself takes (``--nproc-per-node N`` and
-    ``--max-restarts N``, with ``=`` or a separate value)."""
-    launcher = ("--nproc-per-node", "--max-restarts")
-    rest, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-        elif token in launcher:
-            skip = True
-        elif not token.startswith(tuple(f"{option}=" for option in launcher)):
-            rest.append(token)
-    return rest
-
-
-#: torchrun's spellings of the options it shares with ``tzrec-run``, and ours.
-TORCHRUN_SPELLINGS = {"--nproc_per_node": "--nproc-per-node", "--max_restarts": "--max-restarts"}
-
-
-def with_our_spellings(argv: Sequence[str]) -> list[str]:
-    """``argv`` with torchrun's spellings (``--nproc_per_node 2``, ``--max_restarts=1``) written
-    as ours, so that a torchrun command line works (aliases in the parser would make the
-    abbreviation ``--nproc`` ambiguous)."""
-    spelled = []
-    for token in argv:
-        name, equals, value = token.partition("=")
-        spelled.append(TORCHRUN_SPELLINGS[name] + equals + value if name in TORCHRUN_SPELLINGS else token)
-    return spelled
-
-
-def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[str, str]:
-    """The environment of the ranks ``--nproc-per-node`` starts: ``environ``, plus
-    ``OMP_NUM_THREADS`` = the available CPUs split across the ranks when it is unset.
-
-    torchrun sets ``OMP_NUM_THREADS=1`` for several ranks when it is unset, which would leave
-    most cores of a large host idle and defeat the per-rank default of
-    :func:`tzrun.runner.distributed.default_num_threads`; setting it first keeps that default.
-    """
-    from tzrun.runner.distributed import available_cpus, default_num_threads
-
-    env = dict(environ)
-    if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(default_num_threads(available_cpus(), nproc_per_node))
-    return env
+    return launch_torchrun(argv, args.nproc_per_node, getattr(args, "max_restarts", None))
 
 
 def _overrides_with_model_dir(args: argparse.Namespace) -> list[str]:

@@ -43,7 +43,8 @@ from typing import Any, Callable, Mapping, Sequence
 from tzrun.errors import EXIT_RANK_LOST
 
 __all__ = ["AGENT_LOG_ENV", "AGENT_PID_ENV", "EXIT_CODE_DIR_ENV", "FORWARDED_SIGNALS", "LAUNCHER_PID_ENV",
-           "SHUTDOWN_TIMEOUT", "job_exit_code", "record_exit_code", "run_torchrun", "stop_with_agent"]
+           "SHUTDOWN_TIMEOUT", "job_exit_code", "record_exit_code", "run_torchrun", "stop_with_agent", "launch_torchrun",
+           "without_launcher_options", "with_our_spellings", "launch_environment", "TORCHRUN_SPELLINGS"]
 
 #: Where each worker writes ``rank-<R>`` holding its exit code (set by the launcher).
 EXIT_CODE_DIR_ENV = "TZRUN_EXIT_CODE_DIR"
@@ -248,3 +249,62 @@ def run_torchrun(command: Sequence[str], env: Mapping[str, str], world_size: int
         shutil.rmtree(directory, ignore_errors=True)
         if log is not None and not keep_log:
             Path(log).unlink(missing_ok=True)
+
+
+def launch_torchrun(argv: Sequence[str], nproc_per_node: int, max_restarts: int | None = None) -> int:
+    """Run the ``tzrec-run`` command line ``argv`` on ``nproc_per_node`` ranks of this machine
+    through torchrun's agent (:func:`run_torchrun`), without the launcher's own options;
+    returns the job's exit code."""
+    from tzrun.stack import require_stack
+
+    require_stack()  # before torchrun itself needs torch
+    restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
+    command = [sys.executable, "-m", "tzrun.cli.agent", "--standalone", *restarts,
+               "--nproc-per-node", str(nproc_per_node), "-m", "tzrun", *without_launcher_options(argv)]
+    return run_torchrun(command, launch_environment(os.environ, nproc_per_node), nproc_per_node)
+
+
+def without_launcher_options(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the options the launcher itself takes (``--nproc-per-node N`` and
+    ``--max-restarts N``, with ``=`` or a separate value)."""
+    launcher = ("--nproc-per-node", "--max-restarts")
+    rest, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in launcher:
+            skip = True
+        elif not token.startswith(tuple(f"{option}=" for option in launcher)):
+            rest.append(token)
+    return rest
+
+
+#: torchrun's spellings of the options it shares with ``tzrec-run``, and ours.
+TORCHRUN_SPELLINGS = {"--nproc_per_node": "--nproc-per-node", "--max_restarts": "--max-restarts"}
+
+
+def with_our_spellings(argv: Sequence[str]) -> list[str]:
+    """``argv`` with torchrun's spellings (``--nproc_per_node 2``, ``--max_restarts=1``) written
+    as ours, so that a torchrun command line works (aliases in the parser would make the
+    abbreviation ``--nproc`` ambiguous)."""
+    spelled = []
+    for token in argv:
+        name, equals, value = token.partition("=")
+        spelled.append(TORCHRUN_SPELLINGS[name] + equals + value if name in TORCHRUN_SPELLINGS else token)
+    return spelled
+
+
+def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[str, str]:
+    """The environment of the ranks ``--nproc-per-node`` starts: ``environ``, plus
+    ``OMP_NUM_THREADS`` = the available CPUs split across the ranks when it is unset.
+
+    torchrun sets ``OMP_NUM_THREADS=1`` for several ranks when it is unset, which would leave
+    most cores of a large host idle and defeat the per-rank default of
+    :func:`tzrun.runner.distributed.default_num_threads`; setting it first keeps that default.
+    """
+    from tzrun.runner.distributed import available_cpus, default_num_threads
+
+    env = dict(environ)
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(default_num_threads(available_cpus(), nproc_per_node))
+    return env
