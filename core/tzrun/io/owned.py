@@ -33,7 +33,8 @@ _FORMAT = 1
 
 
 def output_entries(path: str | os.PathLike[str]) -> list[str]:
-    """The names directly in ``path`` (none when it does not exist)."""
+    """The names directly in ``path``, local or on an object store (none when it does not exist
+    or is not a directory)."""
     if is_remote(path):
         fs, inner = filesystem(path)
         fs.invalidate_cache(inner)

@@ -27,9 +27,10 @@ from typing import Any
 from tzrun import __version__
 from tzrun.errors import EXIT_CONFIG, TzrunError
 from tzrun.io.files import write_atomic
+from tzrun.io.owned import output_entries
 from tzrun.runner.records import RESOLVED_JSON
 from tzrun.runner.run_lock import LOCK_FILE
-from tzrun.io.storage import as_path, filesystem, is_remote
+from tzrun.io.storage import as_path, is_remote
 
 __all__ = ["RUN_MARKER", "MARKER_FORMAT", "NotARunDirError", "read_run_marker", "is_run_dir", "check_run_dir",
            "write_run_marker"]
@@ -67,23 +68,6 @@ def is_run_dir(model_dir: str | os.PathLike[str]) -> bool:
     return read_run_marker(model_dir) is not None
 
 
-def _entries(model_dir: str | os.PathLike[str]) -> list[str]:
-    """The names directly in ``model_dir`` (none when it does not exist or is not a directory)."""
-    if is_remote(model_dir):
-        fs, inner = filesystem(model_dir)
-        fs.invalidate_cache(inner)
-        try:
-            keys = fs.ls(inner, detail=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        inner = inner.rstrip("/")
-        return sorted({k.rstrip("/").rsplit("/", 1)[-1] for k in keys if k.rstrip("/") != inner})
-    try:
-        return sorted(os.listdir(as_path(model_dir)))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
 def _is_legacy_run(model_dir: str | os.PathLike[str]) -> bool:
     """Whether ``model_dir`` holds the records of a run written before markers existed."""
     try:
@@ -116,7 +100,7 @@ def check_run_dir(model_dir: str | os.PathLike[str], *, overwrite: bool = False)
                 f"{as_path(model_dir) / RUN_MARKER}: written by a newer tzrec-run (marker format {found}; this version "
                 f"knows format {MARKER_FORMAT}); train with that version, or choose an empty or new directory")
         return "run"
-    others = [n for n in _entries(model_dir) if n not in _NOT_COUNTED]
+    others = [n for n in output_entries(model_dir) if n not in _NOT_COUNTED]
     if not others:
         return "empty"
     if _is_legacy_run(model_dir):
