@@ -91,9 +91,13 @@ class TzrunError(Exception):
     Attributes:
         exit_code: the exit code of a command this error stops (:func:`exit_code_of`); a
             subclass (a plugin's own, too) sets the one that fits.
+        printed: set once the command line has printed it (rank 0 of a job of several ranks
+            prints its own failure before the other ranks hear of it: once they have, the
+            launcher may end rank 0 at any moment).
     """
 
     exit_code: int = EXIT_CONFIG
+    printed: bool = False
 
 
 def exit_code_of(error: BaseException) -> int:

@@ -302,7 +302,7 @@ def _cmd_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             tuple(args.init_allow_missing), tuple(args.init_allow_unexpected))
         result = train(session, overwrite=args.overwrite, resume=args.resume, init_from=init)
     except BaseException as error:
-        _fail_named(error, session.cfg.model_dir)
+        _fail_named(error, session.cfg.model_dir, args.config)
         raise
     finally:
         shutdown_distributed()
@@ -330,7 +330,7 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print_evaluation(error.result, None, args.json)
         raise
     except BaseException as error:
-        _fail_named(error, cfg.model_dir)
+        _fail_named(error, cfg.model_dir, args.config)
         raise
     finally:
         shutdown_distributed()
@@ -349,16 +349,28 @@ def _cmd_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _fail_named(error: BaseException, model_dir: str) -> None:
+def _fail_named(error: BaseException, model_dir: str, config: str | None = None) -> None:
     """Tell the other ranks (:func:`_fail_collectively`); a failure to write into the model dir
     (full disk, read-only dir) is raised instead as a one-line
-    :class:`~tzrun.errors.WriteError` (:mod:`tzrun.io.write_errors`)."""
+    :class:`~tzrun.errors.WriteError` (:mod:`tzrun.io.write_errors`). Rank 0 of a job of several
+    ranks prints its own :class:`~tzrun.errors.TzrunError` first: once the others have followed
+    it, torchrun may end rank 0 before its error would have reached the command line."""
     from tzrun.io.write_errors import named_write_error
 
     named = named_write_error(error, model_dir)
-    _fail_collectively(named or error)
+    failure = named or error
+    if isinstance(failure, TzrunError) and os.environ.get("RANK", "0") == "0" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _print_error(failure, config)
+    _fail_collectively(failure)
     if named is not None:
         raise named from None
+
+
+def _print_error(error: TzrunError, config: str | None) -> None:
+    """Print ``error`` as the command's one line (once)."""
+    if not error.printed:
+        print(f"tzrec-run: {redact_url(str(_named_after_the_config(error, config)))}", file=sys.stderr, flush=True)
+        error.printed = True
 
 
 def console_main() -> None:
@@ -440,8 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_plugin_command(args) or 0
     except TzrunError as error:
         if not _announced_by_rank0(error):
-            print(f"tzrec-run: {redact_url(str(_named_after_the_config(error, getattr(args, 'config', None))))}",
-                  file=sys.stderr)
+            _print_error(error, getattr(args, "config", None))
         return exit_code_of(error)
 
 

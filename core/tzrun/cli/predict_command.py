@@ -58,7 +58,7 @@ def cmd_predict(args: argparse.Namespace, argv: Sequence[str]) -> int:
         else:
             done = predict_checkpoint(session, args.checkpoint, request)
     except BaseException as error:
-        main._fail_named(error, session.cfg.model_dir)
+        main._fail_named(error, session.cfg.model_dir, args.config)
         raise
     finally:
         shutdown_distributed()
