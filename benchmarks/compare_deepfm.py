@@ -74,7 +74,7 @@ def scaled_kaggle(total: int) -> list[int]:
     """The Criteo Kaggle cardinalities scaled to ``total`` rows in all: up to the real data's sum
     the biggest tables are capped (as hashing them into fewer buckets would), past it every table
     grows in proportion."""
-    from tzrun.tools.synth import KAGGLE_CARDINALITIES
+    from tzrun_tools.synth import KAGGLE_CARDINALITIES
 
     real = sum(KAGGLE_CARDINALITIES)
     if total >= real:
@@ -100,7 +100,7 @@ def ensure_data(data: Path, rows: int, cardinalities: str = "example", table_row
         return [int(c) for c in document["cardinalities"]]
     print(f"data: generating {rows} rows into {data} ({cardinalities} cardinalities) ...", flush=True)
     if cardinalities == "kaggle":
-        from tzrun.tools.synth import kaggle_cardinalities, synth_criteo
+        from tzrun_tools.synth import kaggle_cardinalities, synth_criteo
 
         sizes = kaggle_cardinalities(1_000_000) if table_rows_total is None else tuple(scaled_kaggle(table_rows_total))
         return list(synth_criteo(data, rows=rows, cardinalities=sizes).cardinalities)

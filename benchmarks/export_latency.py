@@ -45,7 +45,7 @@ def main() -> None:
     from tzrun.serving import Predictor
     from tzrun.serving.export import export_model, write_export
     from tzrun.serving.manifest import manifest_of
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
 
     work = Path(tempfile.mkdtemp())
     synth_criteo(work / "data", rows=1024, eval_rows=args.rows, seed=0, rows_per_file=args.rows, row_group_size=args.rows)

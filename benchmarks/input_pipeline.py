@@ -65,7 +65,7 @@ def string_ids(data: Path, out: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tzrun.tools.criteo_text import hex_id
+    from tzrun_tools.criteo_text import hex_id
 
     if (out / "done").exists():
         return out

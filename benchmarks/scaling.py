@@ -51,7 +51,7 @@ def count(text: str) -> int:
 
 def table_total(point: str) -> int:
     """Table rows in all of a rows-sweep point (``kaggle`` or a count)."""
-    from tzrun.tools.synth import kaggle_cardinalities
+    from tzrun_tools.synth import kaggle_cardinalities
 
     return sum(kaggle_cardinalities()) if point == "kaggle" else count(point)
 

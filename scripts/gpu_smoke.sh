@@ -86,7 +86,7 @@ summary() {
 [ "$dry_run" = 1 ] && echo "gpu_smoke.sh --dry-run: the commands a run would execute, in order (nothing is installed or run)"
 
 # 1-2: the CUDA stack, and GPUs that torch sees; nothing else can run without them
-echo "the CUDA stack: requirements/cuda.txt ($(grep -hE '^[A-Za-z]' requirements/cuda.txt | tr '\n' ' ' | sed 's/ $//')) and torchrec==$(sed -n 's/^TORCHREC_VERSION = "\(.*\)"$/\1/p' core/tzrun/tools/torchrec_wheel.py) (core/tzrun/tools/torchrec_wheel.py)"
+echo "the CUDA stack: requirements/cuda.txt ($(grep -hE '^[A-Za-z]' requirements/cuda.txt | tr '\n' ' ' | sed 's/ $//')) and torchrec==$(sed -n 's/^TORCHREC_VERSION = "\(.*\)"$/\1/p' plugins/tzrun_tools/torchrec_wheel.py) (plugins/tzrun_tools/torchrec_wheel.py)"
 if ! run setup 1200 env TZRUN_STACK=cuda TZRUN_VENV="$venv" bash scripts/setup.sh \
   || ! run nvidia_smi 60 nvidia-smi -L \
   || ! run torch_sees_cuda 120 "$py" -c 'import sys, torch; n = torch.cuda.device_count(); print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPUs", n); sys.exit(0 if n else "torch sees no GPU: check the driver and the CUDA build of torch (requirements/cuda.txt)")' \

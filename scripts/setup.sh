@@ -16,7 +16,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.tzrun-setup"
 shopt -s nullglob
-inputs=(requirements/*.txt pyproject.toml contrib_*/pyproject.toml core/tzrun/tools/torchrec_wheel.py)
+inputs=(requirements/*.txt pyproject.toml contrib_*/pyproject.toml plugins/tzrun_tools/torchrec_wheel.py)
 want="$stack $(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: $venv is up to date"
@@ -45,7 +45,7 @@ fi
 "${pip[@]}" -c requirements/constraints.txt -r "requirements/$stack.txt"
 # TorchRec with its FBGEMM and torchmetrics requirements corrected, so that pip check passes (a
 # script of the standard library: tzrec-run itself is not installed yet)
-"$venv/bin/python" core/tzrun/tools/torchrec_wheel.py --stack "$stack" -- -c requirements/constraints.txt
+"$venv/bin/python" plugins/tzrun_tools/torchrec_wheel.py --stack "$stack" -- -c requirements/constraints.txt
 echo "setup: installing tzrec-run (editable) and its test tools"
 "${pip[@]}" -c requirements/constraints.txt -e ".[test]"
 # the editable install imports tzrun through a finder hook that type checkers cannot follow; a

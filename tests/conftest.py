@@ -19,7 +19,7 @@ EXAMPLE = REPO / "examples" / "deepfm_criteo.toml"
 @pytest.fixture(scope="session")
 def criteo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small synthetic Criteo-like dataset (shared by the whole session; read-only)."""
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
 
     out = tmp_path_factory.mktemp("criteo")
     synth_criteo(out, rows=12_000, eval_rows=3_001, seed=7, rows_per_file=5_000, row_group_size=2_000)

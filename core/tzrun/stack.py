@@ -2,9 +2,9 @@
 one command that installs what is missing. Imports nothing heavy (``tzrec-run env`` and the
 checks before ``train``, ``evaluate`` and ``check`` use it before torch is imported).
 
-The stack is installed by ``tzrec-run install-stack`` (:mod:`tzrun.tools.install_stack`): torch
+The stack is installed by ``tzrec-run install-stack`` (:mod:`tzrun_tools.install_stack`): torch
 2.13 from PyTorch's index for the stack, FBGEMM 1.8 and TorchRec 1.8.0 with its metadata
-corrected (:mod:`tzrun.tools.torchrec_wheel`). Everything it names works for a user who installed
+corrected (:mod:`tzrun_tools.torchrec_wheel`). Everything it names works for a user who installed
 tzrec-run from a wheel: no file of the repository is needed.
 """
 

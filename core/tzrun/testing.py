@@ -131,7 +131,7 @@ def entry_points_of(distribution: str) -> list[importlib.metadata.EntryPoint]:
 
 
 #: The config :func:`run_tiny_training` starts from: DeepFM over one dense and three id
-#: features of ``tzrun.tools.synth.synth_criteo`` data, 4 steps of 256 rows, then an
+#: features of ``tzrun_tools.synth.synth_criteo`` data, 4 steps of 256 rows, then an
 #: evaluation with ``auc``. ``cat_5`` (24 ids) and ``cat_8`` (3 ids) make good group keys.
 TINY_CONFIG = """\
 model_dir = "{model_dir}"
@@ -271,7 +271,7 @@ def run_tiny_training(
     if env and in_process:
         raise ValueError("env= applies to the training process; with in_process=True set os.environ yourself")
     if data_dir is None:
-        from tzrun.tools.synth import synth_criteo
+        from tzrun_tools.synth import synth_criteo
 
         data_dir = tmp / "tiny_data"
         if not (data_dir / "synth.json").exists():

@@ -1,6 +1,6 @@
 """MkDocs hook: adds the generated reference pages (``reference/*.md``) to the site.
 
-The pages are built from the code at every ``mkdocs build``/``serve`` (see :mod:`tzrun.tools.reference`),
+The pages are built from the code at every ``mkdocs build``/``serve`` (see :mod:`tzrun_tools.reference`),
 from the plugins installed in the environment that runs MkDocs, exactly as ``tzrec-run plugins``
 finds them; none of them is committed, so none can drift. A plugin that fails to load is a
 warning, which ``strict: true`` turns into a failed build.
@@ -14,7 +14,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 
 from tzrun.kernel.plugins import make_plugin_manager
-from tzrun.tools.reference import config_reference, hooks_reference
+from tzrun_tools.reference import config_reference, hooks_reference
 from tzrun.kernel.registry import collect_registries
 
 log = logging.getLogger(f"mkdocs.hooks.{__name__}")

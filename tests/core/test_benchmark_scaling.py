@@ -14,7 +14,7 @@ from tests.conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 from compare_deepfm import run_measured, scaled_kaggle  # noqa: E402
 
-from tzrun.tools.synth import KAGGLE_CARDINALITIES, kaggle_cardinalities  # noqa: E402
+from tzrun_tools.synth import KAGGLE_CARDINALITIES, kaggle_cardinalities  # noqa: E402
 
 
 @pytest.mark.parametrize("total", [50_000, sum(kaggle_cardinalities()), 30_000_000, 100_000_000])

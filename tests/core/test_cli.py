@@ -85,10 +85,10 @@ def test_info_comes_from_rank_0_and_warnings_from_every_rank_with_the_rank(rank,
 def test_nproc_per_node_splits_the_cpus_between_the_ranks_unless_omp_num_threads_is_set(monkeypatch):
     """torchrun sets OMP_NUM_THREADS=1 for several ranks when it is unset; the launcher sets the
     per-rank split first, so a large host is not left with one thread per rank."""
+    from tzrun.runner import launch
     from tzrun.runner.launch import launch_environment
-    from tzrun.runner import distributed
 
-    monkeypatch.setattr(distributed, "available_cpus", lambda: 16)
+    monkeypatch.setattr(launch, "available_cpus", lambda: 16)
     assert launch_environment({"PATH": "/bin"}, 4) == {"PATH": "/bin", "OMP_NUM_THREADS": "4"}
     assert launch_environment({}, 32)["OMP_NUM_THREADS"] == "1"
     assert launch_environment({"OMP_NUM_THREADS": "7"}, 4)["OMP_NUM_THREADS"] == "7"

@@ -19,7 +19,7 @@ from tests.conftest import REPO
 from tests.core.torcheasyrec_examples import DEEPFM_CRITEO, EXAMPLES
 from tzrun.cli.main import main
 from tzrun.errors import EXIT_CONFIG
-from tzrun.tools.convert import Identifier, ProtoTextError, convert_pipeline_config, parse_text_proto
+from tzrun_tools.convert import Identifier, ProtoTextError, convert_pipeline_config, parse_text_proto
 from tzrun.runner.records import emit_toml
 from tzrun.testing import load_config_text
 

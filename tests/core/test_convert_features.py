@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.core.torcheasyrec_examples import DLRM_CRITEO, DSSM_TAOBAO, MMOE_TAOBAO, MULTI_TOWER_DIN_TAOBAO
-from tzrun.tools.convert import convert_pipeline_config
+from tzrun_tools.convert import convert_pipeline_config
 from tzrun.testing import load_config_text
 
 HEAD = """

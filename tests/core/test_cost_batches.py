@@ -182,7 +182,7 @@ def test_the_din_example_with_sequence_length_costs_keeps_each_batchs_sequence_i
     sequence KJT, as the model sees it) never pass the cap."""
     from tests.conftest import REPO
     from tzrun.runner.session import Session
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.synth_taobao import synth_taobao
 
     synth_taobao(tmp_path / "d", rows=1500, eval_rows=500, seed=3, rows_per_file=700, row_group_size=300)
     overrides = [f'data.train_input="{tmp_path / "d" / "train"}"', f'data.eval_input="{tmp_path / "d" / "eval"}"',

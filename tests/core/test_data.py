@@ -244,7 +244,7 @@ def test_prefetched_pass_yields_the_same_batches_as_a_plain_one(tmp_path):
     from tzrun.config.schema import DenseFeatureConfig, FeaturesConfig, SparseFeatureConfig
     from tzrun.data.features import BatchBuilder, feature_specs
     from tzrun.data.loader import RankInput
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
     from tzrun_plugins.readers.parquet import ParquetConfig, build_parquet
 
     synth_criteo(tmp_path, rows=3000, eval_rows=1000, seed=3, rows_per_file=1000, row_group_size=500)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tzrun.tools.torchrec_wheel import TORCHREC_VERSION
+from tzrun_tools.torchrec_wheel import TORCHREC_VERSION
 
 from tests.conftest import REPO
 from tests.gpu import example_runs
@@ -38,7 +38,7 @@ def test_dry_run_sets_up_the_cuda_stack_first_and_installs_nothing(dry_run, tmp_
     assert cmds[1] == "nvidia-smi -L"
     stack = next(line for line in dry_run if line.startswith("the CUDA stack:"))
     assert "requirements/cuda.txt (torch==2.13.0 fbgemm-gpu==1.8.0)" in stack
-    assert "torchrec==1.8.0 (core/tzrun/tools/torchrec_wheel.py)" in stack
+    assert "torchrec==1.8.0 (plugins/tzrun_tools/torchrec_wheel.py)" in stack
     venv, work = tmp_path / "venv", tmp_path / "work"
     env = {"PATH": "/usr/bin:/bin", "TZRUN_VENV": str(venv), "TZRUN_SMOKE_DIR": str(work)}
     proc = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, cwd=REPO, timeout=60, env=env)

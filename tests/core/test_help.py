@@ -15,7 +15,7 @@ from tests.conftest import REPO
 from tzrun.cli.main import main
 from tzrun.errors import EXIT_USAGE
 from tzrun.cli.help_topics import topics
-from tzrun.tools.help_pages import HELP_DIR, docs_pages, page_topic, render_all
+from tzrun_tools.help_pages import HELP_DIR, docs_pages, page_topic, render_all
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +28,7 @@ HELP_TOPIC = re.compile(r"tzrec-run help ([a-z][a-z0-9-]*)")
 
 def test_the_shipped_pages_are_the_docs_sections():
     shipped = {p.name: p.read_text(encoding="utf-8") for p in HELP_DIR.glob("*.md")}
-    assert shipped == render_all(REPO / "docs"), "run: python -m tzrun.tools.help_pages"
+    assert shipped == render_all(REPO / "docs"), "run: python -m tzrun_tools.help_pages"
 
 
 def test_every_docs_page_is_a_topic_with_its_links_as_topics(capsys):

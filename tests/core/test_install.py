@@ -17,7 +17,7 @@ from tests.conftest import REPO
 from tzrun.cli.main import main
 from tzrun.errors import EXIT_CONFIG, MissingDependencyError
 from tzrun.cli.install_commands import EXAMPLES, example_text, synth_command
-from tzrun.tools.torchrec_wheel import correct_wheel, corrected_requirements
+from tzrun_tools.torchrec_wheel import correct_wheel, corrected_requirements
 
 _PUBLISHED_METADATA = """Metadata-Version: 2.4
 Name: torchrec
@@ -84,7 +84,7 @@ def test_corrected_wheel_has_a_record_that_matches_its_files(tmp_path):
 def test_shipped_examples_are_the_repositorys_and_name_their_data(name):
     text = example_text(name)
     assert text == (REPO / "examples" / f"{name}.toml").read_text(encoding="utf-8"), (
-        f"core/tzrun/tools/templates/examples/{name}.toml differs from examples/{name}.toml: copy it over")
+        f"plugins/tzrun_tools/templates/examples/{name}.toml differs from examples/{name}.toml: copy it over")
     assert synth_command(text).startswith("tzrec-run data synth ")
 
 
@@ -144,7 +144,7 @@ def test_env_names_no_repository_file(capsys):
 
 
 def test_install_stack_installs_only_what_is_missing(monkeypatch):
-    from tzrun.tools import install_stack
+    from tzrun_tools import install_stack
 
     def versions(**installed):
         monkeypatch.setattr(install_stack, "_version", lambda name: installed.get(name.replace("-", "_")))
@@ -157,12 +157,12 @@ def test_install_stack_installs_only_what_is_missing(monkeypatch):
         ["py", "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--index-url",
          "https://download.pytorch.org/whl/cpu", "torch==2.13.0+cpu"],
         ["py", "-m", "pip", "install", "--disable-pip-version-check", "torch==2.13.0+cpu", "fbgemm-gpu-cpu>=1.8,<1.9"],
-        ["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"],
+        ["py", "-m", "tzrun_tools.torchrec_wheel", "--stack", "cpu"],
     ]
     mirror = install_stack.install_steps("cpu", python="py", index_url="http://mirror/whl")[0]
     assert mirror.index == "http://mirror/whl" and mirror.argv[-2:] == ["http://mirror/whl", "torch==2.13.0+cpu"]
     versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0")  # the published torchrec
-    assert argvs("cpu") == [["py", "-m", "tzrun.tools.torchrec_wheel", "--stack", "cpu"]]
+    assert argvs("cpu") == [["py", "-m", "tzrun_tools.torchrec_wheel", "--stack", "cpu"]]
     versions(torch="2.13.0+cpu", fbgemm_gpu_cpu="1.8.0", torchrec="1.8.0+tzrun.cpu")
     assert argvs("cpu") == []
     versions(torch="2.14.0", fbgemm_gpu="1.8.0", torchrec="1.8.0+tzrun.cuda")
@@ -173,7 +173,7 @@ def test_install_stack_installs_only_what_is_missing(monkeypatch):
 
 
 def test_the_dry_run_keeps_the_cpu_label(monkeypatch, capsys):
-    from tzrun.tools import install_stack
+    from tzrun_tools import install_stack
 
     monkeypatch.setattr(install_stack, "_version", lambda name: None)
     assert main(["install-stack", "--cpu", "--dry-run"]) == 0
@@ -183,7 +183,7 @@ def test_the_dry_run_keeps_the_cpu_label(monkeypatch, capsys):
 
 
 def test_an_environment_without_pip_gets_it_first(monkeypatch):
-    from tzrun.tools import install_stack
+    from tzrun_tools import install_stack
 
     monkeypatch.setattr(install_stack, "_version", lambda name: None)
     real_find_spec = install_stack.importlib.util.find_spec
@@ -209,7 +209,7 @@ ERROR: No matching distribution found for torch==2.13.0+cpu
 
 
 def test_a_failed_step_is_one_line_naming_the_index_and_the_next_step():
-    from tzrun.tools.install_stack import Step, failure_line
+    from tzrun_tools.install_stack import Step, failure_line
 
     torch = Step("torch==2.13.0+cpu", ["py", "-m", "pip"], "https://download.pytorch.org/whl/cpu")
     line = failure_line(torch, _UNREACHABLE_PIP)
@@ -228,7 +228,7 @@ def test_a_failed_step_is_one_line_naming_the_index_and_the_next_step():
 
 def test_a_failed_step_exits_with_the_install_code_and_one_line(monkeypatch, capsys):
     from tzrun.errors import EXIT_INSTALL
-    from tzrun.tools import install_stack
+    from tzrun_tools import install_stack
 
     monkeypatch.setattr(install_stack, "_version", lambda name: None)
     # pip itself, run for real: a step that cannot succeed (no such package in an empty local index)

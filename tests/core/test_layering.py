@@ -14,8 +14,8 @@ CORE = Path(__file__).resolve().parents[2] / "core" / "tzrun"
 
 #: package (below tzrun) -> the modules it must never import
 RULES = {
-    "kernel": ("tzrun.tools", "tzrun_plugins", "tzrun.runner", "tzrun.cli"),
-    "config": ("tzrun.data", "tzrun.runner", "tzrun.tools", "tzrun.serving", "tzrun_plugins"),
+    "kernel": ("tzrun_tools", "tzrun_plugins", "tzrun.runner", "tzrun.cli"),
+    "config": ("tzrun.data", "tzrun.runner", "tzrun_tools", "tzrun.serving", "tzrun_plugins"),
 }
 
 

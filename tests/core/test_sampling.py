@@ -262,7 +262,7 @@ def test_id_weights_of_sampled_items_come_from_the_table_in_a_weighted_run(tmp_p
 
 
 def test_the_synthetic_taobao_item_table_matches_its_rows(tmp_path):
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.synth_taobao import synth_taobao
 
     synth_taobao(tmp_path, rows=20_000, eval_rows=1000, seed=3)
     items = pq.read_table(tmp_path / "items.parquet")

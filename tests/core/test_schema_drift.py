@@ -12,7 +12,7 @@ import pytest
 from tzrun.data.schemas import SchemaUnifier
 from tzrun.errors import DataError
 from tzrun.testing import run_tiny_training
-from tzrun.tools.synth import synth_criteo
+from tzrun_tools.synth import synth_criteo
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Tests of tzrun.tools.synth: the synthetic Criteo-shaped data with a known Bayes AUC."""
+"""Tests of tzrun_tools.synth: the synthetic Criteo-shaped data with a known Bayes AUC."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tzrun.tools import synth, synth_common
-from tzrun.tools.synth import (
+from tzrun_tools import synth, synth_common
+from tzrun_tools.synth import (
     CRITEO_CARDINALITIES,
     CRITEO_NUM_DENSE,
     CRITEO_NUM_SPARSE,
@@ -247,8 +247,8 @@ def test_synth_criteo_text_format_matches_the_parquet_rows(tmp_path):
     import numpy as np
     import pyarrow.parquet as pq
 
-    from tzrun.tools.criteo_text import hex_id
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.criteo_text import hex_id
+    from tzrun_tools.synth import synth_criteo
 
     out = tmp_path / "text"
     proc = subprocess.run([sys.executable, "-m", "tzrun", "data", "synth", "criteo", "--rows", "3000", "--eval-rows",

@@ -1,4 +1,4 @@
-"""Tests of tzrun.tools.synth_taobao: the synthetic Taobao-shaped data with click and buy labels."""
+"""Tests of tzrun_tools.synth_taobao: the synthetic Taobao-shaped data with click and buy labels."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tzrun.tools.synth_taobao import (
+from tzrun_tools.synth_taobao import (
     DENSE_COLUMNS,
     ITEM_CARDINALITIES,
     LABEL_COLUMNS,
@@ -172,8 +172,8 @@ def test_the_click_depends_on_the_closest_sequence_ads_not_only_their_average(sm
     """The true click probability reaches the reported Bayes AUC; a predictor that knows every other
     part of the true logit but sees the sequence only through its average (the best quadratic fit of
     the sequence part on mean-pooled features) stays clearly below it."""
-    from tzrun.tools import synth_taobao as st
-    from tzrun.tools.synth_common import auc, block_rng
+    from tzrun_tools import synth_taobao as st
+    from tzrun_tools.synth_common import auc, block_rng
 
     out, report = small
     model = st._build_model(0)

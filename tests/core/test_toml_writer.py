@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tzrun.runner.records import toml_literal
-from tzrun.tools.reference.fields import toml_value
+from tzrun_tools.reference.fields import toml_value
 
 if sys.version_info >= (3, 11):
     import tomllib

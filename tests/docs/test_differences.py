@@ -29,10 +29,10 @@ import attrs
 import pytest
 
 from tzrun.config.schema import RunConfig
-from tzrun.tools.convert import convert_pipeline_config
+from tzrun_tools.convert import convert_pipeline_config
 from tzrun.kernel.plugins import make_plugin_manager
-from tzrun.tools.reference.docstrings import attribute_docs
-from tzrun.tools.reference.fields import field_hints, unwrap_optional
+from tzrun_tools.reference.docstrings import attribute_docs
+from tzrun_tools.reference.fields import field_hints, unwrap_optional
 from tzrun.kernel.registry import Entry, collect_registries
 
 if sys.version_info >= (3, 11):

@@ -37,8 +37,8 @@ import pytest
 
 from tzrun.config.schema import Component, RunConfig
 from tzrun.kernel.plugins import make_plugin_manager
-from tzrun.tools.reference import COMPONENT_SLOTS
-from tzrun.tools.reference.fields import field_hints, item_type, unwrap_optional
+from tzrun_tools.reference import COMPONENT_SLOTS
+from tzrun_tools.reference.fields import field_hints, item_type, unwrap_optional
 from tzrun.kernel.registry import KINDS, Registries, collect_registries
 
 if sys.version_info >= (3, 11):

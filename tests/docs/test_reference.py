@@ -26,13 +26,13 @@ from tzrun.config.schema import (
     TrainMetricFields,
 )
 from tzrun.kernel.plugins import make_plugin_manager
-from tzrun.tools.reference import docstring_markdown, docstring_problems, parse_attributes
+from tzrun_tools.reference import docstring_markdown, docstring_problems, parse_attributes
 from tzrun.kernel.registry import Registries, collect_registries
 
 REPO = Path(__file__).resolve().parents[2]
 
 #: The keys tzrec-run reads itself at each component place (what tzrun.config.load resolves),
-#: listed here independently of tzrun.tools.reference.COMPONENT_SLOTS; values are (class, omitted keys).
+#: listed here independently of tzrun_tools.reference.COMPONENT_SLOTS; values are (class, omitted keys).
 CORE_KEYS_AT = {
     "train.sparse_optimizer": (SparseOptimizerFields, ()),
     "train.dense_optimizer": (DenseOptimizerFields, ()),

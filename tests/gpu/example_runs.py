@@ -81,9 +81,9 @@ def set_args(example: str, data_root: str | Path, model_dir: str | Path) -> list
 
 def make_data(root: str | Path) -> None:
     """Write the smoke data sets under ``root`` (criteo, criteo_text, taobao with its items)."""
-    from tzrun.tools.criteo_text import parquet_to_criteo_text
-    from tzrun.tools.synth import synth_criteo
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.criteo_text import parquet_to_criteo_text
+    from tzrun_tools.synth import synth_criteo
+    from tzrun_tools.synth_taobao import synth_taobao
 
     root = Path(root)
     synth_criteo(root / "criteo", rows=TRAIN_ROWS, eval_rows=EVAL_ROWS, seed=1, rows_per_file=4096, row_group_size=1024)

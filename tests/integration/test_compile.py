@@ -91,8 +91,8 @@ def _ran_in_a_fresh_process(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from tzrun.tools.synth import synth_criteo
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.synth import synth_criteo
+    from tzrun_tools.synth_taobao import synth_taobao
 
     root = tmp_path_factory.mktemp("compile_zoo")
     rows = STEPS * ROWS

@@ -20,7 +20,7 @@ PARETO = 'train.loss_weighting={type="pareto", min_weights={cvr_bce=0.3}}'
 
 @pytest.fixture(scope="module")
 def taobao(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.synth_taobao import synth_taobao
 
     root = tmp_path_factory.mktemp("taobao")
     synth_taobao(root, rows=2048, eval_rows=512, seed=1, rows_per_file=1024, row_group_size=512)
@@ -72,7 +72,7 @@ def test_a_pareto_step_is_the_weighted_sum_step_with_its_logged_weights(tmp_path
     """One step of ``pareto`` leaves the tables and dense layers as one step of ``sum`` with the
     logged weights as the losses' ``weight``: the per-loss gradients touch neither (the fused
     tables are updated once, by backward)."""
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
 
     data = tmp_path / "data"
     synth_criteo(data, rows=512, eval_rows=256, seed=0, rows_per_file=512, row_group_size=256)

@@ -37,9 +37,9 @@ EXAMPLES = {
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small criteo (Parquet and Criteo text) and taobao data sets for the whole module (read-only)."""
-    from tzrun.tools.criteo_text import parquet_to_criteo_text
-    from tzrun.tools.synth import synth_criteo
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.criteo_text import parquet_to_criteo_text
+    from tzrun_tools.synth import synth_criteo
+    from tzrun_tools.synth_taobao import synth_taobao
 
     root = tmp_path_factory.mktemp("zoo")
     synth_criteo(root / "criteo", rows=2048, eval_rows=1024, seed=1, rows_per_file=1024, row_group_size=512)

@@ -34,7 +34,7 @@ SETTINGS = ("data.shuffle_buffer_rows=10000", "train.save_checkpoints_steps=3")
 @pytest.fixture(scope="module")
 def big_groups(tmp_path_factory):
     """Two files of one 15,000-row group each."""
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
 
     out = tmp_path_factory.mktemp("criteo-big-groups")
     synth_criteo(out, rows=ROWS, eval_rows=1_001, seed=7, rows_per_file=15_000, row_group_size=15_000)

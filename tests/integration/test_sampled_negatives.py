@@ -27,7 +27,7 @@ EXAMPLE = REPO / "examples" / "dssm_taobao_sampled.toml"
 @pytest.fixture(scope="module")
 def taobao(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """2,048 train and 1,024 eval rows of synthetic Taobao data with its items.parquet (read-only)."""
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.synth_taobao import synth_taobao
 
     root = tmp_path_factory.mktemp("taobao")
     synth_taobao(root, rows=2048, eval_rows=1024, seed=1, rows_per_file=1024, row_group_size=512)

@@ -44,7 +44,7 @@ table = "adgroup_id_emb"
 
 @pytest.fixture(scope="module")
 def taobao(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.synth_taobao import synth_taobao
 
     root = tmp_path_factory.mktemp("seq_taobao")
     synth_taobao(root, rows=2048, eval_rows=1024, seed=1, rows_per_file=1024, row_group_size=512)

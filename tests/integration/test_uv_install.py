@@ -87,7 +87,7 @@ def test_a_uv_environment_installs_the_stack_and_names_what_an_index_lacks(tmp_p
     dry = _run("tzrec-run install-stack --dry-run", work, env)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines() == ["+ python -m ensurepip --default-pip",
-                                       "+ python -m tzrun.tools.torchrec_wheel --stack cpu"]
+                                       "+ python -m tzrun_tools.torchrec_wheel --stack cpu"]
     assert _run([python, "-c", "import pip"], work, env).returncode != 0  # a dry run installs nothing
     stack = _run(commands[-1], work, env)
     assert stack.returncode == 0, stack.stderr

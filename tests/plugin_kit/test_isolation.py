@@ -142,7 +142,7 @@ def test_a_plugin_for_another_hook_api_is_rejected_whole(site_dir, tmp_path, hoo
 
 
 def test_a_lifecycle_hook_that_raises_is_named_disabled_and_training_goes_on(site_dir, tmp_path):
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
     from tzrun.testing import tiny_config_text
 
     write_distribution(site_dir, "tzrun-shaky-stage", entry_points={"shaky": "shaky_mod"}, modules={"shaky_mod": """

@@ -59,9 +59,9 @@ SEQUENCE_VARIANTS = {
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from tzrun.tools.criteo_text import parquet_to_criteo_text
-    from tzrun.tools.synth import synth_criteo
-    from tzrun.tools.synth_taobao import synth_taobao
+    from tzrun_tools.criteo_text import parquet_to_criteo_text
+    from tzrun_tools.synth import synth_criteo
+    from tzrun_tools.synth_taobao import synth_taobao
 
     root = tmp_path_factory.mktemp("export_zoo")
     synth_criteo(root / "criteo", rows=256, eval_rows=300, seed=1, rows_per_file=256, row_group_size=300)

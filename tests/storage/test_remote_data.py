@@ -27,7 +27,7 @@ COLUMNS = ["label", "int_0", "cat_0", "cat_5", "cat_8"]
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """1,024 training rows in two Parquet files (one epoch of the tiny run) and 512 eval rows,
     plus the same rows as CSV (``train_csv/``, ``eval_csv/``) with empty fields and quoted values."""
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
 
     out = tmp_path_factory.mktemp("tiny_remote")
     synth_criteo(out, rows=1024, eval_rows=512, seed=0, rows_per_file=512, row_group_size=256)

@@ -43,7 +43,7 @@ def test_a_store_gone_during_a_save_is_one_line_with_exit_73(tmp_path, monkeypat
     pytest.importorskip("s3fs", reason="needs s3fs (the s3 extra)")
     from tzrun.runner.distributed import shutdown_distributed
     from tzrun.runner.trainer import train
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
 
     server = S3Server()  # its own: the session's server must stay up for the other tests
     try:

@@ -198,7 +198,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
-    from tzrun.tools.scaffold import new_plugin
+    from tzrun_tools.scaffold import new_plugin
 
     for path in new_plugin(args.name, [k.strip() for k in args.kind.split(",") if k.strip()], args.out):
         print(path)
@@ -210,7 +210,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
         return EXIT_USAGE
     if args.dataset == "taobao":
-        from tzrun.tools.synth_taobao import synth_taobao
+        from tzrun_tools.synth_taobao import synth_taobao
 
         taobao = synth_taobao(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
         if args.json:
@@ -221,13 +221,13 @@ def cmd_synth(args: argparse.Namespace) -> int:
             + ", ".join(f"{label} {auc:.4f}" for label, auc in taobao.bayes_auc.items())
         )
         return 0
-    from tzrun.tools.synth import synth_criteo
+    from tzrun_tools.synth import synth_criteo
 
     if args.format == "text":
         import shutil
         from pathlib import Path
 
-        from tzrun.tools.criteo_text import parquet_to_criteo_text
+        from tzrun_tools.criteo_text import parquet_to_criteo_text
 
         out = Path(args.out)
         staging = out / ".parquet"
@@ -327,7 +327,7 @@ def _check_out(out: str) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from tzrun.tools.plot import plot_run
+    from tzrun_tools.plot import plot_run
 
     for path in plot_run(args.model_dir, args.out):
         print(path)
@@ -335,7 +335,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from tzrun.tools.convert import convert_file, summary_lines
+    from tzrun_tools.convert import convert_file, summary_lines
 
     conversion = convert_file(args.pipeline_config)
     if args.out:

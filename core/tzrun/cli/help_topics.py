@@ -1,6 +1,6 @@
 """``tzrec-run help [TOPIC]``: short help pages that ship inside the package (``tzrun/help/*.md``).
 
-Each page is a section of the documentation, copied by :mod:`tzrun.tools.help_pages` (a test
+Each page is a section of the documentation, copied by :mod:`tzrun_tools.help_pages` (a test
 keeps the copies equal to the docs). Error messages name a topic (``tzrec-run help shuffling``)
 instead of a file of the repository, so they hold for an installed wheel too.
 """

@@ -16,7 +16,7 @@ from tzrun.stack import join_and
 
 __all__ = ["add_parsers", "COMMANDS", "EXAMPLES", "example_text", "synth_command", "env_advice", "print_env_advice"]
 
-#: The examples ``tzrec-run init --example`` writes (package data of tzrun.tools.templates).
+#: The examples ``tzrec-run init --example`` writes (package data of tzrun_tools.templates).
 EXAMPLES = ("deepfm_criteo", "deepfm_criteo_text", "dlrm_criteo", "wide_and_deep_criteo", "dssm_taobao",
             "dssm_taobao_sampled", "mmoe_taobao", "din_taobao")
 _SYNTH_LINE = re.compile(r"^#\s+(tzrec-run data synth [^#\n]*?)\s*(#.*)?$", re.M)
@@ -44,7 +44,7 @@ def add_parsers(sub: Any) -> None:
 
 def example_text(name: str) -> str:
     """The shipped example config ``name`` (one of :data:`EXAMPLES`)."""
-    return resources.files("tzrun.tools").joinpath("templates", "examples", f"{name}.toml").read_text("utf-8")
+    return resources.files("tzrun_tools").joinpath("templates", "examples", f"{name}.toml").read_text("utf-8")
 
 
 def synth_command(text: str) -> str:
@@ -84,11 +84,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_install_stack(args: argparse.Namespace) -> int:
-    """``tzrec-run install-stack``: :func:`tzrun.tools.install_stack.install_stack` for the stack
+    """``tzrec-run install-stack``: :func:`tzrun_tools.install_stack.install_stack` for the stack
     asked for, or the installed FBGEMM's; exits with :data:`~tzrun.errors.EXIT_INSTALL` and one
     line when a package cannot be installed."""
     from tzrun.stack import detect_stack
-    from tzrun.tools.install_stack import install_stack
+    from tzrun_tools.install_stack import install_stack
 
     if args.cuda and args.cpu:
         print("tzrec-run install-stack: pass --cuda or --cpu, not both", file=sys.stderr)

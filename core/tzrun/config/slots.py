@@ -1,6 +1,6 @@
 """Where the core schema holds component tables, what kind each is, and which of its keys
 tzrec-run reads itself: the one table the config loader (:mod:`tzrun.config.load`) and the
-generated configuration reference (:mod:`tzrun.tools.reference`) both follow."""
+generated configuration reference (:mod:`tzrun_tools.reference`) both follow."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Slot:
 #: (array levels without brackets). The loader resolves exactly these places, in this order: a
 #: path below another slot's path is a core key of that slot's ``fields`` class. Adding a slot
 #: is one entry here plus its schema field; a ``Component`` field missing here makes
-#: :func:`tzrun.tools.reference.config_reference` raise.
+#: :func:`tzrun_tools.reference.config_reference` raise.
 COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
     "model": Slot("model"),
     "data.reader": Slot("reader"),

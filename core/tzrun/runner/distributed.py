@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from tzrun.runner.launch import available_cpus, default_num_threads
 __all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "default_num_threads", "available_cpus", "refusal_of_rank0",
            "value_of_rank0"]
 
@@ -22,21 +23,6 @@ class DistInfo:
     local_world_size: int
     device: object
     backend: str
-
-
-def default_num_threads(cpu_count: int, local_world_size: int) -> int:
-    """Intra-op threads per rank on CPU: the cores split evenly across the host's ranks, so two
-    ranks on two cores do not oversubscribe (``OMP_NUM_THREADS`` overrides it)."""
-    return max(1, cpu_count // max(1, local_world_size))
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, e.g. under ``taskset`` or a
-    container's cpuset), or ``os.cpu_count()`` where the platform has no affinity."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def init_distributed(timeout_s: float = 300.0) -> DistInfo:

@@ -44,7 +44,8 @@ from tzrun.errors import EXIT_RANK_LOST
 
 __all__ = ["AGENT_LOG_ENV", "AGENT_PID_ENV", "EXIT_CODE_DIR_ENV", "FORWARDED_SIGNALS", "LAUNCHER_PID_ENV",
            "SHUTDOWN_TIMEOUT", "job_exit_code", "record_exit_code", "run_torchrun", "stop_with_agent", "launch_torchrun",
-           "without_launcher_options", "with_our_spellings", "launch_environment", "TORCHRUN_SPELLINGS"]
+           "without_launcher_options", "with_our_spellings", "launch_environment", "TORCHRUN_SPELLINGS",
+           "available_cpus", "default_num_threads"]
 
 #: Where each worker writes ``rank-<R>`` holding its exit code (set by the launcher).
 EXIT_CODE_DIR_ENV = "TZRUN_EXIT_CODE_DIR"
@@ -300,11 +301,24 @@ def launch_environment(environ: Mapping[str, str], nproc_per_node: int) -> dict[
 
     torchrun sets ``OMP_NUM_THREADS=1`` for several ranks when it is unset, which would leave
     most cores of a large host idle and defeat the per-rank default of
-    :func:`tzrun.runner.distributed.default_num_threads`; setting it first keeps that default.
+    :func:`default_num_threads`; setting it first keeps that default.
     """
-    from tzrun.runner.distributed import available_cpus, default_num_threads
-
     env = dict(environ)
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(default_num_threads(available_cpus(), nproc_per_node))
     return env
+
+
+def default_num_threads(cpu_count: int, local_world_size: int) -> int:
+    """Intra-op threads per rank on CPU: the cores split evenly across the host's ranks, so two
+    ranks on two cores do not oversubscribe (``OMP_NUM_THREADS`` overrides it)."""
+    return max(1, cpu_count // max(1, local_world_size))
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. under ``taskset`` or a
+    container's cpuset), or ``os.cpu_count()`` where the platform has no affinity."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

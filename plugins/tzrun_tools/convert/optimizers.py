@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from tzrun.tools.convert.nodes import Finding, Node
+from tzrun_tools.convert.nodes import Finding, Node
 
 __all__ = ["sparse_optimizer", "dense_optimizer"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional
 
-from tzrun.tools.convert.nodes import Finding, Node
+from tzrun_tools.convert.nodes import Finding, Node
 
 __all__ = ["Outputs", "convert_model", "convert_eval", "convert_export"]
 

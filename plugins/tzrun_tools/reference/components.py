@@ -12,7 +12,7 @@ import attrs
 
 from tzrun.config.schema import Component, RunConfig
 from tzrun.kernel.plugins import CORE_DISTRIBUTION, canonical_name
-from tzrun.tools.reference.config_page import (
+from tzrun_tools.reference.config_page import (
     COMPONENT_SLOTS,
     GENERATED,
     SchemaWalker,
@@ -20,8 +20,8 @@ from tzrun.tools.reference.config_page import (
     config_markdown,
     kind_page,
 )
-from tzrun.tools.reference.docstrings import attribute_docs, code_span, doc_cell, docstring_markdown, inline_markdown
-from tzrun.tools.reference.fields import (
+from tzrun_tools.reference.docstrings import attribute_docs, code_span, doc_cell, docstring_markdown, inline_markdown
+from tzrun_tools.reference.fields import (
     TABLE_HEAD,
     field_default_cell,
     field_hints,

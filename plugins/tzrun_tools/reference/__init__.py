@@ -9,18 +9,18 @@ order :mod:`tzrun.hookspecs` defines them. Key documentation comes from the Goog
 ``Attributes:`` section of each class docstring (or, failing that, an attribute docstring below
 the field), inherited along the class's MRO.
 
-Modules: :mod:`~tzrun.tools.reference.docstrings` (``Attributes:`` sections, RST as Markdown),
-:mod:`~tzrun.tools.reference.fields` (a key's type, bounds and default), :mod:`~tzrun.tools.reference.config_page`
-(the core schema, :data:`COMPONENT_SLOTS`), :mod:`~tzrun.tools.reference.components` (the kind pages and
-the index) and :mod:`~tzrun.tools.reference.hooks_page`.
+Modules: :mod:`~tzrun_tools.reference.docstrings` (``Attributes:`` sections, RST as Markdown),
+:mod:`~tzrun_tools.reference.fields` (a key's type, bounds and default), :mod:`~tzrun_tools.reference.config_page`
+(the core schema, :data:`COMPONENT_SLOTS`), :mod:`~tzrun_tools.reference.components` (the kind pages and
+the index) and :mod:`~tzrun_tools.reference.hooks_page`.
 """
 
 from __future__ import annotations
 
-from tzrun.tools.reference.components import config_reference
-from tzrun.tools.reference.config_page import COMPONENT_SLOTS, Slot
-from tzrun.tools.reference.docstrings import attribute_docs, docstring_markdown, docstring_problems, parse_attributes
-from tzrun.tools.reference.hooks_page import hooks_reference
+from tzrun_tools.reference.components import config_reference
+from tzrun_tools.reference.config_page import COMPONENT_SLOTS, Slot
+from tzrun_tools.reference.docstrings import attribute_docs, docstring_markdown, docstring_problems, parse_attributes
+from tzrun_tools.reference.hooks_page import hooks_reference
 
 __all__ = [
     "COMPONENT_SLOTS",

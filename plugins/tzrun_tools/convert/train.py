@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from tzrun.tools.convert.nodes import Finding, Node
-from tzrun.tools.convert.optimizers import dense_optimizer, sparse_optimizer
+from tzrun_tools.convert.nodes import Finding, Node
+from tzrun_tools.convert.optimizers import dense_optimizer, sparse_optimizer
 
 __all__ = ["convert_train", "constraints"]
 

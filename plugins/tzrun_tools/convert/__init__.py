@@ -17,20 +17,20 @@ tzrec-run's (the dense SGD momentum of 0.9, checkpoints every 1000 steps, DLRM's
 ``arch_with_sparse``, DSSM's similarity and temperature, ...) are written out. See
 docs/migration.md.
 
-Modules: :mod:`~tzrun.tools.convert.prototext` (the parser), :mod:`~tzrun.tools.convert.nodes` (a message
-being converted, and the findings), :mod:`~tzrun.tools.convert.optimizers`, :mod:`~tzrun.tools.convert.train`,
-:mod:`~tzrun.tools.convert.evaluation` (losses, metrics, ``eval_config``, ``export_config``),
-:mod:`~tzrun.tools.convert.data`, :mod:`~tzrun.tools.convert.groups` (feature groups and sequence encoders),
-:mod:`~tzrun.tools.convert.sequences` (sequence groups),
-:mod:`~tzrun.tools.convert.features`, :mod:`~tzrun.tools.convert.models` and :mod:`~tzrun.tools.convert.pipeline`
+Modules: :mod:`~tzrun_tools.convert.prototext` (the parser), :mod:`~tzrun_tools.convert.nodes` (a message
+being converted, and the findings), :mod:`~tzrun_tools.convert.optimizers`, :mod:`~tzrun_tools.convert.train`,
+:mod:`~tzrun_tools.convert.evaluation` (losses, metrics, ``eval_config``, ``export_config``),
+:mod:`~tzrun_tools.convert.data`, :mod:`~tzrun_tools.convert.groups` (feature groups and sequence encoders),
+:mod:`~tzrun_tools.convert.sequences` (sequence groups),
+:mod:`~tzrun_tools.convert.features`, :mod:`~tzrun_tools.convert.models` and :mod:`~tzrun_tools.convert.pipeline`
 (the whole config and its TOML).
 """
 
 from __future__ import annotations
 
-from tzrun.tools.convert.nodes import Finding
-from tzrun.tools.convert.pipeline import Conversion, convert_file, convert_pipeline_config, summary_lines
-from tzrun.tools.convert.prototext import Identifier, parse_text_proto
+from tzrun_tools.convert.nodes import Finding
+from tzrun_tools.convert.pipeline import Conversion, convert_file, convert_pipeline_config, summary_lines
+from tzrun_tools.convert.prototext import Identifier, parse_text_proto
 from tzrun.errors import ProtoTextError
 
 __all__ = [

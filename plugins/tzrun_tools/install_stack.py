@@ -9,7 +9,7 @@ the torch / FBGEMM / TorchRec stack into the running Python's environment, with 
    indexes;
 2. FBGEMM 1.8 (``fbgemm-gpu-cpu``, or ``fbgemm-gpu`` with ``--cuda``) and torch's own
    dependencies, from the usual indexes, with torch held to what step 1 installed;
-3. TorchRec 1.8.0 with its metadata corrected (:mod:`tzrun.tools.torchrec_wheel`).
+3. TorchRec 1.8.0 with its metadata corrected (:mod:`tzrun_tools.torchrec_wheel`).
 
 Each step runs only when what it installs is missing or of the wrong release, so a second run
 installs nothing. The environment then passes ``pip check``. A step that fails ends the command
@@ -30,7 +30,7 @@ from typing import NamedTuple
 from tzrun.errors import EXIT_INSTALL
 from tzrun.stack import INSTALL_STACK, TORCH_CPU_PYTHONS, TORCH_INDEX, TORCH_PIN, TORCH_RANGE, in_range
 from tzrun.stack import installed_version as _version
-from tzrun.tools.torchrec_wheel import FBGEMM_DISTRIBUTIONS, FBGEMM_RANGE, TORCHREC_VERSION, local_version
+from tzrun_tools.torchrec_wheel import FBGEMM_DISTRIBUTIONS, FBGEMM_RANGE, TORCHREC_VERSION, local_version
 
 __all__ = ["Step", "install_steps", "install_stack", "failure_line"]
 
@@ -63,7 +63,7 @@ def _bootstrap(python: str) -> Step | None:
 
 def install_steps(stack: str, python: str = sys.executable, index_url: str | None = None) -> list[Step]:
     """The commands that install what is missing of ``stack``; TorchRec's step is the last, as
-    ``[python, "-m", "tzrun.tools.torchrec_wheel", ...]``.
+    ``[python, "-m", "tzrun_tools.torchrec_wheel", ...]``.
 
     Args:
         stack: ``cpu`` or ``cuda``.
@@ -82,7 +82,7 @@ def install_steps(stack: str, python: str = sys.executable, index_url: str | Non
         held = f"torch=={torch_now}" if torch_ok else TORCH_PIN[stack]
         steps.append(Step(f"{fbgemm}{FBGEMM_RANGE}", [*pip, held, f"{fbgemm}{FBGEMM_RANGE}"]))
     if _version("torchrec") != local_version(stack):
-        steps.append(Step(f"torchrec {TORCHREC_VERSION}", [python, "-m", "tzrun.tools.torchrec_wheel", "--stack", stack]))
+        steps.append(Step(f"torchrec {TORCHREC_VERSION}", [python, "-m", "tzrun_tools.torchrec_wheel", "--stack", stack]))
     bootstrap = _bootstrap(python) if steps else None
     return [bootstrap, *steps] if bootstrap else steps
 

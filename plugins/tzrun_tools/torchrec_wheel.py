@@ -10,7 +10,7 @@ shows it is not the published file, and installs it with its dependencies checke
 Nothing else in the wheel changes.
 
 It uses only the standard library (and pip), so it also runs as a script before tzrec-run's own
-dependencies are installed: ``python core/tzrun/tools/torchrec_wheel.py --stack cpu``.
+dependencies are installed: ``python plugins/tzrun_tools/torchrec_wheel.py --stack cpu``.
 ``tzrec-run install-stack`` calls it after installing torch and FBGEMM when they are missing.
 """
 
@@ -163,7 +163,7 @@ def install_torchrec(stack: str, pip_args: Sequence[str] = (), wheel: Path | Non
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tzrun.tools.torchrec_wheel``: install (or with ``--out``, only write) the
+    """``python -m tzrun_tools.torchrec_wheel``: install (or with ``--out``, only write) the
     corrected TorchRec wheel; returns the exit code."""
     parser = argparse.ArgumentParser(prog="torchrec_wheel", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", choices=sorted(FBGEMM_DISTRIBUTIONS), default="cpu")

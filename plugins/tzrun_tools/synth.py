@@ -75,8 +75,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from tzrun.tools.synth_report import SynthReport, read_report
-from tzrun.tools.synth_common import (
+from tzrun_tools.synth_report import SynthReport, read_report
+from tzrun_tools.synth_common import (
     REPORT_FILE,
     auc,
     block_rng,
@@ -188,7 +188,7 @@ _DESCRIPTION = (
     + f" (2-5% of rows). bias is calibrated to a {_TARGET_POSITIVE_RATE} positive rate. "
     "bayes_auc is the AUC of the true click probability on the eval split: the best any model "
     "can reach there. All parameters come from numpy.random.default_rng(seed); see the "
-    "docstring of tzrun.tools.synth for the details."
+    "docstring of tzrun_tools.synth for the details."
 )
 
 

@@ -6,7 +6,7 @@ groups are read first, because a sequence's encoding is set by the encoder over 
 
 For a model that reads sequence groups (``dssm``, ``mmoe``, ``multi_tower_din``), a ``SEQUENCE``
 feature group and each ``sequence_groups`` entry with a ``pooling_encoder`` (mean) or a
-``din_encoder`` become a ``[[features.sequence]]`` group (:mod:`tzrun.tools.convert.sequences`)
+``din_encoder`` become a ``[[features.sequence]]`` group (:mod:`tzrun_tools.convert.sequences`)
 with a ``[[model.sequence_encoders]]`` table; otherwise a sequence is pooled as a bag, as before.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-from tzrun.tools.convert.nodes import Node
+from tzrun_tools.convert.nodes import Node
 
 __all__ = ["Group", "SequenceGroupSpec", "Groups", "read_groups"]
 

@@ -12,7 +12,7 @@ import attrs
 
 from tzrun.config.schema import Component
 from tzrun.config.toml_text import default_value, toml_value
-from tzrun.tools.reference.docstrings import code_span, table_cell
+from tzrun_tools.reference.docstrings import code_span, table_cell
 
 __all__ = [
     "TABLE_HEAD",

@@ -1,6 +1,6 @@
 """``tzrec-run new-plugin``: write a plugin distribution whose tests pass out of the box.
 
-The templates are package data (``tzrun/tools/templates/plugin/``), so this works from a wheel. Each
+The templates are package data (``tzrun_tools/templates/plugin/``), so this works from a wheel. Each
 kind's template (``<kind>.tmpl``) has four sections, ``#--- options``, ``#--- hooks``,
 ``#--- module`` and ``#--- test``, assembled into ``options.py``, ``hooks.py``,
 ``<kind>.py`` and ``tests/test_components.py``.
@@ -25,7 +25,7 @@ _SECTION = re.compile(r"^#--- (options|hooks|module|test)\n", re.M)
 
 
 def _template(name: str) -> str:
-    return resources.files("tzrun.tools").joinpath("templates", "plugin", name).read_text(encoding="utf-8")
+    return resources.files("tzrun_tools").joinpath("templates", "plugin", name).read_text(encoding="utf-8")
 
 
 def _sections(text: str) -> dict[str, str]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional
 
-from tzrun.tools.convert.data import convert_data
-from tzrun.tools.convert.evaluation import Outputs, convert_eval, convert_export, convert_model
-from tzrun.tools.convert.features import FeatureSet, convert_features
-from tzrun.tools.convert.groups import Groups, read_groups
-from tzrun.tools.convert.models import convert_architecture
-from tzrun.tools.convert.nodes import Finding, Findings, Node
-from tzrun.tools.convert.prototext import parse_text_proto
-from tzrun.tools.convert.train import convert_train
+from tzrun_tools.convert.data import convert_data
+from tzrun_tools.convert.evaluation import Outputs, convert_eval, convert_export, convert_model
+from tzrun_tools.convert.features import FeatureSet, convert_features
+from tzrun_tools.convert.groups import Groups, read_groups
+from tzrun_tools.convert.models import convert_architecture
+from tzrun_tools.convert.nodes import Finding, Findings, Node
+from tzrun_tools.convert.prototext import parse_text_proto
+from tzrun_tools.convert.train import convert_train
 from tzrun.errors import TzrunError
 
 __all__ = ["Conversion", "convert_pipeline_config", "convert_file", "summary_lines"]

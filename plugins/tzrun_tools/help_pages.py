@@ -1,5 +1,5 @@
 """Write the help pages ``tzrec-run help TOPIC`` prints (``core/tzrun/help/*.md``) from
-``docs/``: ``python -m tzrun.tools.help_pages [DOCS_DIR]`` (from a clone of the repository).
+``docs/``: ``python -m tzrun_tools.help_pages [DOCS_DIR]`` (from a clone of the repository).
 
 Every page of the docs is a topic (:func:`page_topic` names it: ``howto/multi_process.md`` is
 ``howto-multi-process``), and so is each section of :data:`TOPICS` that error messages name.
@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
+import tzrun
+
 __all__ = ["TOPICS", "HELP_DIR", "page_topic", "docs_pages", "render_topic", "render_page", "render_all",
            "write_all"]
 
 #: Where the pages go (the ``tzrun`` package's ``help/`` directory).
-HELP_DIR = Path(__file__).resolve().parents[1] / "help"
+HELP_DIR = Path(tzrun.__file__).resolve().parent / "help"
 
 #: Each section topic: its title, then the ``(docs page, heading)`` sections it is made of, in
 #: order; a heading of None is the page's introduction (everything before its first ``##``
@@ -75,7 +77,7 @@ def _section(text: str, heading: str | None, where: str) -> list[str]:
             continue  # the page's title: the topic has its own
         out.append(line)
     if not out:
-        raise ValueError(f"{where}: no section '{heading}' (a help topic in tzrun.tools.help_pages.TOPICS)")
+        raise ValueError(f"{where}: no section '{heading}' (a help topic in tzrun_tools.help_pages.TOPICS)")
     return out
 
 
@@ -159,6 +161,6 @@ def write_all(docs_dir: Path, out: Path = HELP_DIR) -> list[Path]:
 
 
 if __name__ == "__main__":
-    docs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[3] / "docs"
+    docs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "docs"
     for path in write_all(docs):
         print(path)

@@ -1,7 +1,7 @@
 """The item table of the synthetic Taobao data (``out_dir/items.parquet``): one row per ad.
 
 Columns: the ad's ids (``adgroup_id``, ``cate_id``, ``campaign_id``, ``customer``, ``brand``)
-and dense features (``price``, ``item_ctr_7d``), as the rows of :mod:`tzrun.tools.synth_taobao`
+and dense features (``price``, ``item_ctr_7d``), as the rows of :mod:`tzrun_tools.synth_taobao`
 hold them (they are fixed per ad), and ``popularity``: the ad's exact share of impressions under
 the ground-truth model (summing to 1). It is the item table of ``[data.sampler]`` in
 ``examples/dssm_taobao_sampled.toml``: uniform negatives ignore ``popularity``, weighted ones

@@ -1,4 +1,4 @@
-"""The report :func:`tzrun.tools.synth.synth_criteo` writes next to its data (``synth.json``)
+"""The report :func:`tzrun_tools.synth.synth_criteo` writes next to its data (``synth.json``)
 and reads back."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from tzrun.tools.synth_common import nan_to_none, none_to_nan, read_document, report_fields
+from tzrun_tools.synth_common import nan_to_none, none_to_nan, read_document, report_fields
 
 __all__ = ["SynthReport", "read_report"]
 

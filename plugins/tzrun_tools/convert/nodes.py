@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
-from tzrun.tools.convert.prototext import Identifier
+from tzrun_tools.convert.prototext import Identifier
 
 __all__ = ["Finding", "Findings", "Node"]
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from tzrun.tools.convert.groups import Groups, SequenceGroupSpec
-from tzrun.tools.convert.nodes import Finding, Findings
+from tzrun_tools.convert.groups import Groups, SequenceGroupSpec
+from tzrun_tools.convert.nodes import Finding, Findings
 
 if TYPE_CHECKING:
-    from tzrun.tools.convert.features import FeatureSet
+    from tzrun_tools.convert.features import FeatureSet
 
 __all__ = ["gather_sequences"]
 

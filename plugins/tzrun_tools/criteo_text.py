@@ -1,6 +1,6 @@
 """The synthetic Criteo set in the public Criteo display-advertising text format.
 
-``tzrec-run data synth criteo --format text`` writes what :func:`tzrun.tools.synth.synth_criteo`
+``tzrec-run data synth criteo --format text`` writes what :func:`tzrun_tools.synth.synth_criteo`
 writes, as tab-separated text without a header, one file per Parquet part
 (``train/day_N.txt``, ``eval/day_N.txt``): the label, the 13 integer columns (an empty field for
 a null) and the 26 categorical columns as 8-digit hexadecimal ids. Ids are mapped to hex with a
@@ -30,7 +30,7 @@ def parquet_to_criteo_text(parquet_dir: str | os.PathLike[str], text_dir: str | 
     import numpy as np
     import pyarrow.parquet as pq
 
-    from tzrun.tools.synth import DENSE_COLUMNS, LABEL_COLUMN, SPARSE_COLUMNS
+    from tzrun_tools.synth import DENSE_COLUMNS, LABEL_COLUMN, SPARSE_COLUMNS
 
     text_dir = Path(text_dir)
     text_dir.mkdir(parents=True, exist_ok=True)

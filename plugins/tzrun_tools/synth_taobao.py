@@ -60,7 +60,7 @@ Retrieval: with ``data.sample_weight = "click"`` (clicked rows only, as TorchEas
 positive-only ``dssm_taobao`` samples), a two-tower model ranks each user's clicked ad among
 the other clicked ads of the batch; random ranking gives recall@k = k / (clicked rows per batch).
 
-Determinism as in :mod:`tzrun.tools.synth`: parameters from ``numpy.random.default_rng(seed)``,
+Determinism as in :mod:`tzrun_tools.synth`: parameters from ``numpy.random.default_rng(seed)``,
 rows in blocks of 16,384 from ``default_rng(SeedSequence(seed, spawn_key=(split, block)))``.
 """
 
@@ -76,9 +76,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tzrun.tools.synth_taobao_items import write_taobao_items
-from tzrun.tools.synth_taobao_report import TaobaoSynthReport, read_taobao_report
-from tzrun.tools.synth_common import (
+from tzrun_tools.synth_taobao_items import write_taobao_items
+from tzrun_tools.synth_taobao_report import TaobaoSynthReport, read_taobao_report
+from tzrun_tools.synth_common import (
     auc,
     block_rng,
     checked_arguments,
@@ -159,7 +159,7 @@ _DESCRIPTION = (
     "sigmoid(b' + affinity/2 + brand + user + price sensitivity by pvalue_level)). "
     "click_50_seq holds ads drawn from the user's interests (click_50_seq__adgroup_id/__cate_id/__brand: "
     "their ids, aligned). bayes_auc[label] is the AUC of the "
-    "true probability of the label on the eval split. See the docstring of tzrun.tools.synth_taobao."
+    "true probability of the label on the eval split. See the docstring of tzrun_tools.synth_taobao."
 )
 
 

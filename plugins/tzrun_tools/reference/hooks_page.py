@@ -6,9 +6,9 @@ import inspect
 from typing import Any, Callable, Mapping
 
 from tzrun import hookspecs, interfaces
-from tzrun.tools.reference.config_page import GENERATED, kind_page
-from tzrun.tools.reference.docstrings import code_span, docstring_markdown
-from tzrun.tools.reference.fields import Written, toml_value
+from tzrun_tools.reference.config_page import GENERATED, kind_page
+from tzrun_tools.reference.docstrings import code_span, docstring_markdown
+from tzrun_tools.reference.fields import Written, toml_value
 from tzrun.kernel.registry import KINDS
 
 __all__ = ["hooks_reference"]

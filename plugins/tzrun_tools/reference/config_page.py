@@ -11,8 +11,8 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from tzrun.config.schema import Component
-from tzrun.tools.reference.docstrings import attribute_docs, code_span, doc_cell, docstring_markdown, inline_markdown, table_cell
-from tzrun.tools.reference.fields import (
+from tzrun_tools.reference.docstrings import attribute_docs, code_span, doc_cell, docstring_markdown, inline_markdown, table_cell
+from tzrun_tools.reference.fields import (
     TABLE_HEAD,
     default_value,
     field_default_cell,
@@ -29,7 +29,7 @@ from tzrun.kernel.registry import KINDS
 __all__ = ["GENERATED", "Slot", "COMPONENT_SLOTS", "SchemaWalker", "kind_page", "class_intro", "config_markdown"]
 
 
-GENERATED = "<!-- Generated from the code by tzrun.tools.reference at docs build time; do not edit. -->\n\n"
+GENERATED = "<!-- Generated from the code by tzrun_tools.reference at docs build time; do not edit. -->\n\n"
 
 
 @attrs.define
@@ -78,7 +78,7 @@ class SchemaWalker:
                 if slot is None:
                     raise ValueError(
                         f"{cls.__qualname__}.{field.name} ({key_path}) holds components but "
-                        "tzrun.tools.reference.COMPONENT_SLOTS does not say which kind; add it there"
+                        "tzrun_tools.reference.COMPONENT_SLOTS does not say which kind; add it there"
                     )
                 kind = _kind_link(slot.kind)
                 type_cell = f"{'array of tables' if is_array else 'table'}: {kind}"

@@ -5,7 +5,7 @@ buckets (``num_buckets``, ``hash_bucket_size``, ``vocab_list`` or ``vocab_dict``
 ``vocab_file``); a ``raw_feature`` with ``boundaries`` a bucketized sparse feature; one without a
 dense feature (``zscore`` normalizers as ``mean``/``std``). A ``sequence_feature``'s id features
 become features named ``<sequence>__<feature>`` (TorchEasyRec's names): the members of a sequence
-group the model reads (:mod:`tzrun.tools.convert.sequences`) go into ``[[features.sequence]]``,
+group the model reads (:mod:`tzrun_tools.convert.sequences`) go into ``[[features.sequence]]``,
 truncated to ``sequence_length``; the others stay sparse features, pooled as the
 ``pooling_encoder`` over their group says. Any other kind is left as a placeholder with the
 reason. tzrec-run has no feature generator: every feature reads its column as it is (the column
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from tzrun.tools.convert.groups import Groups
-from tzrun.tools.convert.nodes import Finding, Node
-from tzrun.tools.convert.sequences import gather_sequences
-from tzrun.tools.convert.train import constraints
+from tzrun_tools.convert.groups import Groups
+from tzrun_tools.convert.nodes import Finding, Node
+from tzrun_tools.convert.sequences import gather_sequences
+from tzrun_tools.convert.train import constraints
 
 __all__ = ["FeatureSet", "convert_features"]
 

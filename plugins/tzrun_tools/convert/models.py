@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Optional
 
-from tzrun.tools.convert.features import FeatureSet
-from tzrun.tools.convert.groups import Groups
-from tzrun.tools.convert.nodes import Finding, Node
+from tzrun_tools.convert.features import FeatureSet
+from tzrun_tools.convert.groups import Groups
+from tzrun_tools.convert.nodes import Finding, Node
 
 __all__ = ["ConvertedModel", "convert_architecture"]
 
 _F = "float"
-#: Fields of a task tower that :mod:`tzrun.tools.convert.evaluation` converts (or reports).
+#: Fields of a task tower that :mod:`tzrun_tools.convert.evaluation` converts (or reports).
 _TOWER_OUTPUTS = ("tower_name", "label_name", "weight", "num_class", "metrics", "losses", "train_metrics",
                   "sample_weight_name", "task_space_indicator_label", "in_task_space_weight",
                   "out_task_space_weight", "pareto_min_loss_weight")
