@@ -580,16 +580,16 @@ def test_torcheasyrec_example_converts_into_a_file_that_passes_check_unedited(na
     assert f"wrote {out}" in proc.stderr and "field(s) not converted:\n  train_input_path: " in proc.stderr
     check = _check(out)
     assert check.returncode == 0, check.stderr
-    model = "din" if name.startswith("multi_tower_din") else name.split("_")[0]
+    model = "din" if name.startswith("multi_tower_din") else name.rsplit("_", 1)[0]  # deepfm_criteo: deepfm
     assert f"{out}: ok (model {model};" in check.stdout
 
 
 def test_a_model_that_is_not_converted_leaves_a_placeholder_and_check_asks_for_it(tmp_path):
-    text = DEEPFM_CRITEO.replace("deepfm {", "multi_tower { towers { input: 'deep' } }  unused {")
+    text = DEEPFM_CRITEO.replace("deepfm {", "dbmtl { task_towers { tower_name: 'ctr' } }  unused {")
     conversion = convert(text)
     assert "model" not in conversion.tree and len(conversion.tree["features"]["sparse"]) == 3
     assert not_converted(conversion)["model_config"] == (
-        "multi_tower, unused: the model is not converted; write [model] (tzrec-run help models)")
+        "dbmtl, unused: the model is not converted; write [model] (tzrec-run help models)")
     assert "# TODO: what is not converted" in conversion.toml and "# type = \"...\"" in conversion.toml
     out = tmp_path / "converted.toml"
     out.write_text(conversion.toml)

@@ -3,7 +3,8 @@ the same messages, field names, feature kinds, groups and model blocks, with few
 
 from __future__ import annotations
 
-__all__ = ["DEEPFM_CRITEO", "DLRM_CRITEO", "MMOE_TAOBAO", "DSSM_TAOBAO", "MULTI_TOWER_DIN_TAOBAO", "EXAMPLES"]
+__all__ = ["DEEPFM_CRITEO", "DLRM_CRITEO", "MMOE_TAOBAO", "DSSM_TAOBAO", "MULTI_TOWER_DIN_TAOBAO", "MULTI_TOWER_TAOBAO",
+           "EXAMPLES"]
 
 _TRAIN = """
 train_input_path: "odps://{PROJECT}/tables/%(table)s_train"
@@ -239,6 +240,37 @@ model_config {{
 }}
 """
 
+MULTI_TOWER_TAOBAO = _head("multi_tower_taobao", "taobao_multitask_sample_v1") + """
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_DAG
+    label_fields: "clk"
+    num_workers: 8
+}
+""" + _TAOBAO_FEATURES + f"""
+model_config {{
+    feature_groups {{
+        group_name: "user"
+        {_names("user_id", "cms_segid", "pid")}
+        group_type: DEEP
+    }}
+    feature_groups {{
+        group_name: "item"
+        {_names("adgroup_id", "cate_id", "price")}
+        group_type: DEEP
+    }}
+    multi_tower {{
+        towers {{ input: 'user' mlp {{ hidden_units: [512, 256, 128] }} }}
+        towers {{ input: 'item' mlp {{ hidden_units: [512, 256, 128] }} }}
+        final {{ hidden_units: [64] }}
+    }}
+    metrics {{ auc {{}} }}
+    losses {{ binary_cross_entropy {{}} }}
+}}
+"""
+
 #: name -> config text, as TorchEasyRec names the example.
 EXAMPLES = {"deepfm_criteo": DEEPFM_CRITEO, "dlrm_criteo": DLRM_CRITEO, "mmoe_taobao": MMOE_TAOBAO,
-            "dssm_taobao": DSSM_TAOBAO, "multi_tower_din_taobao": MULTI_TOWER_DIN_TAOBAO}
+            "dssm_taobao": DSSM_TAOBAO, "multi_tower_din_taobao": MULTI_TOWER_DIN_TAOBAO,
+            "multi_tower_taobao": MULTI_TOWER_TAOBAO}

@@ -26,6 +26,9 @@ EXAMPLES = {
         ["model.expert_hidden_units=[16]", 'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[8]}]'],
         ["ctr_auc", "cvr_auc", "loss/ctr_bce", "loss/cvr_bce"],
     ),
+    "multi_tower_taobao": ("taobao", ['model.towers=[{features=["user_id", "pid"], hidden_units=[16]}, '
+                                      '{features=["adgroup_id", "price"], hidden_units=[16]}]',
+                                      "model.final_hidden_units=[8]"], ["auc"]),
     "dssm_taobao": (
         "taobao",
         ["model.user_hidden_units=[16]", "model.item_hidden_units=[16]", "model.output_dim=8", "train.num_epochs=1"],

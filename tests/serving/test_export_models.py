@@ -27,6 +27,7 @@ EXAMPLES = {
     "mmoe_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",
+    "multi_tower_taobao": "taobao",
     "dssm_taobao+sequence": "taobao",
     "mmoe_taobao+sequence": "taobao",
 }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import deepfm, din, dlrm, dssm, mmoe, wide_and_deep
+from tzrun_plugins.models import deepfm, din, dlrm, dssm, mmoe, multi_tower, wide_and_deep
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -25,6 +25,8 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("din", config=din.DINConfig, build=din.build_din, outputs=_binary,
              description="DIN: MLP towers over pooled features, target attention of the candidate over each "
                          "behaviour sequence, final MLP")
+    register("multi_tower", config=multi_tower.MultiTowerConfig, build=multi_tower.build_multi_tower, outputs=_binary,
+             description="MultiTower: an MLP tower per group of features, final MLP (TorchEasyRec's multi_tower)")
     register("dlrm", config=dlrm.DLRMConfig, build=dlrm.build_dlrm, outputs=_binary,
              description="DLRM: bottom MLP, embeddings, pairwise dot interaction, top MLP")
     register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep, outputs=_binary,

@@ -1,5 +1,5 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``mmoe``,
-``dssm`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
+``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -141,14 +141,29 @@ def _encoders(groups: Groups, feats: FeatureSet, names: list[str]) -> list[dict[
             if n in converted and groups.sequences[n].encoder is not None]
 
 
-def _din(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
-    """``multi_tower_din``: MLP towers over groups, a target-attention tower per SEQUENCE group."""
-    table: dict[str, Any] = {"type": "din"}
+def _towers_of(model: Node, groups: Groups, feats: FeatureSet) -> list[dict[str, Any]]:
+    """``towers``: one MLP tower per input group."""
     towers = []
     for tower in model.indexed_children("towers"):
         group = tower.value("input", "str", "")
         towers.append({"features": _names(groups, feats, group), "hidden_units": _mlp(tower, "mlp") or []})
         tower.rest()
+    return towers
+
+
+def _multi_tower(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``multi_tower``: MLP towers over groups, a final MLP."""
+    towers = _towers_of(model, groups, feats)
+    if not towers:
+        model.findings.not_converted.append(Finding(model.at("towers"), "no towers, so the model is not converted"))
+        return None
+    return {"type": "multi_tower", "towers": towers, "final_hidden_units": _mlp(model, "final") or []}
+
+
+def _din(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``multi_tower_din``: MLP towers over groups, a target-attention tower per SEQUENCE group."""
+    table: dict[str, Any] = {"type": "din"}
+    towers = _towers_of(model, groups, feats)
     attention = []
     converted = {g["name"] for g in feats.sequence}
     for tower in model.indexed_children("din_towers"):
@@ -210,7 +225,7 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
 
 _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
-    "mmoe": _mmoe, "dssm": _dssm, "multi_tower_din": _din,
+    "mmoe": _mmoe, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
 }
 
 
@@ -220,7 +235,7 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
 
     Returns:
         The ``[model]`` table and the features it reads, or ``None`` when the model is none of
-        the six converted here (the caller reports it).
+        the seven converted here (the caller reports it).
     """
     if name not in _MODELS:
         return None
@@ -235,9 +250,9 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
         node.skip("num_class", f"{num_class}: tzrec-run's {name} outputs one logit per task")
     if name == "dssm":
         features = set(table["user_features"]) | set(table["item_features"])
-    elif name == "multi_tower_din":
+    elif name in ("multi_tower_din", "multi_tower"):
         features = {n for tower in table.get("towers", ()) for n in tower["features"]}
-        for din in table["din_towers"]:
+        for din in table.get("din_towers", ()):
             group = next(g for g in feats.sequence if g["name"] == din["sequence"])
             features |= {din["sequence"], *group["query"]}
     else:
