@@ -246,3 +246,14 @@ def test_on_two_ranks_a_foreign_output_is_refused_by_rank_0_and_no_rank_waits(ti
     lines = [line for line in done.stderr.splitlines() if line.startswith("tzrec-run:")]
     assert len(lines) == 1 and "no tzrec-run marker" in lines[0], done.stderr[-3000:]
     assert _contents(user) == files
+
+
+def test_predictions_an_earlier_version_wrote_are_still_replaced_with_overwrite(tiny_run, tmp_path):
+    """A directory of parts and ``_SUCCESS`` without the marker (written before markers existed)."""
+    config = str(tiny_run.model_dir.parent / "tiny.toml")
+    rows = str(tiny_run.model_dir.parent / "tiny_data" / "eval")
+    scores = tmp_path / "scores"
+    assert main(["predict", config, "--checkpoint", "latest", "--input", rows, "--output", str(scores)]) == 0
+    (scores / ".tzrec-run-output").unlink()
+    assert main(["predict", config, "--checkpoint", "latest", "--input", rows, "--output", str(scores), "--overwrite"]) == 0
+    assert sorted(p.name for p in scores.iterdir()) == [".tzrec-run-output", "_SUCCESS", "part-00000.parquet"]

@@ -39,7 +39,8 @@ import pyarrow.parquet as pq
 
 from tzrun.errors import WriteError
 from tzrun.io.files import write_atomic
-from tzrun.io.owned import claim_output_dir, output_entries, read_output_marker, remove_owned, replaceable_entries
+from tzrun.io.owned import (OUTPUT_MARKER, claim_output_dir, output_entries, read_output_marker, remove_owned,
+                            replaceable_entries)
 from tzrun.io.storage import as_path, exists, is_remote, remove_tree
 
 __all__ = ["SUCCESS", "SKIPPED", "OWNER_KEY", "PredictionSink", "skipped_path", "is_prediction_file", "is_our_parquet"]
@@ -101,6 +102,14 @@ def _write_table(path: Path, table: pa.Table) -> None:
     os.replace(tmp, path)
 
 
+def _adopt_earlier(path: Path) -> None:
+    """Mark a complete directory of predictions that an earlier version wrote (no marker; only
+    parts, ``_SUCCESS`` and ``_skipped.parquet``) as ours, so that ``--overwrite`` replaces it."""
+    names = output_entries(path)
+    if names and SUCCESS in names and read_output_marker(path) is None and all(is_prediction_file(n) for n in names):
+        write_atomic(as_path(path) / OUTPUT_MARKER, (json.dumps({"format": 1, "kind": "predictions", "run_id": ""}) + "\n").encode())
+
+
 class PredictionSink:
     """The output of one ``predict`` (see the module docstring).
 
@@ -131,6 +140,7 @@ class PredictionSink:
             for path in (self.final, skipped_path(self.output)):
                 self._check_file(path)
         elif self.parts != self.final:  # a local directory: replaced at the end, whole
+            _adopt_earlier(self.final)
             replaceable_entries(self.final, "predictions", is_prediction_file, flag="--output", overwrite=self.overwrite)
         if self.parts != self.final:
             left = output_entries(self.staging)
@@ -138,6 +148,7 @@ class PredictionSink:
                 remove_owned(self.staging, left)  # parts a killed run of an earlier version left, before markers
             claim_output_dir(self.staging, "predictions", is_prediction_file, flag="--output's staging directory")
         else:  # in place on an object store: no longer complete from here on
+            _adopt_earlier(self.final)
             claim_output_dir(self.final, "predictions", is_prediction_file, flag="--output", overwrite=self.overwrite)
 
     def _check_file(self, path: Path) -> None:

@@ -8,7 +8,7 @@ Python serving process imports::
 
     from tzrun.serving import Predictor
 
-    predictor = Predictor("exports/latest")         # or a version directory
+    predictor = Predictor("runs/ctr/exports")       # follows its `latest`; or a version directory
     scores = predictor.predict({"int_0": [3.0, None], "cat_0": [17, 4], ...})
     scores["probs"]                                  # numpy float32, one per row, in order
 """
