@@ -17,6 +17,7 @@ import attrs
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import each_once, mlp, out_width, positive_units, unknown_feature_problems
+from tzrun_plugins.models.multi_tower import TowerConfig
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -24,17 +25,8 @@ if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
 __all__ = ["DINTowerConfig", "DINAttentionConfig", "DINConfig", "build_din"]
 
 
-@attrs.frozen
-class DINTowerConfig:
-    """One ``[[model.towers]]`` table of ``din``: an MLP over pooled features.
-
-    Attributes:
-        features: names of dense and id (``[[features.sparse]]``) features; empty: all of them.
-        hidden_units: layer widths of the tower's MLP.
-    """
-
-    features: tuple[str, ...] = ()
-    hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
+#: one ``[[model.towers]]`` table of ``din``: an MLP over pooled features (the same as ``multi_tower``'s)
+DINTowerConfig = TowerConfig
 
 
 @attrs.frozen
