@@ -257,3 +257,16 @@ def test_predictions_an_earlier_version_wrote_are_still_replaced_with_overwrite(
     (scores / ".tzrec-run-output").unlink()
     assert main(["predict", config, "--checkpoint", "latest", "--input", rows, "--output", str(scores), "--overwrite"]) == 0
     assert sorted(p.name for p in scores.iterdir()) == [".tzrec-run-output", "_SUCCESS", "part-00000.parquet"]
+
+
+def test_a_program_this_torch_cannot_read_is_one_line(export, tmp_path):
+    """Allowed entries, but not a program torch can load (another archive version): exit 66."""
+    from tzrun.serving import Predictor
+
+    def other_version(entries: dict[str, bytes]) -> None:
+        entries["archive_version"] = b"99"
+
+    bad = crafted.crafted_copy(export, tmp_path / "bad", other_version)
+    with pytest.raises(CheckpointError, match=r"model\.pt2: torch .* cannot load this program") as error:
+        Predictor(bad)
+    assert error.value.exit_code == EXIT_CHECKPOINT

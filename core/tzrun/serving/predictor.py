@@ -99,7 +99,13 @@ class Predictor:
         self.spec = programs[program]
         self.inputs = [i["name"] for i in self.spec["inputs"]]
         self.outputs = [o["name"] for o in self.spec["outputs"]]
-        self.exported = torch.export.load(io.BytesIO(read_program(self.path, self.manifest, program)))
+        data = read_program(self.path, self.manifest, program)
+        try:
+            self.exported = torch.export.load(io.BytesIO(data))
+        except Exception as error:  # checked already: what is left is a program this torch cannot read
+            first = " ".join(str(error).split())[:200]
+            raise CheckpointError(f"{self.path / self.spec['file']}: torch {torch.__version__} cannot load this program "
+                                  f"({type(error).__name__}: {first}); export it again with this version") from None
         self._module = self.exported.module()
         self._builder = _builder(self.manifest, self.spec["features"], on_bad_row)
 
