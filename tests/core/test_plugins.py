@@ -39,7 +39,7 @@ def test_first_party_plugins_load_from_entry_points_with_their_distribution(tzru
         "sgd", "adagrad", "rowwise_adagrad", "adam", "lamb", "lars_sgd", "partial_rowwise_adam", "partial_rowwise_lamb"
     }
     assert set(optim.components["dense_optimizer"]) == {"sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta"}
-    assert infos["tzrun_plugins.models"].components == {"model": ("deepfm", "din", "dlrm", "dssm", "mmoe", "wide_and_deep")}
+    assert infos["tzrun_plugins.models"].components == {"model": ("deepfm", "din", "dlrm", "dssm", "mmoe", "multi_tower", "wide_and_deep")}
 
 
 def test_every_entry_records_the_plugin_that_made_it(tzrun_pm):
