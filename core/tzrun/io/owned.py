@@ -25,7 +25,7 @@ from tzrun.io.files import write_atomic
 from tzrun.io.storage import as_path, exists, filesystem, is_remote
 
 __all__ = ["OUTPUT_MARKER", "read_output_marker", "replaceable_entries", "claim_output_dir", "output_entries",
-           "remove_owned"]
+           "remove_owned", "write_output_marker"]
 
 #: The marker of an output directory tzrec-run wrote.
 OUTPUT_MARKER = ".tzrec-run-output"
@@ -123,8 +123,13 @@ def claim_output_dir(path: str | os.PathLike[str], kind: str, owned: Callable[[s
     remove_owned(target, [n for n in names if n != OUTPUT_MARKER])
     if not is_remote(target):
         target.mkdir(parents=True, exist_ok=True)
+    write_output_marker(target, kind, run_id)
+
+
+def write_output_marker(path: str | os.PathLike[str], kind: str, run_id: str = "") -> None:
+    """Mark ``path`` (a directory that exists, or an object-store prefix) as tzrec-run's ``kind``."""
     marker = {"format": _FORMAT, "kind": kind, "run_id": run_id}
-    write_atomic(target / OUTPUT_MARKER, (json.dumps(marker) + "\n").encode())
+    write_atomic(as_path(path) / OUTPUT_MARKER, (json.dumps(marker) + "\n").encode())
 
 
 def remove_owned(path: str | os.PathLike[str], names: list[str]) -> None:

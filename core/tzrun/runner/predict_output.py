@@ -39,8 +39,8 @@ import pyarrow.parquet as pq
 
 from tzrun.errors import WriteError
 from tzrun.io.files import write_atomic
-from tzrun.io.owned import (OUTPUT_MARKER, claim_output_dir, output_entries, read_output_marker, remove_owned,
-                            replaceable_entries)
+from tzrun.io.owned import (claim_output_dir, output_entries, read_output_marker, remove_owned, replaceable_entries,
+                            write_output_marker)
 from tzrun.io.storage import as_path, exists, is_remote, remove_tree
 
 __all__ = ["SUCCESS", "SKIPPED", "OWNER_KEY", "PredictionSink", "skipped_path", "is_prediction_file", "is_our_parquet"]
@@ -107,7 +107,7 @@ def _adopt_earlier(path: Path) -> None:
     parts, ``_SUCCESS`` and ``_skipped.parquet``) as ours, so that ``--overwrite`` replaces it."""
     names = output_entries(path)
     if names and SUCCESS in names and read_output_marker(path) is None and all(is_prediction_file(n) for n in names):
-        write_atomic(as_path(path) / OUTPUT_MARKER, (json.dumps({"format": 1, "kind": "predictions", "run_id": ""}) + "\n").encode())
+        write_output_marker(path, "predictions")
 
 
 class PredictionSink:
