@@ -1,11 +1,17 @@
-"""Shared fixtures: tzrun's own pytest plugin, a small synthetic Criteo set, a run helper."""
+"""Shared fixtures: tzrun's own pytest plugin, a small synthetic Criteo set, the run helpers
+(``run_cli`` in a child process, ``cli`` in this one)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -49,3 +55,64 @@ def run_cli(args: list[str], *, timeout: float = 600, env: dict[str, str] | None
     return subprocess.run(
         [sys.executable, "-m", "tzrun", *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
     )
+
+
+def cli(args: list[str], *, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``tzrec-run ARGS`` in this process, through the CLI's entry function, and return
+    what ``run_cli`` would: the exit code, standard output and standard error (log lines
+    included, formatted as rank 0's). For the tests where a child process adds nothing: the
+    CLI's parsing, errors and exit codes are the same; what differs is only the interpreter's
+    start (about 6 s of imports here). Tests of signals, launchers, ``os._exit`` paths, import
+    isolation and several ranks use ``run_cli``."""
+    from tzrun.cli.main import main
+    from tzrun.errors import exit_code_of
+
+    out, err = io.StringIO(), io.StringIO()
+    with _environment(env), _logging_to(err), contextlib.chdir(REPO), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as error:  # argparse: --help, --version, usage errors
+            code = error.code if isinstance(error.code, int) else 0 if error.code is None else 1
+            if isinstance(error.code, str):
+                print(error.code, file=sys.stderr)
+        except Exception as error:  # noqa: BLE001 - as console_main: the traceback, then the exit code
+            traceback.print_exc()
+            code = exit_code_of(error)
+    return subprocess.CompletedProcess(["tzrec-run", *args], code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str] | None) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _logging_to(stream: io.StringIO) -> Iterator[None]:
+    """The CLI's log lines into ``stream`` (under pytest the root logger already has handlers,
+    so the CLI's ``logging.basicConfig`` adds none); the loggers' levels are restored after."""
+    from tzrun.runner.log_file import DATE_FORMAT, log_format, redact_record
+
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(log_format(0), DATE_FORMAT))
+    handler.addFilter(redact_record)
+    root = logging.getLogger()
+    names = ["tzrun", "torchrec.distributed.planner", "torchrec.distributed.train_pipeline",
+             "torchrec.distributed.utils", "torchrec.distributed.model_parallel"]
+    levels = {name: logging.getLogger(name).level for name in names}
+    root_level = root.level
+    root.setLevel(logging.WARNING)
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(root_level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)

@@ -9,19 +9,19 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import cli, REPO
 from tzrun.errors import EXIT_CONFIG
 
 
 def test_help_lists_the_commands():
-    proc = run_cli(["--help"])
+    proc = cli(["--help"])
     assert proc.returncode == 0
     for command in ("train", "check", "plugins", "data"):
         assert command in proc.stdout
 
 
 def test_plugins_json_lists_first_party_plugins_and_their_components():
-    proc = run_cli(["plugins", "--json"])
+    proc = cli(["plugins", "--json"])
     assert proc.returncode == 0, proc.stderr
     listing = json.loads(proc.stdout)
     by_name = {p["name"]: p for p in listing["plugins"]}
@@ -51,7 +51,7 @@ def test_check_params_prints_what_each_part_and_table_gets():
     from tests.conftest import EXAMPLE
 
     part = 'train.dense_optimizer.parts=[{type="sgd", lr=0.1, pattern="deep\\\\..*"}]'
-    proc = run_cli(["check", str(EXAMPLE), "--params", "--set", part, "--set", "features.sparse[0].trainable=false"])
+    proc = cli(["check", str(EXAMPLE), "--params", "--set", part, "--set", "features.sparse[0].trainable=false"])
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "dense (adam): 4 parameter(s)\n  final.0.weight [64, 84]\n" in out
@@ -64,7 +64,7 @@ def test_check_params_reports_a_parameter_in_two_parts():
     from tests.conftest import EXAMPLE
 
     parts = 'train.dense_optimizer.parts=[{type="sgd", lr=0.1, pattern="deep\\\\..*"}, {type="sgd", lr=0.1, pattern=".*bias"}]'
-    proc = run_cli(["check", str(EXAMPLE), "--params", "--set", parts])
+    proc = cli(["check", str(EXAMPLE), "--params", "--set", parts])
     assert proc.returncode != 0
     assert "train.dense_optimizer.parts[1].pattern: parameter 'deep.0.bias' is matched by parts[0] ('deep\\..*') and parts[1] ('.*bias')" in proc.stderr
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tzrun.errors import EXIT_CHECKPOINT, CheckpointError
 from tzrun.runner.inspect import describe_checkpoint
 from tzrun.runner.manifest import MANIFEST, MARKER, marker_bytes
@@ -25,7 +25,7 @@ def _model_dir(tmp_path: Path, complete: list[int], incomplete: list[int] = ()) 
 
 def test_ckpt_inspect_of_a_model_dir_says_it_is_one_and_names_its_checkpoints(tmp_path: Path):
     model_dir = _model_dir(tmp_path, [4, 8], [12])
-    done = run_cli(["ckpt", "inspect", str(model_dir)])
+    done = cli(["ckpt", "inspect", str(model_dir)])
     assert done.returncode == EXIT_CHECKPOINT
     assert "never finished" not in done.stderr
     assert f"{model_dir}: is a model dir, not a checkpoint (its complete checkpoints: step-4, step-8)" in done.stderr

@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 import tzrun
-from tests.conftest import run_cli
-from tzrun.cli import main as cli
+from tests.conftest import cli, run_cli
+from tzrun.cli import main as cli_main
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, WriteError, exit_code_of
 from tzrun.testing import tiny_config_text
 
@@ -40,14 +40,14 @@ def test_a_damaged_best_json_stops_a_resume_with_one_line_and_exit_66(tmp_path):
     best.write_text('{"step": 2, "metric": "auc", "val')  # cut short, as by a full disk
     with pytest.raises(tzrun.errors.CheckpointError, match=r"best\.json: damaged \(JSONDecodeError"):
         read_best(trained.model_dir)
-    proc = run_cli(["train", str(tmp_path / "tiny.toml"), "--resume"])
+    proc = cli(["train", str(tmp_path / "tiny.toml"), "--resume"])
     assert proc.returncode == EXIT_CHECKPOINT
     line = _one_line(proc.stderr)
     assert f"{best}: damaged (JSONDecodeError: " in line and "remove it" in line
     best.write_text('{"step": 2}')  # JSON, but not a record of the best checkpoint
     with pytest.raises(tzrun.errors.CheckpointError, match=r"best\.json: damaged \(no field 'metric'\)"):
         read_best(trained.model_dir)
-    listed = run_cli(["ckpt", "ls", str(trained.model_dir)])  # the listing still works, without a best
+    listed = cli(["ckpt", "ls", str(trained.model_dir)])  # the listing still works, without a best
     assert listed.returncode == 0 and "step-2" in listed.stdout
 
 
@@ -57,7 +57,7 @@ def test_a_damaged_best_json_stops_a_resume_with_one_line_and_exit_66(tmp_path):
 def test_a_config_that_is_not_utf8_names_its_line_and_byte(tmp_path, capsys):
     path = tmp_path / "latin1.toml"
     path.write_bytes(b'model_dir = "run"\n# caf\xe9 au lait\n')
-    assert cli.main(["check", str(path), "--no-data"]) == EXIT_CONFIG
+    assert cli_main.main(["check", str(path), "--no-data"]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.splitlines() == [
@@ -70,11 +70,11 @@ def test_a_config_that_is_not_utf8_names_its_line_and_byte(tmp_path, capsys):
 def test_a_config_nested_too_deeply_is_a_config_error(tmp_path, capsys):
     path = tmp_path / "deep.toml"
     path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
-    assert cli.main(["check", str(path), "--no-data"]) == EXIT_CONFIG
+    assert cli_main.main(["check", str(path), "--no-data"]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.startswith(f"tzrec-run: {path}: 1 problem\n")
     assert "nested too deeply" in err and len(err.splitlines()) == 2
-    assert cli.main(["check", str(path), "--no-data", "--set", "a=" + "[" * 5000 + "]" * 5000]) == EXIT_CONFIG
+    assert cli_main.main(["check", str(path), "--no-data", "--set", "a=" + "[" * 5000 + "]" * 5000]) == EXIT_CONFIG
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -82,16 +82,16 @@ def test_a_config_nested_too_deeply_is_a_config_error(tmp_path, capsys):
 
 
 def test_check_refuses_a_batch_no_plan_can_place(tiny_config, capsys):
-    code = cli.main(["check", str(tiny_config), "--no-data", "--device", "cpu", "--set", "data.batch_size=1000000000"])
+    code = cli_main.main(["check", str(tiny_config), "--no-data", "--device", "cpu", "--set", "data.batch_size=1000000000"])
     assert code == EXIT_CONFIG
     line = _one_line(capsys.readouterr().err)
     assert line.startswith(f"tzrec-run: {tiny_config}: no sharding plan fits 1 ranks (1 per host, 1 host), cpu")
     assert "a smaller batch (data.batch_size; now 1000000000)" in line
-    assert cli.main(["check", str(tiny_config), "--no-data", "--no-plan", "--set", "data.batch_size=1000000000"]) == 0
+    assert cli_main.main(["check", str(tiny_config), "--no-data", "--no-plan", "--set", "data.batch_size=1000000000"]) == 0
 
 
 def test_train_maps_the_planners_error_to_one_line(tiny_config):
-    proc = run_cli(["train", str(tiny_config), "--set", "data.batch_size=1000000000"])
+    proc = cli(["train", str(tiny_config), "--set", "data.batch_size=1000000000"])
     assert proc.returncode == EXIT_CONFIG
     line = _one_line(proc.stderr)
     assert line.startswith(f"tzrec-run: {tiny_config}: no sharding plan fits 1 ranks") and "data.batch_size" in line
@@ -104,7 +104,7 @@ def test_check_on_cpu_refuses_tables_the_hosts_available_memory_cannot_hold(tiny
     from tzrun.runner import host_memory
 
     monkeypatch.setattr(host_memory, "host_memory", lambda: host_memory.HostMemory(8 << 30, 20 << 10))
-    assert cli.main(["check", str(tiny_config), "--no-data", "--device", "cpu"]) == EXIT_CONFIG
+    assert cli_main.main(["check", str(tiny_config), "--no-data", "--device", "cpu"]) == EXIT_CONFIG
     line = _one_line(capsys.readouterr().err)
     # cat_0: 1,000 x 8 float32 rows (31.25 KiB) and its wide table 1,000 x 4; SGD keeps no state
     assert line.startswith(f"tzrec-run: {tiny_config}: the embedding tables and their sparse optimizer state need "
@@ -113,7 +113,7 @@ def test_check_on_cpu_refuses_tables_the_hosts_available_memory_cannot_hold(tiny
     total, biggest, size = host_memory.table_bytes(*_tiny_tables(tiny_config), world_size=1)
     assert (biggest, size) == ("cat_0_emb", 1000 * 8 * 4) and total == (1000 + 24 + 3) * (8 + 4) * 4
     monkeypatch.setattr(host_memory, "host_memory", lambda: host_memory.HostMemory(8 << 30, 1 << 30))
-    assert cli.main(["check", str(tiny_config), "--no-data", "--device", "cpu"]) == 0
+    assert cli_main.main(["check", str(tiny_config), "--no-data", "--device", "cpu"]) == 0
 
 
 def _tiny_tables(config):
@@ -161,9 +161,9 @@ def test_a_store_error_inside_dcps_failure_is_a_write_error():
 
 
 def test_log_level_is_accepted_after_every_command(tmp_path, capsys):
-    assert cli.main(["ckpt", "ls", str(tmp_path / "none"), "--log-level", "debug"]) == EXIT_CHECKPOINT
+    assert cli_main.main(["ckpt", "ls", str(tmp_path / "none"), "--log-level", "debug"]) == EXIT_CHECKPOINT
     assert _one_line(capsys.readouterr().err) == f"tzrec-run: {tmp_path / 'none'}: no such model dir"
-    assert cli.main(["help", "exit-codes", "--log-level", "warning"]) == 0
+    assert cli_main.main(["help", "exit-codes", "--log-level", "warning"]) == 0
 
 
 def test_a_failure_in_after_train_does_not_say_training_goes_on():

@@ -130,9 +130,9 @@ def test_bad_arguments_say_what_to_pass(tmp_path):
 
 
 def test_cli_synth_taobao_prints_both_bayes_aucs(tmp_path):
-    from tests.conftest import run_cli
+    from tests.conftest import cli
 
-    proc = run_cli(["data", "synth", "taobao", "--rows", "1000", "--eval-rows", "1000", "--out", str(tmp_path / "d")])
+    proc = cli(["data", "synth", "taobao", "--rows", "1000", "--eval-rows", "1000", "--out", str(tmp_path / "d")])
     assert proc.returncode == 0, proc.stderr
     assert "wrote 1000 train and 1000 eval rows" in proc.stdout
     assert "Bayes-optimal eval AUC click 0." in proc.stdout and ", buy 0." in proc.stdout

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tzrun
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import EXIT_CHECKPOINT, CheckpointError, PluginError, exit_code_of
@@ -131,21 +131,21 @@ def test_a_crafted_checkpoint_is_refused_by_init_from_inspect_and_the_cli(source
         _train(tmp_path / "tuned", criteo_dir, init_from=InitFrom(str(path)))
     _assert_refused(refused, str(path / "state" / ".metadata"), marker)
 
-    inspected = run_cli(["ckpt", "inspect", str(path)])
+    inspected = cli(["ckpt", "inspect", str(path)])
     assert not marker.exists() and inspected.returncode == EXIT_CHECKPOINT, inspected.stdout + inspected.stderr
     assert inspected.stderr.count("\n") == 1 and f"{path / 'state' / '.metadata'}: refused: it names builtins.exec" \
         in inspected.stderr, inspected.stderr
     config = tmp_path / "run.toml"
     config.write_text(CONFIG.format(model_dir=tmp_path / "crafted", train=criteo_dir / "train"))
     eval_input = f'data.eval_input="{criteo_dir / "eval"}"'
-    evaluated = run_cli(["evaluate", str(config), "--set", eval_input, "--checkpoint", str(path)])
+    evaluated = cli(["evaluate", str(config), "--set", eval_input, "--checkpoint", str(path)])
     assert not marker.exists() and evaluated.returncode == EXIT_CHECKPOINT, evaluated.stderr[-3000:]
     errors = [line for line in evaluated.stderr.splitlines() if line.startswith("tzrec-run: ")]
     assert len(errors) == 1 and "refused: it names builtins.exec" in errors[0], evaluated.stderr[-3000:]
 
 
 def test_inspect_shows_what_state_holds(source):
-    shown = run_cli(["ckpt", "inspect", str(source / "checkpoints" / "step-2")])
+    shown = cli(["ckpt", "inspect", str(source / "checkpoints" / "step-2")])
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"\ncontents    \d+ tensors, 6 values: loop, model, rank\.\*, schedules, stages, train_metrics, "
                      r"update\n", shown.stdout), shown.stdout  # the values: each entry of tzrec-run's own

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkpoint_entries import read_saved
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import EXIT_CHECKPOINT, CheckpointError, ConfigError, IncompleteCheckpointError
@@ -159,7 +159,7 @@ def test_a_damaged_marker_makes_the_checkpoint_incomplete_never_unverified(train
         load_checkpoint(path, {"model": trained[1].model})
     with pytest.raises(IncompleteCheckpointError, match=r"step-8: not a complete checkpoint \(its COMPLETE marker"):
         _evaluate(model_dir, criteo_dir, str(path), f'model_dir="{model_dir}"')
-    inspected = run_cli(["ckpt", "inspect", str(path)])
+    inspected = cli(["ckpt", "inspect", str(path)])
     assert inspected.returncode == EXIT_CHECKPOINT and "not checked: incomplete (its COMPLETE marker" in inspected.stdout
     assert "state       incomplete" in inspected.stdout
 
@@ -213,18 +213,18 @@ def test_ckpt_ls_and_inspect(trained, tmp_path):
     shutil.copytree(trained[0], model_dir)
     best = read_best(model_dir)
     (model_dir / "checkpoints" / "step-9" / "state").mkdir(parents=True)  # an interrupted save
-    ls = run_cli(["ckpt", "ls", str(model_dir)])
+    ls = cli(["ckpt", "ls", str(model_dir)])
     assert ls.returncode == 0, ls.stderr
     lines = ls.stdout.splitlines()
     assert lines[0].split() == ["CHECKPOINT", "STEP", "EPOCH", "WORLD", "STATE", "SIZE"]
     assert lines[1].split()[:5] == [f"step-{best.step}", str(best.step), "0", "1", "complete"] and lines[1].endswith("best")
     assert lines[2].split()[:5] == ["step-8", "8", "0", "1", "complete"] and not lines[2].endswith("best")
     assert lines[3].split()[:5] == ["step-9", "9", "-", "-", "incomplete"]
-    listed = json.loads(run_cli(["ckpt", "ls", str(model_dir), "--json"]).stdout)
+    listed = json.loads(cli(["ckpt", "ls", str(model_dir), "--json"]).stdout)
     assert [(r["step"], r["complete"], r["best"]) for r in listed] == [(best.step, True, True), (8, True, False), (9, False, False)]
 
     path = model_dir / "checkpoints" / "step-8"
-    text = run_cli(["ckpt", "inspect", str(path)])
+    text = cli(["ckpt", "inspect", str(path)])
     assert text.returncode == 0, text.stderr
     assert "manifest    ok (3 files" in text.stdout and "sizes and SHA-256 checked" in text.stdout
     assert "step        8, epoch 0, world size 1" in text.stdout
@@ -232,18 +232,18 @@ def test_ckpt_ls_and_inspect(trained, tmp_path):
     assert "lr          sparse 0.1, dense 0.1" in text.stdout
     assert "sharding    6 tables; table_wise 6; kernels fused 6; rank 0: 6" in text.stdout and "rank 0: 6" in text.stdout
     assert "tzrun_plugins.models (tzrec-run " in text.stdout
-    described = json.loads(run_cli(["ckpt", "inspect", str(path), "--json"]).stdout)
+    described = json.loads(cli(["ckpt", "inspect", str(path), "--json"]).stdout)
     assert described["step"] == 8 and described["learning_rates"] == pytest.approx({"sparse": 0.1, "dense": 0.1})
     assert described["data"]["consumed_rows"] == 8 * 256 and described["manifest"]["state"] == "ok"
     assert {t["table"] for t in described["sharding"]["detail"]} >= {"cat_0_emb", "cat_1_emb", "cat_2_emb"}
 
     with open(path / "state" / ".metadata", "ab") as f:
         f.write(b"x")
-    damaged = run_cli(["ckpt", "inspect", str(path)])
+    damaged = cli(["ckpt", "inspect", str(path)])
     assert damaged.returncode == EXIT_CHECKPOINT and "manifest    DAMAGED\n  state/.metadata: longer than written" in damaged.stdout
-    incomplete = run_cli(["ckpt", "inspect", str(model_dir / "checkpoints" / "step-9")])
+    incomplete = cli(["ckpt", "inspect", str(model_dir / "checkpoints" / "step-9")])
     assert incomplete.returncode == EXIT_CHECKPOINT and "incomplete (no COMPLETE marker" in incomplete.stdout
-    missing = run_cli(["ckpt", "ls", str(tmp_path / "nowhere")])
+    missing = cli(["ckpt", "ls", str(tmp_path / "nowhere")])
     assert missing.returncode == EXIT_CHECKPOINT and "nowhere: no such model dir" in missing.stderr
 
 
@@ -253,14 +253,14 @@ def test_evaluate_command_on_one_process(trained, criteo_dir, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(CONFIG.format(model_dir=model_dir, train=criteo_dir / "train"))
     sets = [a for o in (f'data.eval_input="{criteo_dir / "eval"}"', *EVAL) for a in ("--set", o)]
-    proc = run_cli(["evaluate", str(config), *sets, "--checkpoint", "best"])
+    proc = cli(["evaluate", str(config), *sets, "--checkpoint", "best"])
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     best = read_best(model_dir)
     assert f"eval of {best.path(model_dir)} (step {best.step}) over 3001 rows: auc=" in proc.stdout
     recorded = _results(model_dir)[-1]
     assert recorded["command"] == "evaluate" and recorded["checkpoint"] == str(best.path(model_dir))
     assert recorded["loss/binary_cross_entropy"] == pytest.approx(best.value, abs=1e-6)
-    none = run_cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--model-dir", str(tmp_path / "empty")])
+    none = cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--model-dir", str(tmp_path / "empty")])
     assert none.returncode == EXIT_CHECKPOINT and "no complete checkpoint to evaluate" in none.stderr
 
 
@@ -305,7 +305,7 @@ def test_two_ranks_hash_their_share_verify_together_and_evaluate_together(two_ra
 def test_a_two_rank_checkpoint_evaluates_to_the_same_values_on_one_rank(two_rank_run):
     model_dir, config, sets = two_rank_run
     trained_eval = [r for r in _results(model_dir) if "command" not in r][-1]
-    one = run_cli(["evaluate", str(config), *sets, "--checkpoint", "latest"])
+    one = cli(["evaluate", str(config), *sets, "--checkpoint", "latest"])
     assert one.returncode == 0, one.stderr[-3000:]
     assert _results(model_dir)[-1]["auc"] == pytest.approx(trained_eval["auc"], abs=1e-6)
 

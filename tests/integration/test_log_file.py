@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tzrun.testing import TINY_CONFIG
 
 pytestmark = [pytest.mark.slow]
@@ -22,7 +22,7 @@ def test_resume_appends_to_the_log_file_and_train_and_evaluate_print_json(criteo
     model_dir = tmp_path / "run"
     config = tmp_path / "tiny.toml"
     config.write_text(TINY_CONFIG.format(model_dir=model_dir, data_dir=criteo_dir))
-    first = run_cli(["train", str(config), "--set", "train.save_checkpoints_steps=2", "--json"])
+    first = cli(["train", str(config), "--set", "train.save_checkpoints_steps=2", "--json"])
     assert first.returncode == 0, first.stderr[-3000:]
     result = json.loads(first.stdout)  # standard output is the JSON alone
     assert result["steps"] == 4 and result["model_dir"] == str(model_dir)
@@ -34,13 +34,13 @@ def test_resume_appends_to_the_log_file_and_train_and_evaluate_print_json(criteo
     log = (model_dir / "logs" / "train.log").read_text()
     assert re.search(rf"^{DATED} INFO \[rank 0\] tzrun: training 4 steps ", log, re.M), log
 
-    resumed = run_cli(["train", str(config), "--set", "train.num_steps=6", "--resume"])
+    resumed = cli(["train", str(config), "--set", "train.num_steps=6", "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.stdout.startswith("trained 6 steps")  # without --json, the lines as before
     after = (model_dir / "logs" / "train.log").read_text()
     assert after.startswith(log) and re.search(rf"^{DATED} INFO \[rank 0\] tzrun: resuming from ", after[len(log):], re.M)
 
-    evaluated = run_cli(["evaluate", str(config), "--checkpoint", "latest", "--json"])
+    evaluated = cli(["evaluate", str(config), "--checkpoint", "latest", "--json"])
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     evaluation = json.loads(evaluated.stdout)
     assert evaluation == {"checkpoint": str(model_dir / "checkpoints" / "step-6"), "ema": False, "step": 6,

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tests.s3_server import wait_until_answered
 from tzrun.testing import tiny_config_text
 
@@ -58,7 +58,7 @@ def _train(tmp: Path, criteo_dir: Path, stage: str, *overrides: str) -> subproce
     config.write_text(tiny_config_text(criteo_dir, tmp / "run"))
     sets = ["train.num_steps=6", "train.log_every_n_steps=2", "train.save_checkpoints_steps=3",
             f'train.stages=[{{type = "metrics_log"}}, {stage}]', *overrides]
-    return run_cli(["train", str(config), *[a for s in sets for a in ("--set", s)]])
+    return cli(["train", str(config), *[a for s in sets for a in ("--set", s)]])
 
 
 def test_the_mlflow_run_holds_what_metrics_jsonl_holds(tracking_uri, tmp_path, criteo_dir):

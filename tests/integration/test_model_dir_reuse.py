@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tzrun.errors import EXIT_DATA
 from tzrun.runner.run_marker import RUN_MARKER
 
@@ -53,7 +53,7 @@ def _data(path: Path, null_label_at: int | None) -> None:
 def _train(tmp_path: Path, hidden: int = 8, dim: int = 4):
     config = tmp_path / "run.toml"
     config.write_text(CONFIG.format(model_dir=tmp_path / "run", data=tmp_path / "data", hidden=hidden, dim=dim))
-    return run_cli(["train", str(config)])
+    return cli(["train", str(config)])
 
 
 def test_a_run_that_saved_nothing_is_retried_with_a_fixed_feature_but_not_with_another_model(tmp_path: Path):

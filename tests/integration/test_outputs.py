@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tzrun.testing import tiny_config_text
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ def one_epoch(tmp_path_factory, criteo_dir):
     tmp = tmp_path_factory.mktemp("outputs")
     config = tmp / "run.toml"
     config.write_text(tiny_config_text(criteo_dir, tmp / "run").replace("num_steps = 4", "num_epochs = 1"))
-    proc = run_cli(["train", str(config), "--set", "data.batch_size=2048", "--set", "train.log_every_n_steps=2",
+    proc = cli(["train", str(config), "--set", "data.batch_size=2048", "--set", "train.log_every_n_steps=2",
                     "--set", "train.save_checkpoints_steps=3", "--set", STAGES])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc, tmp / "run"
@@ -43,9 +43,9 @@ def test_ckpt_ls_names_the_epoch_the_train_log_named(one_epoch):
     proc, model_dir = one_epoch
     logged = {int(s): int(e) for s, e in re.findall(r"tzrun\.progress: step (\d+)/6 epoch (\d+)", proc.stderr)}
     assert logged == {2: 0, 4: 0, 6: 0}
-    listed = json.loads(run_cli(["ckpt", "ls", str(model_dir), "--json"]).stdout)
+    listed = json.loads(cli(["ckpt", "ls", str(model_dir), "--json"]).stdout)
     assert [(c["step"], c["epoch"]) for c in listed] == [(3, 0), (6, 0)]  # the last step of epoch 0 is in epoch 0
-    text = run_cli(["ckpt", "inspect", str(model_dir / "checkpoints" / "step-6")]).stdout
+    text = cli(["ckpt", "inspect", str(model_dir / "checkpoints" / "step-6")]).stdout
     assert "step        6, epoch 0, world size 1" in text
     assert "data        resumes in epoch 1, 0 step(s) into it" in text  # where a resumed run goes on
 
@@ -66,7 +66,7 @@ def test_tensorboard_runs_are_the_model_dirs_own(one_epoch):
 
 def test_plot_draws_the_run(one_epoch, tmp_path):
     _, model_dir = one_epoch
-    plotted = run_cli(["plot", str(model_dir), "--out", str(tmp_path)])
+    plotted = cli(["plot", str(model_dir), "--out", str(tmp_path)])
     assert plotted.returncode == 0, plotted.stderr[-3000:]
     names = sorted(p.rsplit("/", 1)[-1] for p in plotted.stdout.split())
     assert names == ["eval.png", "learning_rates.png", "loss.png", "throughput.png"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import cli, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def taobao(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _train(config: Path, data: Path, model_dir: Path, *overrides: str) -> dict:
     sets = [f'data.train_input="{data / "train"}"', f'data.eval_input="{data / "eval"}"', f'model_dir="{model_dir}"',
             "data.batch_size=256", "data.eval_batch_size=512", "data.num_workers=0", *overrides]
-    proc = run_cli(["train", str(config), *[a for s in sets for a in ("--set", s)]])
+    proc = cli(["train", str(config), *[a for s in sets for a in ("--set", s)]])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tzrun.cli.main import main
 from tzrun.testing import tiny_config_text
 from tzrun.errors import EXIT_CONFIG
@@ -32,7 +32,7 @@ def _train(tmp: Path, criteo_dir: Path, *overrides: str, model_dir: Path | None 
     args = ["train", str(config), *flags]
     for override in overrides:
         args += ["--set", override]
-    return run_cli(args), model_dir
+    return cli(args), model_dir
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +119,14 @@ def test_profiler_writes_a_chrome_trace_of_the_active_steps(staged):
 
 def test_plot_draws_non_empty_pngs(staged, tmp_path):
     _, model_dir, _ = staged
-    proc = run_cli(["plot", str(model_dir), "--out", str(tmp_path / "plots")])
+    proc = cli(["plot", str(model_dir), "--out", str(tmp_path / "plots")])
     assert proc.returncode == 0, proc.stderr
     written = [Path(line) for line in proc.stdout.splitlines()]
     assert sorted(p.name for p in written) == ["eval.png", "learning_rates.png", "loss.png", "throughput.png"]
     for path in written:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
-    missing = run_cli(["plot", str(tmp_path / "nowhere")])
+    missing = cli(["plot", str(tmp_path / "nowhere")])
     assert missing.returncode == EXIT_CONFIG and "metrics.jsonl: no such file" in missing.stderr
 
 
@@ -140,7 +140,7 @@ def test_a_run_records_its_resolved_config_with_sources_and_its_environment(stag
     text = (model_dir / "resolved_config.toml").read_text()
     assert "num_steps = 12  # --set" in text and "keep_checkpoint_max = 0  # default" in text
     assert "batch_size = 256\n" in text
-    check = run_cli(["check", str(model_dir / "resolved_config.toml")])
+    check = cli(["check", str(model_dir / "resolved_config.toml")])
     assert check.returncode == 0, check.stderr  # the record is a config that trains the same run
     env = json.loads((model_dir / "env.json").read_text())
     assert env["versions"]["torch"].startswith("2.13.0") and env["versions"]["fbgemm_gpu"] == "1.8.0"
@@ -250,7 +250,7 @@ def test_stage_checks_run_in_tzrec_run_check(tmp_path, criteo_dir, capsys):
 
 
 def test_env_command_reports_a_known_good_triple():
-    proc = run_cli(["env", "--json"])
+    proc = cli(["env", "--json"])
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["problems"] == [] and report["versions"]["fbgemm_gpu"] == "1.8.0"

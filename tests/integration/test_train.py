@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from tests.conftest import EXAMPLE, example_overrides, run_cli
+from tests.conftest import EXAMPLE, cli, example_overrides, run_cli
 from tzrun.runner.checkpoint import MARKER, list_checkpoints
 from tzrun_plugins.metrics.auc import binary_auc
 from tzrun.errors import EXIT_CONFIG
@@ -28,7 +28,7 @@ def _results(model_dir: Path) -> list[dict]:
 
 def test_train_in_one_process_evaluates_and_checkpoints(criteo_dir, tmp_path):
     model_dir = tmp_path / "run"
-    proc = run_cli(["train", str(EXAMPLE), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=5"))])
+    proc = cli(["train", str(EXAMPLE), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=5"))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     # 12,000 rows at 1,024 per step: 12 steps; checkpoints and evals at 5, 10 and 12
     assert [s for s, _ in list_checkpoints(model_dir)] == [5, 10, 12]
@@ -48,13 +48,13 @@ def test_train_in_one_process_evaluates_and_checkpoints(criteo_dir, tmp_path):
 def test_model_dir_with_checkpoints_is_refused_without_overwrite(criteo_dir, tmp_path):
     model_dir = tmp_path / "run"
     sets = _sets(example_overrides(criteo_dir, model_dir, "train.num_epochs=1"))
-    assert run_cli(["train", str(EXAMPLE), *sets]).returncode == 0
+    assert cli(["train", str(EXAMPLE), *sets]).returncode == 0
     before = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
-    again = run_cli(["train", str(EXAMPLE), *sets])
+    again = cli(["train", str(EXAMPLE), *sets])
     assert again.returncode == EXIT_CONFIG
     assert f"{model_dir} already has checkpoints (latest: step-12); pass --resume to continue from it, --overwrite" in again.stderr
     assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == before  # nothing lost
-    assert run_cli(["train", str(EXAMPLE), *sets, "--overwrite"]).returncode == 0
+    assert cli(["train", str(EXAMPLE), *sets, "--overwrite"]).returncode == 0
     assert len(_results(model_dir)) == 1  # the old results went with --overwrite
 
 

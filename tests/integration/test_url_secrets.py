@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE, run_cli
+from tests.conftest import cli, EXAMPLE
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.io.storage import redact_url
 from tzrun.runner.session import Session
@@ -22,7 +22,7 @@ ROOT = f"memory://analyst:{SECRET}@store"
 
 
 def test_check_names_a_data_url_without_its_password() -> None:
-    proc = run_cli(["check", str(EXAMPLE), "--require-data", "--set", f'data.train_input="{ROOT}/missing/train"'])
+    proc = cli(["check", str(EXAMPLE), "--require-data", "--set", f'data.train_input="{ROOT}/missing/train"'])
     assert proc.returncode != 0
     assert "memory://analyst:***@store/missing/train: data.train_input does not exist" in proc.stderr
     assert SECRET not in proc.stdout + proc.stderr

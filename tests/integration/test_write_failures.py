@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.conftest import EXAMPLE, REPO, example_overrides, run_cli
+from tests.conftest import cli, EXAMPLE, example_overrides, REPO
 from tests.integration.test_train import _sets
 from tzrun.errors import EXIT_CANT_WRITE
 
@@ -120,7 +120,7 @@ def test_metrics_jsonl_on_a_full_disk_ends_the_run_with_one_named_line(criteo_di
     config = tmp_path / "run.toml"
     config.write_text(EXAMPLE.read_text().replace('type = "metrics_log"', 'type = "metrics_log"\npath = "/dev/full"'))
     model_dir = tmp_path / "run"
-    proc = run_cli(["train", str(config), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=3"))])
+    proc = cli(["train", str(config), *_sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=3"))])
     assert proc.returncode == EXIT_CANT_WRITE, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
