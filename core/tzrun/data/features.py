@@ -1,4 +1,5 @@
-"""Feature specs from the config, and Arrow record batches -> :class:`~tzrun.data.batch.Batch`.
+"""Feature specs from the config, and Arrow record batches -> :class:`~tzrun.data.batch.Batch`
+(each column read and its bad values found by :mod:`tzrun.data.columns`).
 
 Id features (:mod:`tzrun.data.ids`): an integer column with ``num_buckets`` must hold ids in
 ``[0, num_buckets)``; a column with ``hash_bucket_size`` is hashed with FNV-1a 64 over the
@@ -26,20 +27,28 @@ either way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import attrs
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tzrun.config.schema import FeaturesConfig, SparseFeatureConfig
 from tzrun.config.sequences import resolved_sequences, table_name, unpooled_tables
-from tzrun.data.hashing import fnv1a_64, hash_to_buckets, is_hashable
-from tzrun.data.ids import JaggedIds, jagged_ids
-from tzrun.data.labels import DerivedLabel, LabelDomain, derive, violations
 from tzrun.config.vocab import read_vocab_file
-from tzrun.errors import BadRowError, DataError
+from tzrun.data.columns import (
+    BadRows,
+    HashedDictionaries,
+    fill_nonfinite_dense,
+    read_floats,
+    read_group_keys,
+    read_ids,
+    read_label,
+    read_sample_weights,
+)
+from tzrun.data.ids import JaggedIds
+from tzrun.data.labels import DerivedLabel, LabelDomain
+from tzrun.errors import DataError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature
 
 if TYPE_CHECKING:
@@ -139,34 +148,6 @@ def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
     return FeatureSpecs(dense, tuple(spec for spec, _, _ in sparse), pooled, groups, sequence_tables)
 
 
-class _BadRows:
-    """The bad rows of one batch: reported at once (``error``) or collected (``skip``)."""
-
-    def __init__(self, source: str, rows: int, skip: bool) -> None:
-        self.source, self.rows, self.skip = source, rows, skip
-        self.masks: dict[str, np.ndarray] = {}
-
-    def found(self, problem: str, bad: np.ndarray, message: Callable[[int], str]) -> None:
-        """Rows ``bad`` (a mask over the batch's rows) have ``problem`` (``"<column>: <what>"``);
-        ``message(count)`` is the error's text after the file name."""
-        if not self.skip:
-            detail = f'{message(int(np.count_nonzero(bad)))}, or set data.on_bad_row = "skip" to leave such rows out'
-            raise BadRowError(f"{self.source}: {detail}", int(np.flatnonzero(bad)[0]), detail)
-        seen = self.masks.get(problem)
-        self.masks[problem] = bad if seen is None else seen | bad
-
-    def dropped(self) -> np.ndarray | None:
-        """The rows to leave out (``None`` when there are none)."""
-        if not self.masks:
-            return None
-        return np.logical_or.reduce(list(self.masks.values()))
-
-    def counts(self, dropped: np.ndarray) -> "SkippedRows":
-        from tzrun.data.batch import SkippedRows
-
-        return SkippedRows(int(np.count_nonzero(dropped)), {p: int(np.count_nonzero(m)) for p, m in self.masks.items()})
-
-
 class BatchBuilder:
     """Turns Arrow record batches into :class:`Batch` objects for one run's features.
 
@@ -205,8 +186,7 @@ class BatchBuilder:
         self._weighted = any(t.weighted for t in specs.tables)
         self._pooled = specs.pooled
         self._sequence_keys = [f.name for g in specs.sequence_groups for f in g.features] + [f.name for f in specs.unpooled]
-        # feature name -> (the last dictionary seen, its buckets): see _hashed_dictionary
-        self._dictionary_buckets: dict[str, tuple[pa.Array, np.ndarray]] = {}
+        self._dictionaries = HashedDictionaries()
 
     def __call__(self, table: pa.Table | pa.RecordBatch, source: str) -> "Batch":
         """Build a batch from ``table``; ``source`` (a file name) is named in errors.
@@ -227,12 +207,12 @@ class BatchBuilder:
         from tzrun.data.batch import Batch
 
         rows = table.num_rows
-        bad = _BadRows(source, rows, self.on_bad_row == "skip")
+        bad = BadRows(source, rows, self.on_bad_row == "skip")
         dense = np.zeros((rows, len(self.specs.dense)), dtype=np.float32)
         for j, feature in enumerate(self.specs.dense):
-            dense[:, j] = self._floats(table, feature.column, source, fill=feature.fill_value)[0]
+            dense[:, j] = read_floats(table, feature.column, source, fill=feature.fill_value)[0]
         if not np.isfinite(dense).all():
-            self._nonfinite_dense(dense, bad)
+            fill_nonfinite_dense(dense, self.specs.dense, bad)
         for j, feature in enumerate(self.specs.dense):
             if feature.log1p:
                 np.log1p(np.maximum(dense[:, j], 0.0), out=dense[:, j])
@@ -240,18 +220,22 @@ class BatchBuilder:
                 dense[:, j] = (dense[:, j] - np.float32(feature.mean)) / np.float32(feature.std)
         values, lengths, id_weights = [], [], []
         for feature in self._pooled:
-            jagged = self._ids(table, feature, source, bad)
+            jagged = read_ids(table, feature, source, bad, self._dictionaries)
             values.append(jagged.ids)
             lengths.append(jagged.lengths)
             if self._weighted:
                 id_weights.append(_kjt_weights(jagged, feature.pooling))
-        sequence = self._sequences(table, source, bad) + [self._ids(table, f, source, bad) for f in self.specs.unpooled]
-        labels = {name: self._label(table, name, source, bad) for name in self.labels}
+        sequence = self._sequences(table, source, bad)
+        sequence += [read_ids(table, f, source, bad, self._dictionaries) for f in self.specs.unpooled]
+        labels = {
+            name: read_label(table, name, source, bad, self.derived_labels.get(name), self.label_domains.get(name, ()))
+            for name in self.labels
+        }
         if self.sample_weight:
-            weights = self._checked(table, self.sample_weight, " (sample_weight)", source, bad, negative=True)
+            weights = read_sample_weights(table, self.sample_weight, source, bad)
         else:
             weights = np.ones(rows, dtype=np.float32)
-        groups = {name: self._group_keys(table, name, source, bad) for name in self.groups}
+        groups = {name: read_group_keys(table, name, source, bad) for name in self.groups}
 
         dropped = bad.dropped()
         skipped = None
@@ -292,12 +276,12 @@ class BatchBuilder:
             ),
         ), bad.masks
 
-    def _sequences(self, table: pa.Table | pa.RecordBatch, source: str, bad: _BadRows) -> list[JaggedIds]:
+    def _sequences(self, table: pa.Table | pa.RecordBatch, source: str, bad: BadRows) -> list[JaggedIds]:
         """Each sequence's ids, truncated to its group's last ``max_len``; rows whose aligned
         sequences differ in length are bad (reported before truncation)."""
         out = []
         for group in self.specs.sequence_groups:
-            jagged = [self._ids(table, f, source, bad) for f in group.features]
+            jagged = [read_ids(table, f, source, bad, self._dictionaries) for f in group.features]
             first, base = group.features[0], jagged[0].lengths
             for feature, other in zip(group.features[1:], jagged[1:]):
                 differ = other.lengths != base
@@ -344,190 +328,6 @@ class BatchBuilder:
                 stride=1,
             ),
         )
-
-    def _hashed_dictionary(self, column: pa.DictionaryArray, feature: SparseFeature) -> JaggedIds:
-        """Ids of a hashed feature read as a dictionary (``dictionary_strings`` of the Parquet
-        reader): the dictionary is hashed once, and cached while the next batches have an equal
-        one (every batch of a row group shares it), then each row takes its value's bucket; a
-        null row has no id, as when the strings are read one by one."""
-        dictionary = column.dictionary
-        cached = self._dictionary_buckets.get(feature.name)
-        # equal values, equal buckets; Arrow answers at once when both share their memory
-        if cached is not None and cached[0].equals(dictionary):
-            buckets = cached[1]
-        else:
-            buckets = hash_to_buckets(dictionary, feature.hash_bucket_size)
-            self._dictionary_buckets[feature.name] = (dictionary, buckets)
-        indices = column.indices
-        lengths = np.ones(len(column), dtype=np.int32)
-        if column.null_count:
-            lengths[column.is_null().to_numpy(zero_copy_only=False)] = 0
-            indices = indices.drop_null()
-        return JaggedIds(buckets[indices.to_numpy(zero_copy_only=False)], lengths)
-
-    @staticmethod
-    def _column(table: pa.Table | pa.RecordBatch, name: str, source: str, dictionary: bool = False) -> pa.Array:
-        """Column ``name`` as one array; a dictionary-encoded one decoded, unless ``dictionary``."""
-        index = table.schema.get_field_index(name)
-        if index < 0:
-            raise DataError(
-                f"{source}: column '{name}' is missing (columns: {', '.join(table.schema.names)}); "
-                "fix the feature's column or the data"
-            )
-        column = table.column(index)
-        if isinstance(column, pa.ChunkedArray):
-            # chunks of a dictionary column may hold different dictionaries: Arrow unifies them
-            column = column.combine_chunks()
-        if pa.types.is_dictionary(column.type) and not dictionary:
-            column = column.dictionary_decode()
-        return column
-
-    def _floats(
-        self, table: pa.Table | pa.RecordBatch, name: str, source: str, fill: float | None = None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """A numeric column as float32 with its nulls set to ``fill``, or (``fill=None``) to NaN
-        and their mask returned next to it (``None`` when there are none)."""
-        column = self._column(table, name, source)
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
-            raise DataError(f"{source}: column '{name}' has type {column.type}; expected a number")
-        column = column.cast(pa.float32())
-        nulls = None
-        if column.null_count:
-            if fill is None:
-                nulls = column.is_null().to_numpy(zero_copy_only=False)
-            else:
-                column = pc.fill_null(column, fill)
-        return np.array(column.to_numpy(zero_copy_only=False), dtype=np.float32, copy=True), nulls
-
-    def _nonfinite_dense(self, dense: np.ndarray, bad: _BadRows) -> None:
-        """Set NaN dense values to their features' ``fill_value``; report infinite ones."""
-        for j, feature in enumerate(self.specs.dense):
-            values = dense[:, j]
-            values[np.isnan(values)] = feature.fill_value
-            inf = np.isinf(values)
-            if inf.any():
-                first = values[inf][0]
-                bad.found(
-                    f"{feature.column}: inf",
-                    inf,
-                    lambda n: f"column '{feature.column}' (dense feature '{feature.name}') has {n} infinite value(s) "
-                    f"in {bad.rows} rows of this batch (first: {first}); fix the data",
-                )
-
-    def _label(self, table: pa.Table | pa.RecordBatch, name: str, source: str, bad: _BadRows) -> np.ndarray:
-        """A label's values (a derived one computed from its source), its bad values reported:
-        null, NaN, infinite, or outside a domain its losses and metrics need."""
-        derived = self.derived_labels.get(name)
-        if derived is None:
-            values, nulls = self._floats(table, name, source)
-            column, role = name, ""
-        else:
-            values, nulls = derive(self._column(table, derived.source, source), derived, source, bad.found)
-            column, role = derived.source, f" ({derived.expression})"
-        values = self._reported(values, nulls, column, role, bad)
-        for domain, outside in violations(values, self.label_domains.get(name, ())):
-            first = values[outside][0]
-            fix = (f'derive a label with [[data.derived_labels]] (e.g. name = "clicked", source = "{column}", '
-                   'op = ">=", value = 4) and name it in data.labels and the loss, or pick a loss for these labels'
-                   if domain.domain == "binary" else "fix the data or pick a loss for these labels")
-            bad.found(
-                f"{column}: outside {domain.domain}",
-                outside,
-                lambda n: f"column '{column}'{role} has {n} label(s) outside the {domain.domain} domain in {bad.rows} "
-                f"rows of this batch (first: {first:g}); {domain.describe()}: {fix}",
-            )
-        return values
-
-    def _checked(
-        self, table: pa.Table | pa.RecordBatch, name: str, role: str, source: str, bad: _BadRows, negative: bool = False
-    ) -> np.ndarray:
-        """A sample-weight column (``negative=True``), its bad values reported."""
-        values, nulls = self._floats(table, name, source)
-        return self._reported(values, nulls, name, role, bad, negative)
-
-    @staticmethod
-    def _reported(
-        values: np.ndarray, nulls: np.ndarray | None, name: str, role: str, bad: _BadRows, negative: bool = False
-    ) -> np.ndarray:
-        """``values`` of a label (``negative=False``) or sample-weight column, with its null,
-        NaN, infinite (and for weights, negative) values reported."""
-        finite = np.isfinite(values)
-        if nulls is None and finite.all() and not (negative and values.size and values.min() < 0):
-            return values
-        need = "sample weights must be finite and >= 0" if negative else "labels must be finite numbers"
-        where = f"column '{name}'{role} has"
-        rows = bad.rows
-        if nulls is not None:
-            bad.found(f"{name}: null", nulls, lambda n: f"{where} {n} null value(s) in {rows} rows of this batch; {need}")
-        nan = np.isnan(values) if nulls is None else np.isnan(values) & ~nulls
-        if nan.any():
-            bad.found(f"{name}: NaN", nan, lambda n: f"{where} {n} NaN value(s) in {rows} rows of this batch; {need}")
-        inf = np.isinf(values)
-        if inf.any():
-            first = values[inf][0]
-            bad.found(
-                f"{name}: inf", inf, lambda n: f"{where} {n} infinite value(s) in {rows} rows of this batch (first: {first}); {need}"
-            )
-        below = finite & (values < 0) if negative else None
-        if below is not None and below.any():
-            first = values[below][0]
-            bad.found(
-                f"{name}: negative", below, lambda n: f"{where} {n} negative value(s) in {rows} rows of this batch (first: {first}); {need}"
-            )
-        return values
-
-    def _group_keys(self, table: pa.Table | pa.RecordBatch, name: str, source: str, bad: _BadRows) -> np.ndarray:
-        column = self._column(table, name, source)
-        is_int = pa.types.is_integer(column.type)
-        if not (is_int or pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(column.type)):
-            raise DataError(f"{source}: column '{name}' (a group_by key) has type {column.type}; expected integers or strings")
-        if column.null_count:
-            bad.found(
-                f"{name}: null",
-                column.is_null().to_numpy(zero_copy_only=False),
-                lambda n: f"column '{name}' (a group_by key) has {n} null value(s) in {bad.rows} rows of this batch; fill them",
-            )
-            if is_int:
-                column = column.fill_null(0)
-        if is_int:
-            return np.array(column.to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
-        return fnv1a_64(column).view(np.int64)
-
-    def _ids(self, table: pa.Table | pa.RecordBatch, feature: SparseFeature, source: str, bad: _BadRows) -> JaggedIds:
-        column = self._column(table, feature.column, source, dictionary=True)
-        if pa.types.is_dictionary(column.type):
-            if _hashes_dictionary(feature, column):
-                return self._hashed_dictionary(column, feature)
-            column = column.dictionary_decode()
-        weights = self._column(table, feature.weight_column, source) if feature.weight_column else None
-        jagged = jagged_ids(column, feature, source, weights)
-        ids, rows = jagged.ids, len(column)
-        limit = feature.num_buckets
-        if limit is not None and ids.size and (ids.min() < 0 or ids.max() >= limit):
-            outside = (ids < 0) | (ids >= limit)
-            rows_outside = np.zeros(rows, dtype=bool)
-            rows_outside[np.repeat(np.arange(rows), jagged.lengths)[outside]] = True
-            first = ids[outside][0]
-            bad.found(
-                f"{feature.column}: id outside [0, {limit})",
-                rows_outside,
-                lambda n: f"column '{feature.column}' (feature '{feature.name}'): id {first} is outside [0, {limit}) "
-                f"({n} of {rows} rows of this batch have an id outside it); raise num_buckets or use hash_bucket_size",
-            )
-        return jagged
-
-
-def _hashes_dictionary(feature: SparseFeature, column: pa.DictionaryArray) -> bool:
-    """Whether a dictionary column's ids come from hashing its dictionary once: a hashed
-    feature of one string (or binary) value per row, without weights, whose dictionary holds
-    no null (a null there would be a row with no id)."""
-    return (
-        feature.hash_bucket_size is not None
-        and feature.separator is None
-        and feature.weight_column is None
-        and is_hashable(column.type.value_type)
-        and column.dictionary.null_count == 0
-    )
 
 
 def _kjt_weights(jagged: JaggedIds, pooling: str) -> np.ndarray:

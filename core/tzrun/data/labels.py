@@ -145,7 +145,7 @@ def derive(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The float32 values of a derived label and its null mask (``None`` when none) from its
     source ``column``; unparsable or unmapped values are reported through ``found`` (see
-    ``_BadRows.found`` in :mod:`tzrun.data.features`) and become NaN.
+    :meth:`tzrun.data.columns.BadRows.found`) and become NaN.
 
     Raises:
         DataError: naming ``source`` (the file), when the column's type does not fit.
