@@ -42,9 +42,9 @@ def main() -> None:
 
     from tzrun.interfaces import ModelContext
     from tzrun.runner.session import Session
-    from tzrun.serving import Predictor
-    from tzrun.serving.export import export_model, write_export
-    from tzrun.serving.manifest import manifest_of
+    from tzrun_serving import Predictor
+    from tzrun_serving.export import export_model, write_export
+    from tzrun_serving.manifest import manifest_of
     from tzrun_tools.synth import synth_criteo
 
     work = Path(tempfile.mkdtemp())

@@ -13,7 +13,7 @@ import pluggy
 
 from tzrun.io.files import METRICS_FILE, append_jsonl, keep_jsonl, write_atomic
 from tzrun.hookspecs import PROJECT_NAME
-from tzrun.io.storage import as_path, filesystem, is_remote, list_files, under
+from tzrun.io.storage import as_path, filesystem, is_remote, list_files, redact_url, under
 from tzrun.interfaces import (
     BAD_ROW_COLUMN,
     BAD_ROW_SEPARATOR,
@@ -51,6 +51,7 @@ __all__ = [
     "filesystem",
     "is_remote",
     "list_files",
+    "redact_url",
     "under",
     "BAD_ROW_COLUMN",
     "BAD_ROW_SEPARATOR",
@@ -82,12 +83,16 @@ __all__ = [
     "ClosedFormLR",
     "RowMetric",
     "Batch",
-    "DeltaDumps",
+    "Session",
+    "CheckpointView",
+    "open_checkpoint",
+    "find_checkpoint",
 ]
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from tzrun.data.batch import Batch
-    from tzrun.deltas import DeltaDumps
+    from tzrun.checkpoints import CheckpointView, find_checkpoint, open_checkpoint
+    from tzrun.runner.session import Session
     from tzrun.data.hashing import is_hashable
     from tzrun.lr_schedule import ClosedFormLR
     from tzrun.row_metric import RowMetric
@@ -99,7 +104,10 @@ _LAZY = {
     "ClosedFormLR": "tzrun.lr_schedule",
     "RowMetric": "tzrun.row_metric",
     "Batch": "tzrun.data.batch",
-    "DeltaDumps": "tzrun.deltas",
+    "Session": "tzrun.runner.session",
+    "CheckpointView": "tzrun.checkpoints",
+    "open_checkpoint": "tzrun.checkpoints",
+    "find_checkpoint": "tzrun.checkpoints",
 }
 
 

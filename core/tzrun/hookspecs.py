@@ -47,8 +47,14 @@ are registered on the run's own plugin manager for that run only. The loop, with
                 tzrun_before_eval(run, step)                   # per boundary [every rank] sync ok
                 evaluate -> metrics over all ranks; append to eval_results.jsonl
                 tzrun_after_eval(run, step, result)            # per boundary [every rank] sync ok
-            record the best checkpoint (eval.best_metric), prune old ones
+            record the best checkpoint (eval.best_metric)
+                tzrun_after_checkpoint_complete(run, step, path, best, final=False, facts)
+                                                       # per evaluation [every rank] sync ok
+            prune old checkpoints
             ranks agree on run.stop_requested (any rank asking stops all)
+        wait for the last save; unless a signal stopped the run:
+            tzrun_after_checkpoint_complete(run, step, path, best=False, final=True, facts)
+                                                               # once    [every rank] sync ok
         tzrun_after_train(run, step)                           # once    [every rank] sync ok
     except BaseException as error:
         tzrun_on_train_error(run, error); raise                # once    [failing ranks] no sync
@@ -269,6 +275,19 @@ def tzrun_register_samplers(register: Register) -> None:
     """
 
 
+@hookspec(firstresult=True)
+def tzrun_open_export(path: str, on_bad_row: str) -> Any:
+    """Open the export at ``path`` for ``tzrec-run predict --export`` (a complete export, or a
+    directory of versions with a ``latest`` pointer), or return None to leave it to another
+    plugin; the first plugin that returns a scorer wins (the first-party ``tzrun_serving``
+    returns its ``Predictor``). Called once per command, on every rank, before the process
+    group is joined. The scorer has ``path`` (shown in messages), ``columns()`` (the raw
+    columns it reads), ``per_row_outputs()`` (its outputs with one value per row),
+    ``encode(table, source) -> (inputs, kept_rows, skipped)`` (``on_bad_row``: ``"error"``
+    or ``"skip"``, ``data.on_bad_row``) and ``run(inputs) -> {output: numpy array}``.
+    """
+
+
 @hookspec
 def tzrun_register_commands(register: Register) -> None:
     """Register ``tzrec-run`` subcommands by name (as llm's ``register_commands``): a command
@@ -278,10 +297,13 @@ def tzrun_register_commands(register: Register) -> None:
     for ``tzrec-run --help`` and ``tzrec-run plugins``), before its arguments are parsed, on the
     process that parses them; never during a run. Call ``register(name, config=..., build=...,
     description=...)``: ``name`` is lower_snake and is typed with hyphens
-    (``my_report`` is ``tzrec-run my-report``); each field of the attrs class ``config`` is an
+    (``my_report`` is ``tzrec-run my-report``; a name of two words adds a sub-command to the
+    command group the first names: ``"ckpt apply_deltas"`` is ``tzrec-run ckpt apply-deltas``);
+    each field of the attrs class ``config`` is an
     option of the command (``--field-name``: required without a default, a flag for a ``bool``
     defaulting to false, repeatable for a ``tuple``; ``metadata={"help": ...}`` for its help,
-    ``metadata={"positional": True}`` for a positional argument); ``build(options)`` runs the
+    ``metadata={"positional": True}`` for a positional argument, ``"flag"`` for another
+    spelling of the option, ``"metavar"`` for the name its help shows); ``build(options)`` runs the
     command with the options parsed into ``config`` and returns its exit code (``None`` is 0).
     A :class:`~tzrun.errors.TzrunError` it raises is printed as one line with its exit code. A
     name that tzrec-run's own commands use is refused with a warning naming the plugin.
@@ -364,6 +386,19 @@ def tzrun_before_checkpoint_save(run: RunContext, step: int, state: dict[str, An
     of those; anything else stops the save with an error naming it); it is saved with the checkpoint (rank 0's copy). A
     stage object can instead implement ``state_dict()``/``load_state_dict()``, which the
     runner calls for it."""
+
+
+@hookspec
+def tzrun_after_checkpoint_complete(run: RunContext, step: int, path: Any, best: bool, final: bool, facts: Any) -> None:
+    """Called on every rank once the checkpoint of ``step`` at ``path`` is complete on storage
+    (its marker written) and it is known what it is: after each boundary's evaluation that
+    records the best checkpoint (when ``eval.best_metric`` is set; ``best``: that evaluation
+    made it the best; ``final`` False), and once more at the end of a run that no signal stopped, for its last
+    checkpoint (``final`` True, ``best`` False), before :func:`tzrun_after_train`. ``facts`` is
+    what follows from the run's config, read-only (``cfg``, ``specs``: the feature specs,
+    ``registries``, the resolved loss and metric slots): what rebuilding the model outside
+    the run needs, as an export does. Work that one process does (an export written by rank
+    0) needs no collective: the other ranks wait at the next one. Sync ok."""
 
 
 @hookspec

@@ -18,6 +18,7 @@ from tzrun.testing import registered
 FIRST_PARTY = {
     "tzrun_plugins.optim", "tzrun_plugins.schedules", "tzrun_plugins.losses", "tzrun_plugins.metrics",
     "tzrun_plugins.pipelines", "tzrun_plugins.stages", "tzrun_plugins.models", "tzrun_plugins.readers",
+    "tzrun_serving",
 }
 
 
@@ -40,6 +41,9 @@ def test_first_party_plugins_load_from_entry_points_with_their_distribution(tzru
     }
     assert set(optim.components["dense_optimizer"]) == {"sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta"}
     assert infos["tzrun_plugins.models"].components == {"model": ("deepfm", "din", "dlrm", "dssm", "mmoe", "multi_tower", "wide_and_deep")}
+    serving = infos["tzrun_serving"]  # the way out of a run: a first-party plugin like the others
+    assert serving.distribution == "tzrec-run"
+    assert serving.components == {"stage": ("embedding_deltas", "export"), "command": ("ckpt apply_deltas", "export")}
 
 
 def test_every_entry_records_the_plugin_that_made_it(tzrun_pm):

@@ -20,7 +20,7 @@ import torch
 
 from tzrun.cli.main import main
 from tzrun.config.load import load_config, parse_config
-from tzrun.deltas import FORMAT, MANIFEST, MARKER, checkpoint_run_id, checkpoint_tables, list_dumps, read_dump
+from tzrun_serving.deltas import FORMAT, MANIFEST, MARKER, checkpoint_run_id, checkpoint_tables, list_dumps, read_dump
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, CheckpointError
 from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
@@ -262,7 +262,7 @@ def test_a_dump_of_another_run_is_refused_naming_both_runs(run, tmp_path, capsys
 
 
 def test_dumps_of_two_runs_are_never_applied_together(run, tmp_path):
-    from tzrun.deltas import apply_deltas
+    from tzrun_serving.deltas import apply_deltas
 
     deltas = _copy(run, tmp_path)
     manifest = json.loads((deltas / "step-4" / MANIFEST).read_bytes())

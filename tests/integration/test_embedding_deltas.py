@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tzrun.config.load import load_config, parse_config
-from tzrun.deltas import apply_deltas, checkpoint_tables, list_dumps, read_dump
+from tzrun_serving.deltas import apply_deltas, checkpoint_tables, list_dumps, read_dump
 from tzrun.errors import CheckpointError
 from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
@@ -125,7 +125,7 @@ def _gather_worker(rank: int, init_file: str, out_dir: str) -> None:
 
     import torch.distributed as dist
 
-    from tzrun_plugins.stages.embedding_deltas import EmbeddingDeltasConfig, EmbeddingDeltasStage
+    from tzrun_serving.embedding_deltas import EmbeddingDeltasConfig, EmbeddingDeltasStage
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     try:

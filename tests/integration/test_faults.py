@@ -101,7 +101,7 @@ def test_ranks_with_uneven_data_never_hang(criteo_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = _results(model_dir)[-1]
     assert result["step"] == 4 and result["rows"] == 3001  # 2 steps per epoch on every rank
-    from tzrun.deltas import list_dumps, read_dump
+    from tzrun_serving.deltas import list_dumps, read_dump
 
     dumps = list_dumps(model_dir / "embedding_deltas")
     assert [s for s, _ in dumps] == [1, 2, 3, 4] and all(len(read_dump(p)["parts"]) == 2 for _, p in dumps)

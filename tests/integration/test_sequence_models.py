@@ -88,7 +88,7 @@ def test_din_whose_id_features_are_all_queries_trains_in_bf16_and_exports(taobao
     import pyarrow.parquet as pq
 
     from tzrun.cli.main import main
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     text = (REPO / "examples" / "din_taobao.toml").read_text()
     blocks = re.split(r"(?=^\[\[features\.)", text, flags=re.M)

@@ -49,7 +49,7 @@ def _eval_rows(data: Path) -> pa.Table:
 def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny_run, two_rank_run, tmp_path):
     """One rank (evaluated with the EMA averages, which the export must hold too) and two
     ranks (evaluated again on one process, so that the saved rows are in input order)."""
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     root = tiny_run.model_dir.parent
     config, rows = root / "tiny.toml", _eval_rows(root / "tiny_data")
@@ -90,7 +90,7 @@ def _fresh_venv_runs_the_export(export: Path, rows: pa.Table, tmp_path: Path) ->
     ``import torchrec`` and ``import tzrun`` fail."""
     import torch
 
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     predictor = Predictor(export)
     inputs, _, _ = predictor.encode(rows)

@@ -25,7 +25,7 @@ def test_export_without_a_checkpoint_names_the_model_dir(config, tmp_path, capsy
 
 def test_an_out_dir_holding_other_files_is_refused(tmp_path):
     from tzrun.errors import WriteError
-    from tzrun.serving.export import write_export
+    from tzrun_serving.export import write_export
 
     out = tmp_path / "out"
     out.mkdir()
@@ -38,7 +38,7 @@ def test_an_out_dir_holding_other_files_is_refused(tmp_path):
 
 def test_the_predictor_refuses_an_export_without_its_marker(tmp_path):
     from tzrun.errors import CheckpointError
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     (tmp_path / "manifest.json").write_text("{}")
     with pytest.raises(CheckpointError, match="not a complete export"):

@@ -115,9 +115,9 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
     import copy
 
     from tzrun.data.features import BatchBuilder
-    from tzrun.serving import Predictor
-    from tzrun.serving.export import export_model, write_export
-    from tzrun.serving.manifest import manifest_of
+    from tzrun_serving import Predictor
+    from tzrun_serving.export import export_model, write_export
+    from tzrun_serving.manifest import manifest_of
 
     data = datasets[EXAMPLES[example]]
     session = _session(example, data, tmp_path / "run")
@@ -224,9 +224,9 @@ def test_a_third_party_model_exports_through_the_public_api(datasets, tmp_path):
     from tzrun.config.load import parse_config
     from tzrun.data.features import BatchBuilder
     from tzrun.runner.session import Session
-    from tzrun.serving import Predictor
-    from tzrun.serving.export import export_model, write_export
-    from tzrun.serving.manifest import manifest_of
+    from tzrun_serving import Predictor
+    from tzrun_serving.export import export_model, write_export
+    from tzrun_serving.manifest import manifest_of
     from tzrun.testing import tiny_config_text
 
     plugin = _ThirdPartyModels()
@@ -252,7 +252,7 @@ def _bad_rows_are_reported_in_place(export, table) -> None:
     import pyarrow as pa
 
     from tzrun.errors import DataError
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     rows = table.slice(0, 5)
     cat_5 = rows["cat_5"].to_pylist()

@@ -50,7 +50,7 @@ def test_the_payloads_run_under_torch_export_load(export, tmp_path, kind):
 
 @pytest.mark.parametrize("kind", sorted(LIVE) + sorted(OTHERS))
 def test_a_crafted_export_is_refused_before_torch_reads_it(export, tmp_path, kind):
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     bad = crafted.crafted_copy(export, tmp_path / "bad", {**LIVE, **OTHERS}[kind](_marker(tmp_path)))
     with pytest.raises(CheckpointError, match=r"model\.pt2: refused, nothing in it was loaded") as error:
@@ -101,7 +101,7 @@ DAMAGE = {
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_a_damaged_export_is_named(export, tmp_path, kind):
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     damage, message = DAMAGE[kind]
     copy = tmp_path / "copy"
@@ -113,7 +113,7 @@ def test_a_damaged_export_is_named(export, tmp_path, kind):
 
 
 def test_paths_leading_out_of_the_export_are_refused(export, tmp_path):
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     versions = tmp_path / "versions"
     shutil.copytree(export, tmp_path / "elsewhere")
@@ -216,7 +216,7 @@ def test_after_train_overwrite_only_the_new_runs_export_is_served(tiny_run, tmp_
     """A shared ``export.dir`` outside the model dir: the replaced run's version is retired when
     the new run starts, and ``latest`` names the new run's export."""
     from tests.conftest import run_cli
-    from tzrun.serving.publish import latest_version, versions
+    from tzrun_serving.publish import latest_version, versions
 
     config = tiny_run.model_dir.parent / "tiny.toml"
     shared = tmp_path / "shared_exports"
@@ -261,7 +261,7 @@ def test_predictions_an_earlier_version_wrote_are_still_replaced_with_overwrite(
 
 def test_a_program_this_torch_cannot_read_is_one_line(export, tmp_path):
     """Allowed entries, but not a program torch can load (another archive version): exit 66."""
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     def other_version(entries: dict[str, bytes]) -> None:
         entries["archive_version"] = b"99"

@@ -36,8 +36,8 @@ def _rows(root: Path) -> pa.Table:
 
 
 def test_training_exports_the_best_and_the_final_checkpoint(trained):
-    from tzrun.serving import Predictor
-    from tzrun.serving.publish import latest_version, versions
+    from tzrun_serving import Predictor
+    from tzrun_serving.publish import latest_version, versions
 
     run, root = trained
     exports = run.model_dir / "exports"
@@ -53,8 +53,8 @@ def test_training_exports_the_best_and_the_final_checkpoint(trained):
 
 def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, tmp_path):
     from tzrun.errors import CheckpointError
-    from tzrun.serving import Predictor
-    from tzrun.serving.publish import latest_version, publish_export, versions
+    from tzrun_serving import Predictor
+    from tzrun_serving.publish import latest_version, publish_export, versions
 
     run, root = trained
     exports = tmp_path / "exports"
@@ -64,7 +64,7 @@ def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, t
     script = textwrap.dedent(f"""
         import os, torch
         from tzrun.runner.session import Session
-        from tzrun.serving.publish import publish_export
+        from tzrun_serving.publish import publish_export
 
         session = Session.from_config({str(run.model_dir.parent / "tiny.toml")!r}, ['model_dir="{run.model_dir}"', {EMA!r}])
 
@@ -92,8 +92,8 @@ def test_a_kill_while_publishing_leaves_latest_on_the_previous_export(trained, t
 
 
 def test_publishing_to_an_object_store(trained, s3_bucket):
-    from tzrun.serving import Predictor
-    from tzrun.serving.publish import latest_version, publish_export
+    from tzrun_serving import Predictor
+    from tzrun_serving.publish import latest_version, publish_export
 
     run, root = trained
     facts = _session(run).facts
@@ -113,8 +113,8 @@ def test_publishing_to_an_object_store(trained, s3_bucket):
 def test_rank_0_exports_while_the_other_rank_waits(two_rank_run, trained):
     """On 2 ranks the export is made by rank 0 alone (no collective of its own: the other rank
     waits at the next one), from the checkpoint of 2 ranks."""
-    from tzrun.serving import Predictor
-    from tzrun.serving.publish import latest_version, versions
+    from tzrun_serving import Predictor
+    from tzrun_serving.publish import latest_version, versions
 
     run, root = trained
     exports = two_rank_run / "exports"

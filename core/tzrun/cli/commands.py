@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_USAGE, WriteError
+from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_USAGE
 from tzrun.cli.install_commands import COMMANDS as INSTALL_COMMANDS
 
 __all__ = ["prepare", "COMMANDS"]
@@ -273,57 +273,9 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
         else:
             print(f"{args.model_dir}: no checkpoints", file=sys.stderr)
         return 0
-    if args.ckpt_command == "apply-deltas":
-        return apply_deltas_command(args)
     described = describe_checkpoint(args.path, hashes=not args.no_hashes)
     print(json.dumps(described, indent=2) if args.json else format_description(described))
     return 0 if described["manifest"]["state"] == "ok" else EXIT_CHECKPOINT
-
-
-def apply_deltas_command(args: argparse.Namespace) -> int:
-    """``tzrec-run ckpt apply-deltas``: see :func:`tzrun.deltas.apply_deltas` (the dumps of the
-    checkpoint's own run only, each checked before any is applied; nothing is written otherwise).
-
-    Raises:
-        WriteError: when ``--out`` is a directory or its directory does not exist (before
-            anything is read), or the file cannot be written.
-        CheckpointError: when the checkpoint or a dump cannot be used, DELTAS_DIR holds no dump,
-            or a dump is another run's.
-    """
-    import io
-
-    import torch
-
-    from tzrun.deltas import apply_deltas, checkpoint_run_id, checkpoint_tables, check_deltas_dir
-    from tzrun.io.files import write_atomic
-
-    _check_out(args.out)
-    check_deltas_dir(args.deltas)
-    base, step = checkpoint_tables(args.path)
-    tables, at = apply_deltas(base, args.deltas, step, args.upto, run_id=checkpoint_run_id(args.path))
-    buffer = io.BytesIO()
-    torch.save(tables, buffer)
-    try:
-        write_atomic(args.out, buffer.getvalue())
-    except OSError as error:
-        raise WriteError(f"{args.out}: cannot write the tables ({error.strerror or error})") from None
-    print(f"{args.out}: {len(tables)} table(s) at step {at} ({args.path} at step {step} plus the dumps of {args.deltas})")
-    return 0
-
-
-def _check_out(out: str) -> None:
-    """Refuse an ``--out`` that cannot be a file: a directory, or under a missing one."""
-    from pathlib import Path
-
-    from tzrun.io.storage import is_remote
-
-    if is_remote(out):
-        return
-    path = Path(out)
-    if path.is_dir():
-        raise WriteError(f"{out}: is a directory: --out names the file to write the tables to (e.g. {path / 'tables.pt'})")
-    if not path.parent.is_dir():
-        raise WriteError(f"{out}: its directory {path.parent} does not exist: create it, or pass another --out")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -389,7 +341,10 @@ def cmd_completion(args: argparse.Namespace) -> int:
     from tzrun.cli.help_topics import topics
     from tzrun.cli.main import build_parser
 
-    sys.stdout.write(completion_script(args.shell, build_parser(), {"topic": lambda: list(topics())}))
+    from tzrun.cli.plugin_commands import plugin_commands
+
+    parser = build_parser(plugin_commands())
+    sys.stdout.write(completion_script(args.shell, parser, {"topic": lambda: list(topics())}))
     return 0
 
 

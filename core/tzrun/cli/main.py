@@ -1,7 +1,8 @@
 """``tzrec-run``: thin argument parsing that calls into config/ and runner/.
 
-Commands: ``train``, ``evaluate``, ``predict``, ``export``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
-``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``completion``, ``help``. Every command exits with one of the codes of
+Commands: ``train``, ``evaluate``, ``predict``, ``check``, ``plan``, ``plugins``, ``ckpt ls|inspect``, ``plot``,
+``env``, ``data synth``, ``convert``, ``install-stack``, ``init``, ``completion``, ``help``, and those plugins
+register (``export`` and ``ckpt apply-deltas`` come from the first-party ``tzrun_serving``). Every command exits with one of the codes of
 :mod:`tzrun.errors` (``EXIT_*``; ``tzrec-run help exit-codes``). Torch is imported only by the
 commands that need it, so ``--help``, ``check``, ``plugins``, ``ckpt`` and ``convert`` start fast.
 """
@@ -120,15 +121,6 @@ def build_parser(plugin_commands: Sequence[Any] = ()) -> argparse.ArgumentParser
 
     add_predict_parser(sub, config_args)
 
-    export = sub.add_parser(
-        "export", help="write a checkpoint as a torch.export program and a manifest of its inputs, for serving "
-                       "(one process, no GPU; tzrec-run help serving)")
-    config_args(export)
-    export.add_argument("--checkpoint", default="latest", metavar="latest|best|PATH",
-                        help="latest (default), best (eval.best_metric), a checkpoint directory, or step-N")
-    export.add_argument("--out", required=True, metavar="DIR", help="the export directory to write (local or a URL)")
-    export.add_argument("--model-dir", help="the model dir to read instead of the config's model_dir")
-
     ckpt = sub.add_parser("ckpt", help="list and inspect checkpoints (does not import torch)")
     ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="CKPT_COMMAND")
     ckpt_ls = ckpt_sub.add_parser("ls", help="one line per checkpoint: step, epoch, world size, state, size, best")
@@ -141,14 +133,6 @@ def build_parser(plugin_commands: Sequence[Any] = ()) -> argparse.ArgumentParser
     ckpt_inspect.add_argument("--no-hashes", action="store_true",
                               help="check file sizes against the manifest, not SHA-256 hashes (faster)")
 
-    apply_deltas = ckpt_sub.add_parser(
-        "apply-deltas", help="a checkpoint's embedding tables plus the embedding_deltas dumps after it: the tables "
-                             "at the last dump, saved as {table: tensor} with torch.save (loads with weights_only=True)")
-    apply_deltas.add_argument("path", metavar="CHECKPOINT", help="the base: a complete checkpoint directory")
-    apply_deltas.add_argument("deltas", metavar="DELTAS_DIR",
-                              help="the stage's dumps (model_dir/embedding_deltas), written by the checkpoint's run")
-    apply_deltas.add_argument("--out", required=True, metavar="FILE", help="where to write the tables")
-    apply_deltas.add_argument("--upto", type=int, metavar="STEP", help="apply the dumps up to this step only")
 
     check = sub.add_parser(
         "check", help="check a config (both passes) without building a model, and the input files' columns "
@@ -255,8 +239,8 @@ def build_parser(plugin_commands: Sequence[Any] = ()) -> argparse.ArgumentParser
     help_ = sub.add_parser("help", help="short help pages shipped with tzrec-run (errors name them); "
                                         "without TOPIC, the list of topics")
     help_.add_argument("topic", nargs="?", metavar="TOPIC")
-    _accept_everywhere(parser, "--log-level", choices=LOG_LEVELS, help=log_level_help)
     add_plugin_commands(sub, plugin_commands, list(sub.choices))
+    _accept_everywhere(parser, "--log-level", choices=LOG_LEVELS, help=log_level_help)
     return parser
 
 
@@ -339,16 +323,6 @@ def _cmd_evaluate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _cmd_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    session = prepare(args.config, _overrides_with_model_dir(args), args.strict)
-    from tzrun.serving.export import export_command
-
-    done = export_command(session, args.checkpoint, args.out)
-    programs = ", ".join(p.name for p in done.programs)
-    print(f"exported {redact_url(str(done.checkpoint))} (step {done.step}) to {redact_url(str(done.path))}: {programs}")
-    return 0
-
-
 def _fail_named(error: BaseException, model_dir: str, config: str | None = None) -> None:
     """Tell the other ranks (:func:`_fail_collectively`); a failure to write into the model dir
     (full disk, read-only dir) is raised instead as a one-line
@@ -384,7 +358,7 @@ def console_main() -> None:
     final flush cannot fail again (as Python's documentation of SIGPIPE recommends).
 
     After ``train``, ``evaluate`` and ``predict`` (the commands that start torch.distributed, TorchRec and
-    FBGEMM), the process ends with ``os._exit`` once its output is flushed and the process
+    FBGEMM), and any command that imported TorchRec (``export``), the process ends with ``os._exit`` once its output is flushed and the process
     group is destroyed, skipping the interpreter's teardown: native objects that survive to
     it (gloo's worker threads, TorchRec's and FBGEMM's caches) were seen to abort a finished
     evaluation now and then ("terminate called without an active exception", exit -6) after
@@ -407,7 +381,7 @@ def console_main() -> None:
     from tzrun.runner.launch import record_exit_code
 
     record_exit_code(code)
-    if _command_of(argv) in ("train", "evaluate", "predict", "export"):
+    if _command_of(argv) in ("train", "evaluate", "predict") or "torchrec" in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -442,14 +416,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     _setup_logging(level)
-    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate, "predict": cmd_predict,
-                "export": _cmd_export}  # these may start torchrun with argv, or take --model-dir
+    launches = {"train": _cmd_train, "evaluate": _cmd_evaluate, "predict": cmd_predict}  # these may start torchrun
     try:
         if args.command in launches:
             return launches[args.command](args, argv)
-        if args.command in COMMANDS:
-            return COMMANDS[args.command](args)
-        return run_plugin_command(args) or 0
+        code = run_plugin_command(args)  # a plugin's command (or sub-command of a group of ours)
+        if code is not None:
+            return code
+        return COMMANDS[args.command](args)
     except TzrunError as error:
         if not _announced_by_rank0(error):
             _print_error(error, getattr(args, "config", None))

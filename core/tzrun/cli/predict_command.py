@@ -52,7 +52,7 @@ def cmd_predict(args: argparse.Namespace, argv: Sequence[str]) -> int:
     request = PredictRequest(args.input, args.output, _names(args.keep_columns), _names(args.outputs), args.overwrite)
     try:
         if args.export:
-            from tzrun.runner.predict_export import predict_export
+            from tzrun.runner.predict_scored import predict_export
 
             done = predict_export(session, args.export, request)
         else:

@@ -22,12 +22,15 @@ class Component:
         fields: the core-read keys of the table, structured (set by the second pass):
             :class:`SparseOptimizerFields`, :class:`DenseOptimizerFields`,
             :class:`PartFields`, :class:`LossFields` or :class:`MetricFields`.
+        section: the top-level table that configured it (``"export"`` for ``[export]``,
+            :mod:`tzrun.config.stage_sections`); empty for one listed where it sits.
     """
 
     type: str
     raw: Mapping[str, Any] = attrs.field(factory=dict)
     config: Any = None
     fields: Any = None
+    section: str = ""
 
     @property
     def name(self) -> str:

@@ -248,14 +248,17 @@ def load_config(raw: RawConfig, registries: Registries) -> RunConfig:
     Raises:
         ConfigError: listing every problem, one line each, with its TOML path.
     """
+    from tzrun.config.stage_sections import in_sections, stage_sections
+
     conv = _run_converter()
     problems: list[ConfigProblem] = []
     config: RunConfig | None = None
+    data, sections = stage_sections(raw.data, registries["stage"], RunConfig)
     try:
-        config = structure(conv, dict(raw.data), RunConfig, "")
+        config = structure(conv, data, RunConfig, "")
     except StructureFailed as failed:
         problems.extend(failed.problems)
-        checkable = _without(raw.data, [p.path for p in failed.problems])
+        checkable = _without(data, [p.path for p in failed.problems])
     else:
         checkable = config
     if checkable is not None:
@@ -263,11 +266,15 @@ def load_config(raw: RawConfig, registries: Registries) -> RunConfig:
 
         problems.extend(check_run_config(checkable))
     resolved = _Resolver(conv, registries, problems)
-    resolved.run(raw.data)
+    resolved.run(data)
     if problems:
-        raise ConfigError(raw.source, _dedupe(problems))
+        raise ConfigError(raw.source, _dedupe(in_sections(problems, sections)))
     assert config is not None
-    return resolved.apply(config)
+    config = resolved.apply(config)
+    if sections:
+        stages = tuple(attrs.evolve(c, section=sections.get(f"train.stages[{i}]", "")) for i, c in enumerate(config.train.stages))
+        config = attrs.evolve(config, train=attrs.evolve(config.train, stages=stages))
+    return config
 
 
 def _without(data: Mapping[str, Any], paths: list[str]) -> RunConfig | None:

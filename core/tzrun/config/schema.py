@@ -45,7 +45,6 @@ __all__ = [
     "FeaturesConfig",
     "TrainConfig",
     "EvalConfig",
-    "ExportConfig",
     "PluginsConfig",
     "RunConfig",
 ]
@@ -492,27 +491,6 @@ class EvalConfig:
 
 
 @attrs.frozen
-class ExportConfig:
-    """``[export]``: exports for serving written during training (``tzrec-run help serving``).
-
-    Each export is a version directory ``<dir>/step-N`` written like ``tzrec-run export``
-    writes one, its marker last; then ``<dir>/latest`` names it. A serving system reads
-    ``latest``, so it never loads half of an export.
-
-    Attributes:
-        on_best: export the checkpoint of each evaluation that improves ``eval.best_metric``.
-        at_end: export the final checkpoint when training ends.
-        dir: where the versions go (default: ``<model_dir>/exports``; local or a URL).
-        keep: how many versions to keep (the newest; never the one ``latest`` names).
-    """
-
-    on_best: bool = False
-    at_end: bool = True
-    dir: Optional[str] = None
-    keep: int = attrs.field(default=3, validator=attrs.validators.ge(1))
-
-
-@attrs.frozen
 class PluginsConfig:
     """``[plugins]``: which installed plugins this run uses.
 
@@ -541,7 +519,6 @@ class RunConfig:
         train: ``[train]``, the training loop, its optimizers, pipeline and stages.
         eval: ``[eval]``, evaluation passes and the best checkpoint.
         plugins: ``[plugins]``, which installed plugins this run uses.
-        export: ``[export]``, exports for serving written during training (none without it).
         losses: ``[[losses]]``, summed (times their weights) into the training loss; at least
             one.
         metrics: ``[[metrics]]``, computed over all ranks at each evaluation (they need
@@ -560,4 +537,3 @@ class RunConfig:
     train_metrics: tuple[Component, ...] = ()
     eval: EvalConfig = EvalConfig()
     plugins: PluginsConfig = PluginsConfig()
-    export: Optional[ExportConfig] = None

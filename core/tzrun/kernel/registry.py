@@ -19,6 +19,8 @@ from tzrun.kernel.plugins import CORE_DISTRIBUTION, PluginLoadFailure, PluginMan
 __all__ = ["LABEL_DOMAINS", "KINDS", "Kind", "Entry", "Registry", "Registries", "collect_registries", "shadow_notes"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+#: A command's name may be two words: the second a sub-command of the group the first names.
+_COMMAND_NAME = re.compile(r"^[a-z][a-z0-9_]*( [a-z][a-z0-9_]*)?$")
 
 #: what a loss or metric may declare with ``register(..., labels=...)``, from the least to the
 #: most demanding (see :mod:`tzrun.data.labels`)
@@ -320,7 +322,8 @@ class _Registrar:
         **extras: Any,
     ) -> None:
         kind, who = self._kind, self._pm.describe(self._plugin)
-        if not isinstance(name, str) or not _NAME.match(name):
+        pattern = _COMMAND_NAME if kind.key == "command" else _NAME
+        if not isinstance(name, str) or not pattern.match(name):
             raise PluginError(f"plugin {who} registered {kind.label} {name!r}: names are lower_snake")
         if not (isinstance(config, type) and attrs.has(config)):
             raise PluginError(

@@ -233,12 +233,10 @@ def declared_per_row(facts: Any) -> tuple[str, ...] | None:
     row: its probabilities and logits (``probs``, ``logits``, ``probs/<task>``, ...); None when
     it declares none. A batch's shapes cannot tell: a ``[B, B]`` similarity of a one-row
     batch is ``[1, 1]``."""
-    from tzrun.serving.manifest import output_kind
-
     declare = facts.registries["model"].get(facts.cfg.model.type, "model.type").extras.get("outputs")
     if declare is None:
         return None
-    return tuple(n for n in declare(facts.cfg.model.config) if output_kind(n) in ("probability", "logit"))
+    return tuple(n for n in declare(facts.cfg.model.config) if n.split("/", 1)[0] in ("probs", "logits"))
 
 
 def _forward(model: Any, batch: Any, device: Any, autocast: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ def preflight(facts: RunFacts, source: str) -> None:
 
     * every loss and metric reads an output the model makes (a model declares its outputs with
       ``register(..., outputs=fn)``, ``fn(model_cfg)`` returning their names);
-    * ``eval.best_metric`` names an eval result (and is set when ``export.on_best`` is);
+    * ``eval.best_metric`` names an eval result;
     * each stage's own ``check`` (``register(..., check=fn)``, see
       :func:`tzrun.hookspecs.tzrun_register_stages`);
     * the reader's own ``check`` of the columns the run reads (see
@@ -47,9 +47,6 @@ def preflight(facts: RunFacts, source: str) -> None:
     problems.extend(_reader_problems(facts))
     problems.extend(_loss_weighting_problems(facts))
     problems.extend(_sampler_problems(facts))
-    if cfg.export is not None and cfg.export.on_best and cfg.eval.best_metric is None:
-        problems.append(ConfigProblem("export.on_best", "needs eval.best_metric (and data.eval_input): set it, "
-                                                        "or export at_end only"))
     problems.extend(ConfigProblem(path, message) for path, message in config_conformance_problems(cfg, registries))
     if problems:
         raise ConfigError(source, problems)
@@ -63,8 +60,9 @@ def _stage_problems(facts: RunFacts) -> list[ConfigProblem]:
         if check is None:
             continue
         keys = facts.eval_result_keys if cfg.data.eval_input is not None else []
+        where = component.section or f"train.stages[{i}]"
         for key, message in check(component.config, cfg, keys):
-            problems.append(ConfigProblem(f"train.stages[{i}].{key}" if key else f"train.stages[{i}]", message))
+            problems.append(ConfigProblem(f"{where}.{key}" if key else where, message))
     return problems
 
 

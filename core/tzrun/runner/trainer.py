@@ -133,7 +133,6 @@ class Trainer:
         """:meth:`fit` once the model dir is claimed."""
         try:
             self.set_up()
-            self.retire_exports()
         except BaseException:
             self.release_run_lock()
             raise
@@ -148,9 +147,8 @@ class Trainer:
             self.wait_for_saves(prune=True)  # the last checkpoint is complete before anything reads it, or the run ends
             if self.last_checkpoint is None:  # resumed at the very end: nothing left to train
                 self.last_checkpoint = latest_checkpoint(self.session.model_dir)
-            export = self.cfg.export
-            if export is not None and export.at_end and self.stopped_by is None and self.last_checkpoint is not None:
-                self.publish_export(self.last_checkpoint)
+            if self.stopped_by is None and self.last_checkpoint is not None:
+                self.checkpoint_complete(self.last_checkpoint, self.step, best=False, final=True)
             call_lifecycle(self.pm, "tzrun_after_train", run=self.run, step=self.step)
         except BaseException as error:
             fail_collectively(error)  # the other ranks stop within seconds
@@ -501,30 +499,15 @@ class Trainer:
         self.wait_for_saves()
         best = record_best(self.session.model_dir, self.step, result.metrics, self.cfg.eval.best_metric,
                            self.cfg.eval.best_mode, write=self.info.rank == 0)
-        export = self.cfg.export
-        if export is not None and export.on_best and best is not None and best.step == self.step:
-            self.publish_export(checkpoint_dir(self.session.model_dir, self.step))
+        self.checkpoint_complete(checkpoint_dir(self.session.model_dir, self.step), self.step,
+                                 best=best is not None and best.step == self.step, final=False)
         self.prune()
 
-    def retire_exports(self) -> None:
-        """Remove the ``[export]`` versions of any other run (rank 0), so that ``latest`` never
-        names a replaced run's model (:func:`~tzrun.serving.publish.retire_exports`)."""
-        if self.info.rank != 0 or self.cfg.export is None:
-            return
-        from tzrun.serving.publish import export_root, retire_exports
-
-        for path in retire_exports(export_root(self.cfg), self.run_id):
-            self._log0("retired %s: an export of another run", path)
-
-    def publish_export(self, checkpoint: Path) -> None:
-        """Export ``checkpoint`` for serving as ``[export]`` says (rank 0, from the complete
-        checkpoint on storage; the other ranks wait at the next collective)."""
-        if self.info.rank != 0:
-            return
-        from tzrun.serving.publish import export_root, publish_export
-
-        version = publish_export(self.session.facts, checkpoint, export_root(self.cfg), self.cfg.export.keep, self.run_id)
-        self._log0("exported %s for serving: %s", checkpoint.name, version)
+    def checkpoint_complete(self, path: Path, step: int, *, best: bool, final: bool) -> None:
+        """Tell the plugins that the checkpoint at ``path`` is complete and what it is
+        (``tzrun_after_checkpoint_complete``: the ``[export]`` stage exports it there)."""
+        call_lifecycle(self.pm, "tzrun_after_checkpoint_complete", run=self.run, step=step, path=path, best=best,
+                       final=final, facts=self.session.facts)
 
     def prune(self) -> None:
         """Remove the checkpoints ``train.keep_checkpoint_max`` does not keep (rank 0)."""

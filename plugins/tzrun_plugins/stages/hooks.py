@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.stages import early_stopping, embedding_deltas, metrics_log, mlflow_tracking, profiler, progress, tensorboard
+from tzrun_plugins.stages import early_stopping, metrics_log, mlflow_tracking, profiler, progress, tensorboard
 
 
 @tzrun.hookimpl
@@ -25,6 +25,3 @@ def tzrun_register_stages(register: tzrun.RegisterStages) -> None:
     register("early_stopping", config=early_stopping.EarlyStoppingConfig, build=early_stopping.build_early_stopping,
              check=early_stopping.check_early_stopping,
              description="stop when an eval metric has not improved for `patience` evaluations")
-    register("embedding_deltas", config=embedding_deltas.EmbeddingDeltasConfig,
-             build=embedding_deltas.build_embedding_deltas, outputs=embedding_deltas.embedding_deltas_outputs,
-             description="every N steps, the embedding rows changed since the last dump (tzrun.deltas applies them)")

@@ -259,7 +259,7 @@ def plain_batch(dense: torch.Tensor, sparse: PlainFeatures, sequence: PlainSeque
     """A :class:`~tzrun.data.batch.Batch` of ``dense``, ``sparse`` and ``sequence`` with every
     row real and of weight 1 and no labels: what the model's forward receives in an exported
     program."""
-    from tzrun.data.batch import Batch
+    from tzrun import Batch
 
     rows = dense.shape[0]
     return Batch(dense, sparse, {}, torch.ones(rows), rows, sequence=sequence)  # type: ignore[arg-type]

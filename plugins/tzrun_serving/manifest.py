@@ -107,7 +107,7 @@ def output_kind(name: str) -> str:
 
 
 def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    """The manifest of an export of ``programs`` (:class:`~tzrun.serving.export.ServingProgram`)."""
+    """The manifest of an export of ``programs`` (:class:`~tzrun_serving.export.ServingProgram`)."""
     specs = facts.specs
     labels = {s.prediction: s.label for s in (*facts.metric_slots, *facts.loss_slots)}
     unpooled = {f.name for f in specs.unpooled}
@@ -210,13 +210,13 @@ def _marker(export_dir: Path) -> dict[str, Any]:
 
 def read_program(export_dir: Path, manifest: Mapping[str, Any], program: str) -> bytes:
     """The bytes of ``program``'s ``.pt2`` file, once they match the manifest's SHA-256 and the
-    archive holds nothing that loading could unpickle or run (:func:`~tzrun.serving.archive.check_archive`).
+    archive holds nothing that loading could unpickle or run (:func:`~tzrun_serving.archive.check_archive`).
     Load them with ``torch.export.load(io.BytesIO(data))``: nothing is read twice.
 
     Raises:
         CheckpointError: naming the file and what is wrong.
     """
-    from tzrun.serving.archive import ArchiveRefused, check_archive
+    from tzrun_serving.archive import ArchiveRefused, check_archive
 
     file = manifest["programs"][program]["file"]
     path = export_dir / file

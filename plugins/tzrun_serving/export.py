@@ -3,7 +3,7 @@
 The model is rebuilt on one process, on the CPU, without a process group and unsharded; its
 weights are read from the checkpoint through ``torch.distributed.checkpoint`` (which reshards,
 so a checkpoint of any number of ranks loads); its embedding collections become plain torch
-(:mod:`tzrun.serving.plain`); then each of its serving programs is traced by ``torch.export``
+(:mod:`tzrun_serving.plain`); then each of its serving programs is traced by ``torch.export``
 with a dynamic batch dimension and a dynamic id count per feature, and saved with
 ``torch.export.save``. Layout of an export::
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,11 +29,11 @@ import attrs
 import torch
 from torch import nn
 
+from tzrun import ModelContext, as_path, is_remote, write_atomic
+from tzrun.checkpoints import CheckpointView, find_checkpoint, open_checkpoint
 from tzrun.errors import CheckpointError, TzrunError
-from tzrun.io.files import write_atomic
-from tzrun.io.storage import as_path, is_remote
-from tzrun.serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of, sequence_keys
-from tzrun.serving.plain import PlainFeatures, PlainSequenceFeatures, plain_batch, swap_embedding_collections
+from tzrun_serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of, sequence_keys
+from tzrun_serving.plain import PlainFeatures, PlainSequenceFeatures, plain_batch, swap_embedding_collections
 
 __all__ = ["ServingProgram", "ServingModule", "load_unsharded", "serving_programs", "export_model",
            "write_export", "export_checkpoint", "ExportResult", "claim_export_dir", "is_export_file", "is_legacy_export"]
@@ -81,7 +80,7 @@ class ExportResult:
 
 
 class ServingModule(nn.Module):
-    """The exported function: the program's input tensors (see :mod:`tzrun.serving.manifest`)
+    """The exported function: the program's input tensors (see :mod:`tzrun_serving.manifest`)
     -> the model's outputs. Builds a :class:`~tzrun.data.batch.Batch` of them and calls the
     model's own forward; the features the program does not read are fed as zeros (dense) and
     rows without ids (pooled and unpooled).
@@ -175,53 +174,39 @@ def serving_programs(model: nn.Module, outputs: Sequence[str], specs: Any) -> li
     return programs
 
 
-def load_unsharded(facts: Any, checkpoint: Path) -> nn.Module:
+def load_unsharded(facts: Any, checkpoint: CheckpointView) -> nn.Module:
     """The user's model built on the CPU, unsharded, with the checkpoint's weights (the EMA
     averages where evaluation uses them), in eval mode. Needs no process group.
 
     Raises:
         CheckpointError: when the checkpoint does not hold the model's tensors, or their shapes differ.
     """
-    from tzrun.interfaces import ModelContext
-    from tzrun.runner.checkpoint import Blob
-    from tzrun.runner.dcp_storage import storage_reader
-
     cfg, specs = facts.cfg, facts.specs
     ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels),
                        specs.sequence_groups, specs.sequence_tables)
     model = facts.registries["model"].get(cfg.model.type, "model.type").build(cfg.model.config, ctx)
     state = model.state_dict()
-    saved = storage_reader(checkpoint / "state").read_metadata().state_dict_metadata
+    saved = checkpoint.tensor_shapes()
     problems = [f"'{k}' is not in it" for k in state if _PREFIX + k not in saved]
-    problems += [f"'{k}' has shape {list(saved[_PREFIX + k].size)} there and {list(v.shape)} here"
-                 for k, v in state.items() if _PREFIX + k in saved and tuple(saved[_PREFIX + k].size) != tuple(v.shape)]
+    problems += [f"'{k}' has shape {list(saved[_PREFIX + k])} there and {list(v.shape)} here"
+                 for k, v in state.items() if _PREFIX + k in saved and tuple(saved[_PREFIX + k]) != tuple(v.shape)]
     if problems:
-        raise CheckpointError(f"{checkpoint}: does not hold this config's model: " + "; ".join(problems[:6])
+        raise CheckpointError(f"{checkpoint.path}: does not hold this config's model: " + "; ".join(problems[:6])
                               + ". Export it with the config it was trained with (its config is in meta.json)")
-    _load_on_one_process(checkpoint, {"model": {"model." + k: v for k, v in state.items()}})
+    checkpoint.load_state({"model": {"model." + k: v for k, v in state.items()}})
     model.load_state_dict(state)
     ema = cfg.train.dense_optimizer.fields.ema
     if ema is not None and ema.use_for_eval:
-        update: dict[str, Any] = {}
-        _load_on_one_process(checkpoint, {"update": Blob(dict, update.update)})
+        update = checkpoint.load_value("update")
         averages = (update.get("ema") or {}).get("averages")
         if not averages:
-            raise CheckpointError(f"{checkpoint} holds no EMA averages, but the config evaluates with them "
+            raise CheckpointError(f"{checkpoint.path} holds no EMA averages, but the config evaluates with them "
                                   "(train.dense_optimizer.ema.use_for_eval); remove the ema option to export its weights")
         params = dict(model.named_parameters())
         with torch.no_grad():
             for name, value in averages.items():
                 params[name.removeprefix("model.")].copy_(value)
     return model.eval()
-
-
-def _load_on_one_process(checkpoint: Path, state: dict[str, Any]) -> None:
-    """DCP's load of ``state`` from the checkpoint, without a process group."""
-    from tzrun.runner.dcp_storage import load_state
-
-    with warnings.catch_warnings():  # DCP notes that it loads on one process: that is the point here
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        load_state(checkpoint / "state", state, no_dist=True)
 
 
 def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[str, torch.Tensor]:
@@ -314,13 +299,6 @@ def _output_shapes(ep: Any, inputs: Sequence[str]) -> tuple[tuple[str, tuple[int
     return tuple((name, tuple(size(d) for d in v.meta["val"].shape)) for name, v in zip(names, values))
 
 
-def _digest(checkpoint: Path) -> str:
-    """SHA-256 of the checkpoint's completion marker (which records its manifest's hash)."""
-    from tzrun.runner.manifest import MARKER
-
-    return hashlib.sha256((as_path(checkpoint) / MARKER).read_bytes()).hexdigest()
-
-
 def is_export_file(name: str) -> bool:
     """Whether ``name`` is one an export writes: its programs, manifest and marker (and their
     temporary files)."""
@@ -345,7 +323,7 @@ def claim_export_dir(out: Path, run_id: str = "") -> None:
     Raises:
         WriteError: naming ``out``, what it holds and the fix.
     """
-    from tzrun.io.owned import claim_output_dir, output_entries, read_output_marker, remove_owned
+    from tzrun.outputs import claim_output_dir, output_entries, read_output_marker, remove_owned
 
     names = output_entries(out)
     if names and read_output_marker(out) is None and is_legacy_export(out) and all(is_export_file(n) for n in names):
@@ -380,29 +358,26 @@ def write_export(out: Path, exported: Mapping[ServingProgram, Any], manifest: Ma
     return out
 
 
-def export_checkpoint(facts: Any, checkpoint: Path, out: Path) -> ExportResult:
-    """Export the complete checkpoint at ``checkpoint`` into ``out`` on this process alone (no
+def export_checkpoint(facts: Any, checkpoint: Path | CheckpointView, out: Path) -> ExportResult:
+    """Export the complete checkpoint ``checkpoint`` into ``out`` on this process alone (no
     GPU, no collective: in training only rank 0 calls it). The checkpoint is checked against
     its manifest first.
 
     Raises:
         CheckpointError: for a damaged checkpoint or one of another model.
     """
-    from tzrun.runner.checkpoint import read_meta, verify_checkpoint
-
-    checkpoint = as_path(checkpoint)
-    verify_checkpoint(checkpoint, collective=False)  # alone: in training, the other ranks are not here
-    meta = read_meta(checkpoint)
-    model = load_unsharded(facts, checkpoint)
+    view = checkpoint if isinstance(checkpoint, CheckpointView) else open_checkpoint(checkpoint)
+    view.verify()  # alone: in training, the other ranks are not here
+    model = load_unsharded(facts, view)
     entry = facts.registries["model"].get(facts.cfg.model.type, "model.type")
     declare = entry.extras.get("outputs")
     outputs = list(declare(facts.cfg.model.config)) if declare is not None else []
     exported = export_model(model, facts.specs, outputs)
-    source = {"path": str(checkpoint), "step": int(meta["step"]), "marker_sha256": _digest(checkpoint),
-              "world_size": meta.get("world_size"), "run_id": meta.get("run_id")}
+    source = {"path": str(view.path), "step": view.step, "marker_sha256": view.marker_sha256(),
+              "world_size": view.meta.get("world_size"), "run_id": view.meta.get("run_id")}
     manifest = manifest_of(facts, list(exported), source)
     path = write_export(out, exported, manifest)
-    return ExportResult(path, checkpoint, int(meta["step"]), tuple(exported))
+    return ExportResult(path, as_path(view.path), view.step, tuple(exported))
 
 
 def export_command(session: Any, which: str, out: str | Path) -> ExportResult:
@@ -413,17 +388,13 @@ def export_command(session: Any, which: str, out: str | Path) -> ExportResult:
         CheckpointError: for a missing, incomplete or damaged checkpoint, or one written with
             another ``[model]`` or ``[[features]]`` than the session's config.
     """
-    from tzrun.runner.checkpoint import read_meta
-    from tzrun.runner.checkpoint_eval import resolve_checkpoint
-    from tzrun.runner.records import config_differences
-
     session.check()
-    path = resolve_checkpoint(session.model_dir, which)
-    differences = config_differences(read_meta(path).get("config", {}), session.raw.data)
+    view = find_checkpoint(session.model_dir, which)
+    differences = view.config_differences(session.raw.data)
     if differences:
         raise CheckpointError(
-            f"{path} was written with another model or features than {session.raw.source}:\n"
+            f"{view.path} was written with another model or features than {session.raw.source}:\n"
             + "\n".join(f"  {d}" for d in differences)
             + "\nExport it with the config it was trained with (its config is in meta.json), or pass --set to match."
         )
-    return export_checkpoint(session.facts, path, as_path(out))
+    return export_checkpoint(session.facts, view, as_path(out))

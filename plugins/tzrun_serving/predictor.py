@@ -6,7 +6,7 @@ boundaries, dense fill/log1p/standardization, ``data.on_bad_row``), and runs the
 ``torch.export.load`` gives back. It is what ``tzrec-run predict --export`` uses and what a
 Python serving process imports::
 
-    from tzrun.serving import Predictor
+    from tzrun_serving import Predictor
 
     predictor = Predictor("runs/ctr/exports")       # follows its `latest`; or a version directory
     scores = predictor.predict({"int_0": [3.0, None], "cat_0": [17, 4], ...})
@@ -24,10 +24,9 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
+from tzrun import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature, as_path
 from tzrun.errors import CheckpointError, TzrunError
-from tzrun.interfaces import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature
-from tzrun.io.storage import as_path
-from tzrun.serving.manifest import read_manifest, read_program
+from tzrun_serving.manifest import read_manifest, read_program
 
 __all__ = ["Predictor", "Scored", "resolve_export"]
 
@@ -44,7 +43,7 @@ class Scored:
         outputs: each output of the program, one row per scored row (numpy float32).
         rows: the input row index of each scored row (int64; all rows unless some were bad).
         skipped: the rows left out under ``on_bad_row="skip"``, and why
-            (:class:`~tzrun.data.batch.SkippedRows`).
+            (:class:`tzrun.batching.SkippedRows`).
     """
 
     outputs: dict[str, np.ndarray]
@@ -54,7 +53,7 @@ class Scored:
 
 def resolve_export(path: str | Path) -> Path:
     """The export directory ``path`` names: a complete export, or a directory of versions
-    whose ``latest`` file names one (see :mod:`tzrun.serving.publish`).
+    whose ``latest`` file names one (see :mod:`tzrun_serving.publish`).
 
     Raises:
         CheckpointError: when ``latest`` names anything but a ``step-N`` version directly in ``path``.
@@ -119,6 +118,19 @@ class Predictor:
 
         return [o["name"] for o in self.spec["outputs"] if one_per_row(o)]
 
+    def columns(self) -> list[str]:
+        """The raw input columns the program's features read (weights included), in order."""
+        f = self.manifest["features"]
+        wanted = set(self.spec["features"])
+        names = [x["column"] for x in f["dense"] if x["name"] in wanted]
+        for s in f["sparse"]:
+            if s["name"] in wanted:
+                names.append(s["column"])
+                if s.get("weight_column"):
+                    names.append(s["weight_column"])
+        names += [x["column"] for g in f.get("sequence", ()) if g["name"] in wanted for x in g["features"]]
+        return list(dict.fromkeys(names))
+
     def encode(self, data: pa.Table | pa.RecordBatch | Mapping[str, Any], source: str = "<rows>") -> tuple[dict[str, Any], np.ndarray, Any]:
         """The program's inputs for ``data`` (raw columns by name): ``(inputs, rows, skipped)``,
         ``rows`` the input row index of each encoded row.
@@ -163,7 +175,7 @@ class Predictor:
               batch_size: int = 65536) -> Scored:
         """Score ``data`` in batches of ``batch_size`` rows: the outputs of its good rows,
         their row indices and what was skipped."""
-        from tzrun.data.batch import SkippedRows
+        from tzrun.batching import SkippedRows
 
         table = data if isinstance(data, (pa.Table, pa.RecordBatch)) else pa.table(dict(data))
         parts: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
@@ -222,7 +234,7 @@ def _sparse_spec(entry: Mapping[str, Any]) -> SparseFeature:
 def _builder(manifest: Mapping[str, Any], features: list[str], on_bad_row: str) -> Any:
     """The core's batch builder for the manifest's features that a program reads (its
     sequence groups truncated to their ``max_len`` as in training)."""
-    from tzrun.data.features import BatchBuilder, FeatureSpecs
+    from tzrun.batching import batch_builder
 
     wanted = set(features)
     f = manifest["features"]
@@ -235,5 +247,4 @@ def _builder(manifest: Mapping[str, Any], features: list[str], on_bad_row: str) 
     groups = tuple(SequenceGroup(g["name"], g["max_len"], tuple(_sparse_spec(e) for e in g["features"]), tuple(g["query"]))
                    for g in f.get("sequence", ()) if g["name"] in wanted)
     sequence_tables = (EmbeddingTable("unpooled", 1, 0, unpooled),) if unpooled else ()
-    specs = FeatureSpecs(dense, sparse, tables, groups, sequence_tables)
-    return BatchBuilder(specs, (), None, (_ROW,), on_bad_row=on_bad_row)
+    return batch_builder(dense, sparse, tables, groups, sequence_tables, group_by=(_ROW,), on_bad_row=on_bad_row)

@@ -35,9 +35,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from tzrun import as_path, write_atomic
+from tzrun.checkpoints import open_checkpoint
 from tzrun.errors import CheckpointError
-from tzrun.io.files import write_atomic
-from tzrun.io.storage import as_path, remove_tree
+from tzrun.outputs import remove_tree
 
 __all__ = ["FORMAT", "MANIFEST", "MARKER", "DeltaDumps", "dump_dir", "write_part", "publish_dump", "list_dumps",
            "is_dump_dir", "read_dump", "check_dump", "check_deltas_dir", "apply_deltas", "checkpoint_tables", "checkpoint_run_id",
@@ -454,24 +455,18 @@ def checkpoint_tables(checkpoint: str | Path, names: Sequence[str] | None = None
     """
     import torch
 
-    from tzrun.runner.checkpoint import read_meta, verify_checkpoint
-    from tzrun.runner.dcp_storage import read_metadata, load_state
-
-    path = as_path(checkpoint)
-    verify_checkpoint(path)
-    with (path / "state" / ".metadata").open("rb") as f:
-        metadata = read_metadata(f, str(path / "state" / ".metadata"))
-    entries = metadata.state_dict_metadata
+    view = open_checkpoint(checkpoint)
+    view.verify()
+    shapes, dtypes = view.tensor_shapes(), view.tensor_dtypes()
     if names is None:
-        names = [k.removeprefix("model.") for k in entries
+        names = [k.removeprefix("model.") for k in shapes
                  if k.startswith("model.") and k.endswith(".weight") and (".embedding_bags." in k or ".embeddings." in k)]
-    missing = [n for n in names if f"model.{n}" not in entries]
+    missing = [n for n in names if f"model.{n}" not in shapes]
     if missing:
-        raise CheckpointError(f"{path}: holds no table {missing[0]!r}")
-    state = {f"model.{n}": torch.empty(tuple(entries[f"model.{n}"].size), dtype=entries[f"model.{n}"].properties.dtype)
-             for n in names}
-    load_state(path / "state", state, no_dist=True)
-    return {n: state[f"model.{n}"] for n in names}, int(read_meta(path)["step"])
+        raise CheckpointError(f"{view.path}: holds no table {missing[0]!r}")
+    state = {f"model.{n}": torch.empty(shapes[f"model.{n}"], dtype=dtypes[f"model.{n}"]) for n in names}
+    view.load_state(state)
+    return {n: state[f"model.{n}"] for n in names}, view.step
 
 
 def checkpoint_run_id(checkpoint: str | Path) -> str:

@@ -1,5 +1,5 @@
 """``tzrec-run predict --export DIR``: score with an export's program through
-:class:`tzrun.serving.Predictor` (the manifest's transforms, then the ``torch.export`` program),
+:class:`tzrun_serving.Predictor` (the manifest's transforms, then the ``torch.export`` program),
 reading and writing exactly as ``predict --checkpoint`` does (:mod:`.predict`).
 
 The config gives the reader, ``data.on_bad_row`` and the batch size (``data.eval_batch_size``,
@@ -20,7 +20,7 @@ from tzrun.errors import DataError
 from tzrun.runner.predict import OutputColumns, PredictRequest, PredictResult, RankScores, prepared_sink, write_predictions
 from tzrun.runner.predict_input import Chunk, drop_reader_marked, drop_rows, mapped, prefetched, rank_split, read_chunks
 
-__all__ = ["predict_export"]
+__all__ = ["predict_export", "open_export"]
 
 log = logging.getLogger("tzrun")
 
@@ -36,12 +36,11 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
         WriteError: when the output exists (without ``overwrite``).
     """
     from tzrun.data.reader_bad_rows import read_columns
-    from tzrun.serving import Predictor
 
     started = time.perf_counter()
     session.start()
     info, d = session.info, session.cfg.data
-    predictor = Predictor(export_dir, on_bad_row=d.on_bad_row)
+    predictor = open_export(session.pm, export_dir, d.on_bad_row)
     batch_size = d.eval_batch_size or d.batch_size
     split = rank_split(session.reader, request.input, batch_size, info.rank, info.world_size)
     if info.rank == 0:
@@ -74,18 +73,24 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
     return write_predictions(sink, scores, request, str(predictor.path), started, info.rank, info.world_size)
 
 
+def open_export(pm: Any, export_dir: str, on_bad_row: str) -> Any:
+    """The scorer of the export at ``export_dir``, from the first plugin that opens it.
+
+    Raises:
+        PluginError: when no plugin opens exports (the serving plugin is disabled or not installed).
+    """
+    predictor = pm.hook.tzrun_open_export(path=str(export_dir), on_bad_row=on_bad_row)
+    if predictor is None:
+        from tzrun.errors import PluginError
+
+        raise PluginError(f"predict --export {export_dir}: no installed plugin reads exports (the first-party "
+                         "tzrun_serving plugin is disabled or not installed: see tzrec-run plugins)")
+    return predictor
+
+
 def _raw_columns(predictor: Any, request: PredictRequest) -> list[str]:
     """The raw columns the export's features read, and the kept ones."""
-    f = predictor.manifest["features"]
-    wanted = set(predictor.spec["features"])
-    names = [x["column"] for x in f["dense"] if x["name"] in wanted]
-    for s in f["sparse"]:
-        if s["name"] in wanted:
-            names.append(s["column"])
-            if s.get("weight_column"):
-                names.append(s["weight_column"])
-    names += [x["column"] for g in f.get("sequence", ()) if g["name"] in wanted for x in g["features"]]
-    return list(dict.fromkeys([*names, *request.keep_columns]))
+    return list(dict.fromkeys([*predictor.columns(), *request.keep_columns]))
 
 
 def _problems(session: Any, chunk: Chunk, dropped: np.ndarray) -> dict[str, np.ndarray]:

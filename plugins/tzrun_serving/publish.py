@@ -15,9 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tzrun.io.files import write_atomic
-from tzrun.io.storage import as_path, is_remote, remove_tree
-from tzrun.serving.manifest import COMPLETE, MANIFEST
+from tzrun import as_path, is_remote, write_atomic
+from tzrun.checkpoints import open_checkpoint
+from tzrun.outputs import read_output_marker, remove_tree
+from tzrun_serving.manifest import COMPLETE, MANIFEST
 
 __all__ = ["LATEST", "publish_export", "retire_exports", "versions", "latest_version", "export_root"]
 
@@ -27,9 +28,9 @@ LATEST = "latest"
 _VERSION = re.compile(r"^step-(\d+)$")
 
 
-def export_root(cfg: Any) -> Path:
+def export_root(export: Any, model_dir: str | Path) -> Path:
     """Where ``[export]`` writes: ``export.dir``, or ``<model_dir>/exports``."""
-    return as_path(cfg.export.dir) if cfg.export.dir else as_path(cfg.model_dir) / "exports"
+    return as_path(export.dir) if export.dir else as_path(model_dir) / "exports"
 
 
 def versions(root: Path) -> list[tuple[int, Path, bool]]:
@@ -57,8 +58,7 @@ def latest_version(root: Path) -> Path | None:
 def _ours(path: Path) -> bool:
     """Whether the version directory ``path`` is an export tzrec-run wrote (its output marker,
     or an export written before markers)."""
-    from tzrun.io.owned import read_output_marker
-    from tzrun.serving.export import is_legacy_export
+    from tzrun_serving.export import is_legacy_export
 
     marker = read_output_marker(path)
     return (marker or {}).get("kind") == "export" or (marker is None and is_legacy_export(path))
@@ -103,17 +103,16 @@ def publish_export(facts: Any, checkpoint: Path, root: Path, keep: int, run_id: 
     Returns:
         The version directory.
     """
-    from tzrun.runner.checkpoint import checkpoint_step
-    from tzrun.serving.export import _digest, export_checkpoint
+    from tzrun_serving.export import export_checkpoint
 
-    root, checkpoint = as_path(root), as_path(checkpoint)
-    step = checkpoint_step(checkpoint)
+    root, view = as_path(root), open_checkpoint(checkpoint)
+    step = view.step
     retired = retire_exports(root, run_id)
     if retired:
         log.info("retired %d export(s) under %s that were not this run's", len(retired), root)
     version = root / f"step-{step}"
-    if not (version / COMPLETE).exists() or _source_digest(version) != _digest(checkpoint):
-        export_checkpoint(facts, checkpoint, version)
+    if not (version / COMPLETE).exists() or _source_digest(version) != view.marker_sha256():
+        export_checkpoint(facts, view, version)
     write_atomic(root / LATEST, f"{version.name}\n".encode())
     complete = [path for _, path, done in versions(root) if done and _ours(path)]
     for path in complete[:-keep]:

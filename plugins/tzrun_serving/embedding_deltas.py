@@ -1,5 +1,5 @@
 """The ``embedding_deltas`` stage: every ``every_n_steps`` steps, write only the embedding rows
-changed since its previous dump, per table (format and applying: ``tzrun.deltas``, written through :class:`tzrun.DeltaDumps`).
+changed since its previous dump, per table (format and applying: ``tzrun_serving.deltas``, written through :class:`tzrun_serving.deltas.DeltaDumps`).
 
 Which rows changed is tracked from the ids each training step looks up (a forward pre-hook on
 every sharded embedding collection, in training mode only): FBGEMM's fused optimizers update
@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 import tzrun
+from tzrun_serving.deltas import DeltaDumps
 
 __all__ = ["EmbeddingDeltasConfig", "EmbeddingDeltasStage", "build_embedding_deltas", "embedding_deltas_outputs"]
 
@@ -96,7 +97,7 @@ class EmbeddingDeltasStage:
         """Remove the dumps a run starting at step 0 finds in its dir (an earlier run's, in a
         ``dir`` shared between runs, or an earlier attempt's): they apply to no checkpoint of this run."""
         root = tzrun.under(run.model_dir, self.cfg.dir)
-        removed, left = tzrun.DeltaDumps(root).retire()
+        removed, left = DeltaDumps(root).retire()
         if removed:
             runs = sorted({run_id or "unknown" for _, run_id in removed})
             log.info("embedding_deltas: run %s starts at step 0: retired %d dump(s) left in %s by run(s) %s (%s)",
@@ -173,7 +174,7 @@ class EmbeddingDeltasStage:
                 tables[name] = [piece for shard in value.local_shards() if (piece := _rows(shard, mine)) is not None]
             elif run.is_rank0:  # replicated (data-parallel): whole
                 full[name] = value.detach().cpu().clone()
-        dumps = tzrun.DeltaDumps(tzrun.under(run.model_dir, self.cfg.dir))
+        dumps = DeltaDumps(tzrun.under(run.model_dir, self.cfg.dir))
         if run.is_rank0:
             dumps.clear(step)  # what a crashed run left of this step's dump
         _barrier(run)
@@ -194,7 +195,7 @@ class EmbeddingDeltasStage:
     @tzrun.hookimpl
     def tzrun_after_checkpoint_load(self, run: tzrun.RunContext, step: int, state: dict[str, Any]) -> None:
         if run.is_rank0:
-            removed = tzrun.DeltaDumps(tzrun.under(run.model_dir, self.cfg.dir)).remove_after(step)
+            removed = DeltaDumps(tzrun.under(run.model_dir, self.cfg.dir)).remove_after(step)
             if removed:
                 log.info("embedding_deltas: removed %d dump(s) after step %d (written again)", len(removed), step)
 

@@ -1,0 +1,56 @@
+"""A stage configured by a top-level table of its own name: ``[export]`` is the ``export`` stage,
+as if ``[[train.stages]]`` listed ``{ type = "export", ... }`` last.
+
+A top-level table that the core schema does not know and that names a registered stage is
+moved into ``train.stages`` before the config is structured; problems with its options are
+then reported at the table's own path (``export.on_best``), not at ``train.stages[N]``. The
+core knows no stage's fields: whichever plugin registers the stage checks them.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+import attrs
+
+from tzrun.errors import ConfigProblem
+
+__all__ = ["stage_sections", "section_path"]
+
+
+def stage_sections(data: Mapping[str, Any], stages: Any, schema: type) -> tuple[dict[str, Any], dict[str, str]]:
+    """``data`` with each top-level table that names a stage of the registry ``stages`` (and no
+    field of ``schema``) appended to ``train.stages``; and where each went:
+    ``{"train.stages[N]": "<table>"}``."""
+    known = {f.name for f in attrs.fields(schema)}
+    moved = [key for key, value in data.items() if key not in known and isinstance(value, dict) and key in stages]
+    if not moved:
+        return dict(data), {}
+    out = {k: v for k, v in data.items() if k not in moved}
+    train = copy.copy(out.get("train")) if isinstance(out.get("train"), dict) else None
+    if train is None:
+        return dict(data), {}  # no [train] table: the schema reports it, with the table still unknown
+    listed = list(train.get("stages") or ()) if isinstance(train.get("stages", []), list) else None
+    if listed is None:
+        return dict(data), {}
+    where = {}
+    for key in moved:
+        where[f"train.stages[{len(listed)}]"] = key
+        listed.append({"type": key, **data[key]})
+    train["stages"] = listed
+    out["train"] = train
+    return out, where
+
+
+def section_path(path: str, where: Mapping[str, str]) -> str:
+    """``path`` with a moved stage's ``train.stages[N]`` prefix spelled as its table."""
+    for prefix, key in where.items():
+        if path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "["):
+            return key + path[len(prefix):]
+    return path
+
+
+def in_sections(problems: list[ConfigProblem], where: Mapping[str, str]) -> list[ConfigProblem]:
+    """``problems`` at the paths their tables were written at."""
+    return [ConfigProblem(section_path(p.path, where), p.message) for p in problems] if where else problems
