@@ -197,7 +197,7 @@ def test_the_rng_states_saved_as_plain_data_restore_every_stream_exactly():
 def test_the_metadata_allow_list_names_what_torch_has():
     import importlib
 
-    from tzrun.runner.dcp_storage import METADATA_CLASSES
+    from tzrun.runner.dcp_metadata import METADATA_CLASSES
 
     for module, names in METADATA_CLASSES.items():
         for name in names:

@@ -32,8 +32,8 @@ written last, by one PUT, which is atomic on every such store.
 
 A checkpoint is data: loading reads DCP's ``.metadata`` through an unpickler that admits only
 DCP's own metadata classes and every other value with ``torch.load(weights_only=True)``
-(:mod:`.dcp_storage`); an entry that is not a sharded tensor holds only what :func:`unsaveable`
-admits. The manifest and the marker prove integrity against damage and half writes, not
+(:mod:`.dcp_storage`, :mod:`.dcp_metadata`); an entry that is not a sharded tensor holds only
+what :func:`unsaveable` admits. The manifest and the marker prove integrity against damage and half writes, not
 authenticity: whoever can write the directory can rewrite them (``tzrec-run help checkpoint-trust``).
 
 Torch is imported only by the functions that save or load state, so listing and inspecting
@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.io.files import write_atomic
-from tzrun.runner.dcp_storage import load_state, refused_value, storage_writer
+from tzrun.runner.dcp_metadata import refused_value
+from tzrun.runner.dcp_storage import load_state, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
     MARKER,
