@@ -6,7 +6,7 @@ The planner, its topology, sharders and constraints come from
 the plan a run with the same world size, devices and memory gets. The planner only calls
 ``planner.plan()`` (rank-local; training broadcasts rank 0's with ``collective_plan``).
 
-Memory per rank, in each of device memory (HBM) and host memory (DDR):
+Memory per rank (:mod:`tzrun.runner.plan_memory`), in each of device memory (HBM) and host memory (DDR):
 
 * ``tables`` / ``optimizer``: the embedding rows each rank holds and their sparse optimizer
   state, sized as the planner sizes them (the state multiplier TorchRec derives from the
@@ -24,7 +24,6 @@ the dense part (6x the dense parameters) and the input batches; ``reserved`` rep
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Mapping, Sequence
 
@@ -34,22 +33,27 @@ import torch
 from tzrun.config.schema import RunConfig
 from tzrun.config.sequences import id_features
 from tzrun.errors import PlanError
-from tzrun.kernel.registry import Registries
-from tzrun.runner.dense_parts import assign_parts
 from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory
-from tzrun.runner.model import dense_parameter_names, embedding_tables
-from tzrun.runner.sharding import prepare_sharding
+from tzrun.runner.model import embedding_tables
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
+from tzrun.runner.plan_memory import (
+    PARTS,
+    TIERS,
+    DenseEstimate,
+    RankMemory,
+    TablePlan,
+    estimate_dense,
+    rank_memory,
+    reserved_memory,
+    table_plan,
+)
+from tzrun.runner.sharding import prepare_sharding
 
 __all__ = [
     "PlanRequest",
-    "TablePlan",
-    "RankMemory",
-    "DenseEstimate",
     "PlanFailure",
     "PlanReport",
-    "estimate_dense",
     "format_plan",
     "format_failure",
     "failure_line",
@@ -57,10 +61,6 @@ __all__ = [
     "no_plan_error",
     "GIB",
 ]
-
-TIERS = ("hbm", "ddr")
-PARTS = ("tables", "optimizer", "buffers", "dense")
-
 
 @attrs.frozen
 class PlanRequest:
@@ -81,76 +81,6 @@ class PlanRequest:
     hbm_cap: int | None = None
     ddr_cap: int | None = None
     batch_size: int | None = None
-
-
-@attrs.frozen
-class TablePlan:
-    """Where one table goes.
-
-    Attributes:
-        module: the embedding collection's path in the model.
-        table: the table's name.
-        rows, dim: its shape.
-        features: the id features that read it.
-        sharding_type, compute_kernel: the planner's choice.
-        ranks: the rank of each shard.
-        shards: one dict per shard: ``rank``, ``offsets``, ``sizes``, ``hbm``, ``ddr`` (bytes).
-        weights, optimizer: bytes of rows and of sparse optimizer state, all shards together.
-    """
-
-    module: str
-    table: str
-    rows: int
-    dim: int
-    features: tuple[str, ...]
-    sharding_type: str
-    compute_kernel: str
-    ranks: tuple[int, ...]
-    shards: tuple[Mapping[str, Any], ...]
-    weights: int
-    optimizer: int
-
-
-@attrs.frozen
-class RankMemory:
-    """One rank's memory by tier (``hbm``, ``ddr``) and part (``tables``, ``optimizer``,
-    ``buffers``, ``dense``), in bytes, and each tier's capacity."""
-
-    rank: int
-    hbm: Mapping[str, int]
-    ddr: Mapping[str, int]
-    hbm_cap: int
-    ddr_cap: int
-
-    def total(self, tier: str) -> int:
-        """Bytes used in ``tier``."""
-        return sum(getattr(self, tier).values())
-
-
-@attrs.frozen
-class DenseEstimate:
-    """The dense part of the model, the same on every rank (bytes).
-
-    Attributes:
-        parameters: how many dense parameter elements.
-        weights: parameters and buffers.
-        gradients: one gradient per parameter.
-        optimizer: the dense optimizers' state.
-        ema: the EMA copy of the weights (0 without ``ema``).
-        how: how ``optimizer`` was found.
-    """
-
-    parameters: int
-    weights: int
-    gradients: int
-    optimizer: int
-    ema: int
-    how: str
-
-    @property
-    def total(self) -> int:
-        """All of it."""
-        return self.weights + self.gradients + self.optimizer + self.ema
 
 
 @attrs.frozen
@@ -245,58 +175,13 @@ def plan_config(facts: RunFacts, request: PlanRequest, host: HostMemory | None =
     except PlannerError as error:
         failure = diagnose(str(error), recorder, setup, readers, request)
     seconds = time.perf_counter() - start
-    reserved = _reserved(recorder.storage_reservation, request)
+    reserved = reserved_memory(recorder.storage_reservation, request.device, request.hbm_cap)
     tables: tuple[TablePlan, ...] = ()
     ranks: tuple[RankMemory, ...] = ()
     if failure is None:
-        tables = tuple(_table_plan(option, readers, request.device) for option in recorder.best_plan)
-        ranks = _rank_memory(recorder.best_plan, dense, request)
+        tables = tuple(table_plan(option, readers, request.device) for option in recorder.best_plan)
+        ranks = rank_memory(recorder.best_plan, dense, request.world_size, request.device, request.hbm_cap, request.ddr_cap)
     return PlanReport(request, reserved, tables, ranks, dense, failure, recorder.num_proposals, seconds, sharding_plan)
-
-
-def estimate_dense(cfg: RunConfig, registries: Registries, model: torch.nn.Module) -> DenseEstimate:
-    """The dense part's memory on each rank: parameters and buffers outside the embedding
-    collections, a gradient per parameter, the state of the configured dense optimizers
-    (``train.dense_optimizer`` and its parts), measured by one step of each on meta-device
-    copies of its parameters with zero gradients, and an EMA copy when ``ema`` is set."""
-    inner = model.model
-    names = dense_parameter_names(inner)
-    fields = cfg.train.dense_optimizer.fields
-    params = dict(inner.named_parameters())
-    embedding = {id(p) for m in inner.modules() if hasattr(m, "embedding_bag_configs") or hasattr(m, "embedding_configs")
-                 for p in m.buffers()}
-    weights = sum(_bytes(params[n]) for n in names)
-    weights += sum(_bytes(b) for b in inner.buffers() if id(b) not in embedding)
-    gradients = sum(_bytes(params[n]) for n in names if params[n].requires_grad)
-    optimizer, guessed = 0, []
-    for key, group in assign_parts(names, fields.parts).items():
-        if not group:
-            continue
-        if key == "dense":
-            component, where = cfg.train.dense_optimizer, "train.dense_optimizer"
-        else:
-            index = int(key[len("dense.parts["):-1])
-            component, where = fields.parts[index], f"train.dense_optimizer.parts[{index}]"
-        copies = [torch.nn.Parameter(torch.empty_like(params[n], device="meta")) for n in group]
-        try:
-            built = registries["dense_optimizer"].get(component.type, f"{where}.type").build(component.config, copies)
-            for p in copies:
-                p.grad = torch.zeros_like(p)
-            built.step()
-            optimizer += sum(_bytes(t) for state in built.state.values() for t in state.values()
-                             if torch.is_tensor(t) and t.dim() > 0)
-        except Exception:  # noqa: BLE001 - an optimizer whose step needs real values
-            optimizer += 2 * sum(_bytes(p) for p in copies)
-            guessed.append(f"{where} ({component.type})")
-    how = "one step of each dense optimizer on meta copies of its parameters"
-    if guessed:
-        how += f"; {', '.join(guessed)} could not step on the meta device: counted as 2x its parameters (Adam's state)"
-    ema = weights if fields.ema is not None else 0
-    return DenseEstimate(sum(params[n].numel() for n in names), weights, gradients, optimizer, ema, how)
-
-
-def _bytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
 
 
 def _recorder() -> Any:
@@ -326,77 +211,6 @@ def _readers(cfg: RunConfig, modules: Sequence[Any]) -> dict[str, list[tuple[str
     index = {name: (path, f.embedding_dim) for name, (path, f) in id_features(cfg.features).items()}
     return {table.name: [(index[n][0], n, index[n][1]) for n in table.feature_names if n in index]
             for module in modules for table, _ in embedding_tables(module)}
-
-
-def _weights_tier(device: str, kernel: str) -> str:
-    return "ddr" if device == "cpu" or kernel in ("fused_uvm", "fused_uvm_caching") else "hbm"
-
-
-def _optimizer_multiplier(tensor: torch.Tensor) -> float:
-    # the planner's own rule, so that tables + optimizer + buffers add up to its estimate
-    from torchrec.distributed.planner.shard_estimators import _get_optimizer_multipler
-
-    return float(_get_optimizer_multipler(getattr(tensor, "_optimizer_classes", [None])[0], tensor.shape))
-
-
-def _shard_parts(option: Any, shard: Any, device: str) -> dict[str, dict[str, int]]:
-    """One shard's bytes by tier and part (without ``dense``)."""
-    weights = math.prod(shard.size) * option.tensor.element_size()
-    optimizer = math.ceil(weights * _optimizer_multiplier(option.tensor))
-    home = _weights_tier(device, option.compute_kernel)
-    parts = {}
-    for tier in TIERS:
-        used = getattr(shard.storage, tier)
-        if tier == home:
-            parts[tier] = {"tables": weights, "optimizer": optimizer, "buffers": max(used - weights - optimizer, 0)}
-        else:
-            parts[tier] = {"tables": 0, "optimizer": 0, "buffers": used}
-    return parts
-
-
-def _table_plan(option: Any, readers: Mapping[str, list[tuple[str, str, int]]], device: str) -> TablePlan:
-    shards = []
-    weights = optimizer = 0
-    for shard in option.shards:
-        parts = _shard_parts(option, shard, device)
-        home = parts[_weights_tier(device, option.compute_kernel)]
-        weights, optimizer = weights + home["tables"], optimizer + home["optimizer"]
-        shards.append({"rank": shard.rank, "offsets": list(shard.offset), "sizes": list(shard.size),
-                       "hbm": shard.storage.hbm, "ddr": shard.storage.ddr})
-    rows, dim = option.tensor.shape
-    return TablePlan(
-        option.path, option.name, int(rows), int(dim), tuple(r[1] for r in readers.get(option.name, [])),
-        option.sharding_type, option.compute_kernel, tuple(s["rank"] for s in shards), tuple(shards), weights, optimizer,
-    )
-
-
-def _rank_memory(best_plan: Sequence[Any], dense: DenseEstimate, request: PlanRequest) -> tuple[RankMemory, ...]:
-    use = {r: {tier: dict.fromkeys(PARTS, 0) for tier in TIERS} for r in range(request.world_size)}
-    for option in best_plan:
-        for shard in option.shards:
-            for tier, parts in _shard_parts(option, shard, request.device).items():
-                for part, value in parts.items():
-                    use[shard.rank][tier][part] += value
-    dense_tier = "ddr" if request.device == "cpu" else "hbm"
-    for r in use:
-        use[r][dense_tier]["dense"] = dense.total
-    return tuple(RankMemory(r, use[r]["hbm"], use[r]["ddr"], request.hbm_cap or 0, request.ddr_cap or 0) for r in sorted(use))
-
-
-def _reserved(reservation: Any, request: PlanRequest) -> dict[str, float]:
-    """What TorchRec's storage reservation kept back per rank (its attributes, read as the
-    planner's own error message reads them)."""
-    out: dict[str, float] = {"share": float(getattr(reservation, "_percentage", 0.0) or 0.0)}
-    out["margin_hbm"] = int((request.hbm_cap or 0) * out["share"]) if request.device == "cuda" else 0
-    for key, attr in (("dense", "_dense_storage"), ("inputs", "_kjt_storage")):
-        storage = getattr(reservation, attr, None)
-        out[f"{key}_hbm"] = int(storage.hbm) if storage is not None else 0
-        out[f"{key}_ddr"] = int(storage.ddr) if storage is not None else 0
-    reserved = getattr(reservation, "last_reserved_topology", None)
-    if reserved is not None:
-        out["for_tables_hbm"] = int(reserved.devices[0].storage.hbm)
-        out["for_tables_ddr"] = int(reserved.devices[0].storage.ddr)
-    return out
 
 
 def _size(n: float) -> str:

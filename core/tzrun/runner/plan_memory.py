@@ -1,0 +1,223 @@
+"""What a sharding plan costs each rank: the bytes of each table's shards, split by tier
+(``hbm``, ``ddr``) and part (``tables``, ``optimizer``, ``buffers``, ``dense``), the dense
+part's estimate, and what TorchRec's planner keeps back (see :mod:`tzrun.runner.plan`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import attrs
+import torch
+
+from tzrun.config.schema import RunConfig
+from tzrun.kernel.registry import Registries
+from tzrun.runner.dense_parts import assign_parts
+from tzrun.runner.model import dense_parameter_names
+
+__all__ = [
+    "TIERS",
+    "PARTS",
+    "TablePlan",
+    "RankMemory",
+    "DenseEstimate",
+    "estimate_dense",
+    "table_plan",
+    "rank_memory",
+    "reserved_memory",
+]
+
+TIERS = ("hbm", "ddr")
+PARTS = ("tables", "optimizer", "buffers", "dense")
+
+
+@attrs.frozen
+class TablePlan:
+    """Where one table goes.
+
+    Attributes:
+        module: the embedding collection's path in the model.
+        table: the table's name.
+        rows, dim: its shape.
+        features: the id features that read it.
+        sharding_type, compute_kernel: the planner's choice.
+        ranks: the rank of each shard.
+        shards: one dict per shard: ``rank``, ``offsets``, ``sizes``, ``hbm``, ``ddr`` (bytes).
+        weights, optimizer: bytes of rows and of sparse optimizer state, all shards together.
+    """
+
+    module: str
+    table: str
+    rows: int
+    dim: int
+    features: tuple[str, ...]
+    sharding_type: str
+    compute_kernel: str
+    ranks: tuple[int, ...]
+    shards: tuple[Mapping[str, Any], ...]
+    weights: int
+    optimizer: int
+
+
+@attrs.frozen
+class RankMemory:
+    """One rank's memory by tier (``hbm``, ``ddr``) and part (``tables``, ``optimizer``,
+    ``buffers``, ``dense``), in bytes, and each tier's capacity."""
+
+    rank: int
+    hbm: Mapping[str, int]
+    ddr: Mapping[str, int]
+    hbm_cap: int
+    ddr_cap: int
+
+    def total(self, tier: str) -> int:
+        """Bytes used in ``tier``."""
+        return sum(getattr(self, tier).values())
+
+
+@attrs.frozen
+class DenseEstimate:
+    """The dense part of the model, the same on every rank (bytes).
+
+    Attributes:
+        parameters: how many dense parameter elements.
+        weights: parameters and buffers.
+        gradients: one gradient per parameter.
+        optimizer: the dense optimizers' state.
+        ema: the EMA copy of the weights (0 without ``ema``).
+        how: how ``optimizer`` was found.
+    """
+
+    parameters: int
+    weights: int
+    gradients: int
+    optimizer: int
+    ema: int
+    how: str
+
+    @property
+    def total(self) -> int:
+        """All of it."""
+        return self.weights + self.gradients + self.optimizer + self.ema
+
+
+def estimate_dense(cfg: RunConfig, registries: Registries, model: torch.nn.Module) -> DenseEstimate:
+    """The dense part's memory on each rank: parameters and buffers outside the embedding
+    collections, a gradient per parameter, the state of the configured dense optimizers
+    (``train.dense_optimizer`` and its parts), measured by one step of each on meta-device
+    copies of its parameters with zero gradients, and an EMA copy when ``ema`` is set."""
+    inner = model.model
+    names = dense_parameter_names(inner)
+    fields = cfg.train.dense_optimizer.fields
+    params = dict(inner.named_parameters())
+    embedding = {id(p) for m in inner.modules() if hasattr(m, "embedding_bag_configs") or hasattr(m, "embedding_configs")
+                 for p in m.buffers()}
+    weights = sum(_bytes(params[n]) for n in names)
+    weights += sum(_bytes(b) for b in inner.buffers() if id(b) not in embedding)
+    gradients = sum(_bytes(params[n]) for n in names if params[n].requires_grad)
+    optimizer, guessed = 0, []
+    for key, group in assign_parts(names, fields.parts).items():
+        if not group:
+            continue
+        if key == "dense":
+            component, where = cfg.train.dense_optimizer, "train.dense_optimizer"
+        else:
+            index = int(key[len("dense.parts["):-1])
+            component, where = fields.parts[index], f"train.dense_optimizer.parts[{index}]"
+        copies = [torch.nn.Parameter(torch.empty_like(params[n], device="meta")) for n in group]
+        try:
+            built = registries["dense_optimizer"].get(component.type, f"{where}.type").build(component.config, copies)
+            for p in copies:
+                p.grad = torch.zeros_like(p)
+            built.step()
+            optimizer += sum(_bytes(t) for state in built.state.values() for t in state.values()
+                             if torch.is_tensor(t) and t.dim() > 0)
+        except Exception:  # noqa: BLE001 - an optimizer whose step needs real values
+            optimizer += 2 * sum(_bytes(p) for p in copies)
+            guessed.append(f"{where} ({component.type})")
+    how = "one step of each dense optimizer on meta copies of its parameters"
+    if guessed:
+        how += f"; {', '.join(guessed)} could not step on the meta device: counted as 2x its parameters (Adam's state)"
+    ema = weights if fields.ema is not None else 0
+    return DenseEstimate(sum(params[n].numel() for n in names), weights, gradients, optimizer, ema, how)
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _weights_tier(device: str, kernel: str) -> str:
+    return "ddr" if device == "cpu" or kernel in ("fused_uvm", "fused_uvm_caching") else "hbm"
+
+
+def _optimizer_multiplier(tensor: torch.Tensor) -> float:
+    # the planner's own rule, so that tables + optimizer + buffers add up to its estimate
+    from torchrec.distributed.planner.shard_estimators import _get_optimizer_multipler
+
+    return float(_get_optimizer_multipler(getattr(tensor, "_optimizer_classes", [None])[0], tensor.shape))
+
+
+def _shard_parts(option: Any, shard: Any, device: str) -> dict[str, dict[str, int]]:
+    """One shard's bytes by tier and part (without ``dense``)."""
+    weights = math.prod(shard.size) * option.tensor.element_size()
+    optimizer = math.ceil(weights * _optimizer_multiplier(option.tensor))
+    home = _weights_tier(device, option.compute_kernel)
+    parts = {}
+    for tier in TIERS:
+        used = getattr(shard.storage, tier)
+        if tier == home:
+            parts[tier] = {"tables": weights, "optimizer": optimizer, "buffers": max(used - weights - optimizer, 0)}
+        else:
+            parts[tier] = {"tables": 0, "optimizer": 0, "buffers": used}
+    return parts
+
+
+def table_plan(option: Any, readers: Mapping[str, list[tuple[str, str, int]]], device: str) -> TablePlan:
+    """Where the planner put one table (``option``, a sharding option of its best plan) and its
+    bytes; ``readers`` are the features reading each table (TOML path, name, dim)."""
+    shards = []
+    weights = optimizer = 0
+    for shard in option.shards:
+        parts = _shard_parts(option, shard, device)
+        home = parts[_weights_tier(device, option.compute_kernel)]
+        weights, optimizer = weights + home["tables"], optimizer + home["optimizer"]
+        shards.append({"rank": shard.rank, "offsets": list(shard.offset), "sizes": list(shard.size),
+                       "hbm": shard.storage.hbm, "ddr": shard.storage.ddr})
+    rows, dim = option.tensor.shape
+    return TablePlan(
+        option.path, option.name, int(rows), int(dim), tuple(r[1] for r in readers.get(option.name, [])),
+        option.sharding_type, option.compute_kernel, tuple(s["rank"] for s in shards), tuple(shards), weights, optimizer,
+    )
+
+
+def rank_memory(
+    best_plan: Sequence[Any], dense: DenseEstimate, world_size: int, device: str, hbm_cap: int | None, ddr_cap: int | None
+) -> tuple[RankMemory, ...]:
+    """Each rank's memory under the planner's best plan, the dense part on every rank."""
+    use = {r: {tier: dict.fromkeys(PARTS, 0) for tier in TIERS} for r in range(world_size)}
+    for option in best_plan:
+        for shard in option.shards:
+            for tier, parts in _shard_parts(option, shard, device).items():
+                for part, value in parts.items():
+                    use[shard.rank][tier][part] += value
+    dense_tier = "ddr" if device == "cpu" else "hbm"
+    for r in use:
+        use[r][dense_tier]["dense"] = dense.total
+    return tuple(RankMemory(r, use[r]["hbm"], use[r]["ddr"], hbm_cap or 0, ddr_cap or 0) for r in sorted(use))
+
+
+def reserved_memory(reservation: Any, device: str, hbm_cap: int | None) -> dict[str, float]:
+    """What TorchRec's storage reservation kept back per rank (its attributes, read as the
+    planner's own error message reads them)."""
+    out: dict[str, float] = {"share": float(getattr(reservation, "_percentage", 0.0) or 0.0)}
+    out["margin_hbm"] = int((hbm_cap or 0) * out["share"]) if device == "cuda" else 0
+    for key, attr in (("dense", "_dense_storage"), ("inputs", "_kjt_storage")):
+        storage = getattr(reservation, attr, None)
+        out[f"{key}_hbm"] = int(storage.hbm) if storage is not None else 0
+        out[f"{key}_ddr"] = int(storage.ddr) if storage is not None else 0
+    reserved = getattr(reservation, "last_reserved_topology", None)
+    if reserved is not None:
+        out["for_tables_hbm"] = int(reserved.devices[0].storage.hbm)
+        out["for_tables_ddr"] = int(reserved.devices[0].storage.ddr)
+    return out
