@@ -6,13 +6,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tzrun.runner.checkpoint import Blob
+from tzrun.runner.checkpoint_blobs import Blob
 from tzrun.runner.dcp_storage import load_state
 from tzrun.io.storage import as_path
 
 
 def read_saved(path: Path, key: str) -> Any:
-    """What a checkpoint saved under ``key`` through a :class:`~tzrun.runner.checkpoint.Blob`
+    """What a checkpoint saved under ``key`` through a :class:`~tzrun.runner.checkpoint_blobs.Blob`
     (``loop``, ``schedules``, ``update``, ``train_metrics``, ``stages``, ``rank.<R>``), read in
     this process alone (no process group, no model)."""
     found: list[Any] = []

@@ -14,7 +14,8 @@ from tests.integration.test_update_path import _process_group  # noqa: F401
 from tzrun.errors import CheckpointError
 from tzrun.runner import checkpoint
 from tzrun.runner.async_checkpoint import BackgroundSaves
-from tzrun.runner.checkpoint import Blob, list_checkpoints, load_checkpoint, save_checkpoint, verify_checkpoint
+from tzrun.runner.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, verify_checkpoint
+from tzrun.runner.checkpoint_blobs import Blob
 from tzrun.runner.manifest import MANIFEST, describe_files, listed_files
 
 pytestmark = pytest.mark.slow

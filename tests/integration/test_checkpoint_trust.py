@@ -164,7 +164,7 @@ def test_a_stage_state_a_checkpoint_cannot_hold_is_named_when_saving(criteo_dir,
 
 
 def test_what_a_checkpoint_entry_may_hold():
-    from tzrun.runner.checkpoint import unsaveable
+    from tzrun.runner.checkpoint_blobs import unsaveable
     from tzrun.runner.session import rng_state
 
     admitted = {"rng": rng_state(), 3: [1, 2.5, "a", None, True, b"b", torch.ones(2), (torch.Size([2]), torch.int8)]}

@@ -22,7 +22,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping
 
-from tzrun.runner.checkpoint import begin_checkpoint, checkpoint_dir, finish_checkpoint, named_state
+from tzrun.runner.checkpoint import begin_checkpoint, checkpoint_dir, finish_checkpoint
+from tzrun.runner.checkpoint_blobs import named_state
 from tzrun.runner.dcp_storage import storage_writer
 
 __all__ = ["BackgroundSaves"]

@@ -33,8 +33,9 @@ written last, by one PUT, which is atomic on every such store.
 A checkpoint is data: loading reads DCP's ``.metadata`` through an unpickler that admits only
 DCP's own metadata classes and every other value with ``torch.load(weights_only=True)``
 (:mod:`.dcp_storage`, :mod:`.dcp_metadata`); an entry that is not a sharded tensor holds only
-what :func:`unsaveable` admits. The manifest and the marker prove integrity against damage and half writes, not
-authenticity: whoever can write the directory can rewrite them (``tzrec-run help checkpoint-trust``).
+what :func:`~tzrun.runner.checkpoint_blobs.unsaveable` admits. The manifest and the marker prove
+integrity against damage and half writes, not authenticity: whoever can write the directory can
+rewrite them (``tzrec-run help checkpoint-trust``).
 
 Torch is imported only by the functions that save or load state, so listing and inspecting
 checkpoints stays fast.
@@ -42,17 +43,15 @@ checkpoints stays fast.
 
 from __future__ import annotations
 
-import io
 import json
-import pickle
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.io.files import write_atomic
-from tzrun.runner.dcp_metadata import refused_value
+from tzrun.runner.checkpoint_blobs import Blob, named_state
 from tzrun.runner.dcp_storage import load_state, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
@@ -70,9 +69,7 @@ from tzrun.runner.manifest import (
 from tzrun.runner.run_marker import is_run_dir
 from tzrun.io.storage import as_path, is_remote, redact_url, remove_tree
 
-if TYPE_CHECKING:
-    import torch
-
+# Blob: also imported from here by tzrun.runner.trainer, tzrun.runner.trainer_checkpoints and tzrun.checkpoints
 __all__ = [
     "MARKER",
     "MANIFEST",
@@ -85,11 +82,9 @@ __all__ = [
     "read_meta",
     "sharding_summary",
     "Blob",
-    "unsaveable",
     "save_checkpoint",
     "begin_checkpoint",
     "finish_checkpoint",
-    "named_state",
     "mark_complete",
     "verify_checkpoint",
     "load_checkpoint",
@@ -180,103 +175,6 @@ def sharding_summary(plan: Any) -> list[dict[str, Any]]:
                 "ranks": list(sharding.ranks or []),
             })
     return out
-
-
-#: What :func:`unsaveable` admits as a leaf, by exact type (a subclass, numpy's scalars among
-#: them, is not loadable with ``torch.load(weights_only=True)``).
-_LEAVES = (int, float, bool, str, bytes, type(None))
-
-
-def unsaveable(value: Any, where: str = "state") -> str | None:
-    """What in ``value`` a checkpoint cannot hold, or None when it can all be saved.
-
-    A checkpoint entry that is not a sharded tensor (the loop position, schedules, update path,
-    train metrics, stage states, RNG states) may hold tensors, numbers, strings, bytes, bools,
-    None, ``torch.Size`` and dtypes, and lists, tuples and dicts of those (keys: numbers,
-    strings, bools, None): what ``torch.load(weights_only=True)`` reads back without running
-    code. No other class: not a numpy array or scalar, a dataclass, a function.
-
-    Args:
-        value: the state.
-        where: how to name ``value`` in the answer.
-
-    Returns:
-        ``"a numpy.float64 at state['best']"`` for the first thing found, or None.
-    """
-    import torch
-
-    kind = type(value)
-    if kind in _LEAVES or kind in (torch.Tensor, torch.nn.Parameter, torch.Size, torch.dtype):
-        return None
-    if kind in (list, tuple):
-        items = enumerate(value)
-    elif kind is dict:
-        for key in value:
-            if type(key) not in _LEAVES:
-                return f"a {_type_name(key)} key in {where}"
-        items = value.items()  # type: ignore[assignment]
-    else:
-        return f"a {_type_name(value)} at {where}"
-    for key, item in items:
-        found = unsaveable(item, f"{where}[{key!r}]")
-        if found:
-            return found
-    return None
-
-
-def _type_name(value: Any) -> str:
-    kind = type(value)
-    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
-class Blob:
-    """A ``Stateful`` for state that is not tensors to shard (loop position, schedules, stage
-    states, RNG states): DCP stores what ``get()`` returns as one value (``torch.save`` of what
-    :func:`unsaveable` admits) under the key it is given, and hands it to ``put`` on load, read
-    with ``torch.load(weights_only=True)``.
-
-    Args:
-        get: returns the state to save.
-        put: receives the saved state on load.
-        name: the entry, for messages (:func:`save_checkpoint` and :func:`load_checkpoint`
-            name it by its key, and its checkpoint).
-    """
-
-    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None], name: str = "state") -> None:
-        self.get = get
-        self.put = put
-        self.name = name
-
-    def state_dict(self) -> dict[str, Any]:
-        import torch
-
-        value = self.get()
-        found = unsaveable(value, self.name)
-        if found:
-            raise TypeError(f"checkpoint entry '{self.name}' cannot be saved: it holds {found} (see tzrun.runner."
-                            "checkpoint.unsaveable for what an entry may hold)")
-        buffer = io.BytesIO()
-        torch.save(value, buffer)
-        return {"value": buffer.getvalue()}
-
-    def named(self, name: str) -> Blob:
-        """The same entry, named ``name`` in messages."""
-        return Blob(self.get, self.put, name)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        import torch
-
-        try:
-            value = torch.load(io.BytesIO(state["value"]), weights_only=True)
-        except pickle.UnpicklingError as error:
-            raise refused_value(self.name, error) from None
-        self.put(value)
-
-
-def named_state(state: Mapping[str, Any], label: Callable[[str], str] = str) -> dict[str, Any]:
-    """``state`` with each :class:`Blob` named ``label(key)`` in messages."""
-    return {key: value.named(label(key)) if isinstance(value, Blob) else value for key, value in state.items()}
-
 
 
 def _group() -> tuple[int, int]:

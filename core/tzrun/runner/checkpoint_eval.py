@@ -22,7 +22,6 @@ from tzrun.errors import CheckpointError, ConfigError, ConfigProblem, Incomplete
 from tzrun.io.files import EVAL_RESULTS
 from tzrun.interfaces import EvalResult
 from tzrun.runner.checkpoint import (
-    Blob,
     is_complete,
     latest_checkpoint,
     load_checkpoint,
@@ -30,6 +29,7 @@ from tzrun.runner.checkpoint import (
     read_meta,
     verify_checkpoint,
 )
+from tzrun.runner.checkpoint_blobs import Blob
 from tzrun.runner.manifest import marker_state, verify_hashes_by_default
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.session import Session

@@ -194,7 +194,7 @@ def load_planner(path: Path | None = None) -> Any:
 
     Loading part of a checkpoint (evaluation loads the model and the update path, not the
     optimizers) leaves keys of the checkpoint unloaded; DCP's planner then re-flattens the
-    request the pre-2.4 way, which keeps a :class:`~tzrun.runner.checkpoint.Blob`'s dict whole,
+    request the pre-2.4 way, which keeps a :class:`~tzrun.runner.checkpoint_blobs.Blob`'s dict whole,
     and on 2 ranks reported "Missing key in checkpoint state_dict: update" for a key the
     checkpoint holds. tzrec-run's checkpoints are all written by torch >= 2.13.
 

@@ -15,7 +15,7 @@ from tzrun.config.schema import RunConfig
 from tzrun.errors import PluginError
 from tzrun.interfaces import TrainLog
 from tzrun.kernel.registry import Registries
-from tzrun.runner.checkpoint import unsaveable
+from tzrun.runner.checkpoint_blobs import unsaveable
 from tzrun.runner.memory_use import device_peak_bytes, resident_bytes
 
 __all__ = [
@@ -80,7 +80,7 @@ def check_stage_states(state: Mapping[str, Any]) -> None:
     """Check, before a checkpoint is written, that every stage's state (and what a plugin put in
     ``tzrun_before_checkpoint_save``'s ``state``) is what a checkpoint may hold: tensors,
     numbers, strings, bools, None, and lists, tuples and dicts of those
-    (:func:`tzrun.runner.checkpoint.unsaveable`), which load back without running code.
+    (:func:`tzrun.runner.checkpoint_blobs.unsaveable`), which load back without running code.
 
     Raises:
         PluginError: naming the stage, what it holds that cannot be saved, and where.
