@@ -16,7 +16,16 @@ __all__ = ["ExportOptions", "ApplyDeltasOptions", "export", "apply_deltas"]
 
 @attrs.frozen(kw_only=True)
 class ExportOptions:
-    """The options of ``tzrec-run export``."""
+    """The options of ``tzrec-run export``.
+
+    Attributes:
+        config: the run's TOML file.
+        overrides: ``--set KEY=VALUE`` overrides, in order.
+        strict: a broken plugin is an error.
+        checkpoint: ``latest``, ``best``, a checkpoint directory, or ``step-N``.
+        out: the export directory to write (local or a URL).
+        model_dir: the model dir to read instead of the config's ``model_dir``.
+    """
 
     config: str = attrs.field(metadata={"positional": True, "help": "the run's TOML file"})
     overrides: tuple[str, ...] = attrs.field(default=(), metadata={
@@ -50,7 +59,14 @@ def export(options: ExportOptions) -> int:
 
 @attrs.frozen(kw_only=True)
 class ApplyDeltasOptions:
-    """The options of ``tzrec-run ckpt apply-deltas``."""
+    """The options of ``tzrec-run ckpt apply-deltas``.
+
+    Attributes:
+        path: the base, a complete checkpoint directory.
+        deltas: the ``embedding_deltas`` stage's dumps, written by the checkpoint's run.
+        out: the file the tables are written to.
+        upto: apply the dumps up to this step only (default: all of them).
+    """
 
     path: str = attrs.field(metadata={"positional": True, "metavar": "CHECKPOINT",
                                       "help": "the base: a complete checkpoint directory"})

@@ -57,6 +57,7 @@ KEY_HEADERS = frozenset({"key", "option"})
 #: (``"train.grad_scaler"``), ``"<kind>:<name>"``, or ``"<kind>:*"`` for every component of a kind
 #: (a ``taken by`` column then says which of them take each key).
 HEADING_TARGETS: Mapping[tuple[str, str], str] = {
+    ("stages.md", "`export`"): "stage:export",  # tzrun_serving's stage (its command of that name takes no TOML)
     ("optimizers.md", "Mixed precision and loss scaling"): "train.grad_scaler",
     ("optimizers.md", "Gradient clipping"): "train.grad_clipping",
     ("losses.md", "Losses"): "losses",

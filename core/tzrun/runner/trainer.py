@@ -19,7 +19,6 @@ The trainer's state is one dict of ``Stateful`` objects (:meth:`Trainer.state`),
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
@@ -34,13 +33,9 @@ from tzrun.data.batch import SkippedRows, tally_skipped
 from tzrun.errors import NonFiniteLossError
 from tzrun.interfaces import EvalResult, StepInfo
 from tzrun.kernel.plugins import call_lifecycle, plugin_infos
-from tzrun.runner.checkpoint import (
-    Blob, checkpoint_dir, latest_checkpoint, load_checkpoint, read_meta, save_checkpoint,
-    sharding_summary, verify_checkpoint,
-)
+from tzrun.runner.checkpoint import checkpoint_dir, latest_checkpoint
 from tzrun.runner.async_checkpoint import BackgroundSaves
-from tzrun.runner.boundary_eval import PENDING_KEY, resume_evaluation, told_already
-from tzrun.runner.manifest import verify_hashes_by_default
+from tzrun.runner.boundary_eval import resume_evaluation, told_already
 from tzrun.runner.evaluate import append_eval_result
 from tzrun.runner.init_from import InitFrom, init_from_checkpoint
 from tzrun.runner.log_file import log_file
@@ -49,15 +44,14 @@ from tzrun.runner.model_dir import claim_model_dir, refuse_foreign_model_dir
 from tzrun.runner.run_lock import RunLock, claim_run_lock
 from tzrun.runner.run_marker import read_run_marker
 from tzrun.runner.position import DataPosition, ResumePoint, checkpoint_boundaries
-from tzrun.runner.run_log import (log_param_groups, log_skipped, log_time_to_first_step, record_start,
-                                  warn_if_plugins_changed)
+from tzrun.runner.run_log import log_param_groups, log_skipped, log_time_to_first_step, record_start
 from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.result import TrainResult
-from tzrun.runner.session import Session, rng_state, set_rng_state
+from tzrun.runner.session import Session
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
-from tzrun.runner.stages import LogWindow, TimedIterator, check_stage_states, learning_rates, state_key
+from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates, state_key
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
-from tzrun.io.write_errors import named_save_error
+from tzrun.runner.trainer_checkpoints import TrainerCheckpoints
 
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 
@@ -87,7 +81,7 @@ def train(session: Session, *, overwrite: bool = False, resume: bool = False,
     return Trainer(session.start(), overwrite=overwrite, resume=resume, init_from=init_from).fit()
 
 
-class Trainer:
+class Trainer(TrainerCheckpoints):
     """Trains one run on this rank: the loop of :mod:`tzrun.hookspecs`, method by method.
 
     Args:
@@ -397,102 +391,6 @@ class Trainer:
         self.last_eval = result
         return result
 
-    def state(self, *, loading: bool = False) -> dict[str, Any]:
-        """Everything a checkpoint holds, as ``Stateful`` objects: the sharded model and
-        optimizers, and (from rank 0, read by every rank) the loop position, schedules, update
-        path, train metrics and stage states; and this rank's own RNG and metric windows."""
-        built, rank = self.built, self.info.rank
-        state: dict[str, Any] = {"model": built.model, "optimizer": built.optimizer}
-        if loading or rank == 0:
-            state.update(
-                loop=Blob(self._loop_state, self._loaded_loop.update),
-                schedules=Blob(lambda: {k: s.state_dict() for k, s in built.schedulers.items()}, self._load_schedules),
-                update=Blob(built.update.state_dict, built.update.load_state_dict),
-                train_metrics=Blob(self.train_metrics.state_dict, self.train_metrics.load_state_dict),
-                stages=Blob(lambda: self._stage_state, self._load_stages),
-            )
-        state[f"rank.{rank}"] = Blob(
-            lambda: {"rng": rng_state(), "train_metric_windows": self.train_metrics.window_state()}, self._load_rank)
-        return state
-
-    def save(self, *, evaluation_pending: bool = False) -> None:
-        """Checkpoint the current step (collective); ``evaluation_pending`` at a boundary,
-        whose evaluation follows. Old checkpoints are pruned once per boundary (rank 0): here,
-        unless the evaluation that follows records the best checkpoint (:meth:`record_best`
-        prunes then, once the best is known)."""
-        self._evaluation_pending = evaluation_pending and self.step > 0
-        self._stage_state = self.stages.state_dict()
-        call_lifecycle(self.pm, "tzrun_before_checkpoint_save", run=self.run, step=self.step, state=self._stage_state)
-        check_stage_states(self._stage_state)
-        self._position = self.data.position(self.step, self._gather) if self.step > 0 else None
-        write = save_checkpoint if self.saves is None else self.saves.start  # start: after the previous one ended
-        with self._naming_save_errors(f"checkpoint step-{self.step}"):
-            self.last_checkpoint = write(self.session.model_dir, self.step, state=self.state(), meta=self._meta(),
-                                         rank=self.info.rank)
-        if not (evaluation_pending and self._records_best()):
-            self.prune()
-
-    @contextlib.contextmanager
-    def _naming_save_errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except BaseException as error:  # DCP's CheckpointException too; a full disk, a store gone away: exit 73
-            named = named_save_error(error, self.session.model_dir, what)
-            if named is None:
-                raise
-            raise named from None
-
-    def wait_for_saves(self, *, prune: bool = False) -> None:
-        """Wait for the checkpoint being written behind training (``train.async_checkpoint``),
-        and then ``prune``; nothing to wait for with synchronous saves."""
-        if self.saves is None:
-            return
-        pending = self.last_checkpoint.name if self.last_checkpoint is not None else "checkpoint"
-        with self._naming_save_errors(f"checkpoint {pending}"):
-            self.saves.wait()
-        if prune:
-            self.prune()
-
-    def close_saves(self, *, quietly: bool = False) -> None:
-        """Finish the checkpoint being written and stop the saving thread; ``quietly`` (a run
-        that already failed), its error is a warning."""
-        if self.saves is None:
-            return
-        try:
-            self.saves.close()
-        except BaseException as error:
-            if not quietly:
-                raise
-            log.warning("the checkpoint being written when the run failed did not complete (%s: %s); --resume "
-                        "takes the one before it", type(error).__name__, " ".join(str(error).split())[:200])
-
-    def load(self, path: Path) -> ResumePoint:
-        """Resume from the checkpoint at ``path`` (collective); returns where the data continues."""
-        hashes = verify_hashes_by_default()
-        verify_checkpoint(path, state_while_reading=hashes)  # state/'s hashes: as the load reads it
-        meta = load_checkpoint(path, self._state_to_load(path), verify=False, verify_reads=hashes)
-        step = int(self._loaded_loop.get("step", meta["step"]))
-        position = DataPosition.from_json(self._loaded_loop.get("data", meta["data"]))
-        start = ResumePoint.after(step, position, self.session.whole_layout)
-        self.stages.load_state_dict(self._stage_state)
-        warn_if_plugins_changed(meta, self.plugins, self.info.rank)
-        how = "exactly where it stopped" if start.layout == position.layout else (
-            f"on a new layout: the {sum(b - a for a, b in start.layout.rows or ())} rows of epoch "
-            f"{start.epoch} not consumed yet are shared out across {self.info.world_size} rank(s)")
-        self._log0("resuming from %s (step %d, epoch %d), %s", path, step, start.epoch, how)
-        if self.init_from is not None:
-            self._log0("resuming: --init-from %s is not applied (the checkpoint being resumed already holds the run)",
-                       self.init_from.checkpoint)
-        return start
-
-    def _state_to_load(self, path: Path) -> dict[str, Any]:
-        """:meth:`state`, without this rank's own part when the checkpoint was written by
-        another number of ranks (the RNG streams and metric windows do not carry over)."""
-        state = self.state(loading=True)
-        if read_meta(path).get("world_size") != self.info.world_size:
-            del state[f"rank.{self.info.rank}"]
-        return state
-
     def record_best(self, result: EvalResult) -> None:
         """Record the best checkpoint by ``eval.best_metric`` (rank 0 writes; then prunes), once
         it is complete."""
@@ -555,41 +453,3 @@ class Trainer:
     def _log0_warning(self, message: str, *args: Any) -> None:
         if self.info.rank == 0:
             log.warning(message, *args)
-
-    # -- state pieces ----------------------------------------------------------------------------
-
-    def _gather(self, intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        if self.info.world_size == 1:
-            return intervals
-        everyone: list[Any] = [None] * self.info.world_size
-        torch.distributed.all_gather_object(everyone, intervals)
-        return [tuple(i) for part in everyone for i in part]
-
-    def _loop_state(self) -> dict[str, Any]:
-        position = self._position
-        return {"step": self.step, "epoch": position.epoch if position is not None else 0,
-                "data": position.to_json() if position is not None else None, PENDING_KEY: self._evaluation_pending}
-
-    def _meta(self) -> dict[str, Any]:
-        """The checkpoint's readable record (``meta.json``)."""
-        built, s, loop = self.built, self.session, self._loop_state()
-        return {
-            "run_id": self.run_id, "world_size": self.info.world_size, "plugins": self.plugins, "config": dict(s.raw.data),
-            "config_source": s.raw.source, "steps_per_epoch": self.run.steps_per_epoch, **loop,
-            "stages": self._stage_state,
-            "learning_rates": {k: g[0]["lr"] for k, o in built.optimizers.items() if (g := o.param_groups)},
-            "plan": str(built.plan), "sharding": sharding_summary(built.plan),
-        }
-
-    def _load_schedules(self, saved: dict[str, Any]) -> None:
-        for key, scheduler in self.built.schedulers.items():
-            if key not in saved:
-                raise KeyError(f"no saved state for the lr schedule of '{key}' (saved: {', '.join(saved)})")
-            scheduler.load_state_dict(saved[key])
-
-    def _load_stages(self, saved: dict[str, Any]) -> None:
-        self._stage_state = dict(saved)
-
-    def _load_rank(self, saved: dict[str, Any]) -> None:
-        set_rng_state(saved["rng"])
-        self.train_metrics.load_window_state(saved.get("train_metric_windows", {}))

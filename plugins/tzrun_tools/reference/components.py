@@ -84,7 +84,7 @@ def _extras(entry: Entry) -> list[str]:
 
 
 def _component(entry: Entry) -> str:
-    out = [f"## {entry.name} {{#{entry.name}}}\n"]
+    out = [f"## {entry.name} {{#{entry.name.replace(' ', '-')}}}\n"]
     if entry.description:
         out.append(inline_markdown(entry.description) + "\n")
     out.append(_origin(entry) + f" Config class: {code_span(entry.config.__module__ + '.' + entry.config.__qualname__)}.\n")
@@ -135,7 +135,7 @@ def _index_page(registries: Registries) -> str:
     out.append("| Kind | Components |\n| --- | --- |")
     for registry in registries.all():
         kind = KINDS[registry.kind]
-        names = ", ".join(f"[{code_span(n)}]({kind_page(kind.key)}#{n})" for n in registry.names())
+        names = ", ".join(f"[{code_span(n)}]({kind_page(kind.key)}#{n.replace(' ', '-')})" for n in registry.names())
         out.append(f"| [{kind.plural}]({kind_page(kind.key)}) | {names or 'none'} |")
     return "\n".join(out) + "\n"
 
