@@ -111,7 +111,7 @@ class CheckpointView:
     def load_value(self, key: str) -> dict[str, Any]:
         """The non-tensor state saved under ``key`` (``"update"``: the dense update's state,
         EMA averages included; ``"stages"``; ...), read with ``torch.load(weights_only=True)``."""
-        from tzrun.runner.checkpoint import Blob
+        from tzrun.runner.checkpoint_blobs import Blob
 
         value: dict[str, Any] = {}
         self.load_state({key: Blob(dict, value.update)})
@@ -126,7 +126,7 @@ class CheckpointView:
         return config_differences(self.config, config)
 
     def _entries(self) -> Mapping[str, Any]:
-        from tzrun.runner.dcp_storage import read_metadata
+        from tzrun.runner.dcp_metadata import read_metadata
 
         name = as_path(self.path) / "state" / ".metadata"
         with name.open("rb") as f:

@@ -51,7 +51,7 @@ from typing import Any, Mapping
 
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.io.files import write_atomic
-from tzrun.runner.checkpoint_blobs import Blob, named_state
+from tzrun.runner.checkpoint_blobs import named_state
 from tzrun.runner.dcp_storage import load_state, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
@@ -69,7 +69,6 @@ from tzrun.runner.manifest import (
 from tzrun.runner.run_marker import is_run_dir
 from tzrun.io.storage import as_path, is_remote, redact_url, remove_tree
 
-# Blob: also imported from here by tzrun.runner.trainer, tzrun.runner.trainer_checkpoints and tzrun.checkpoints
 __all__ = [
     "MARKER",
     "MANIFEST",
@@ -81,7 +80,6 @@ __all__ = [
     "previous_checkpoint",
     "read_meta",
     "sharding_summary",
-    "Blob",
     "save_checkpoint",
     "begin_checkpoint",
     "finish_checkpoint",

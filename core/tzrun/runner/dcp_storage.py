@@ -36,8 +36,7 @@ from tzrun.io.storage import is_remote, redact_url, storage_options
 from tzrun.runner.dcp_integrity import BufferReader, HashingFileSystem, VerifyingFileSystem
 from tzrun.runner.dcp_metadata import read_metadata, refused, refused_value
 
-# read_metadata: also imported from here by tzrun.checkpoints
-__all__ = ["storage_writer", "storage_reader", "read_metadata", "load_planner", "load_state"]
+__all__ = ["storage_writer", "storage_reader", "load_planner", "load_state"]
 
 
 def _tensor_in(data: memoryview, name: str) -> Any:

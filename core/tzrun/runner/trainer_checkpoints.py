@@ -17,7 +17,8 @@ import torch
 from tzrun.io.write_errors import named_save_error
 from tzrun.kernel.plugins import call_lifecycle
 from tzrun.runner.boundary_eval import PENDING_KEY
-from tzrun.runner.checkpoint import Blob, load_checkpoint, read_meta, save_checkpoint, sharding_summary, verify_checkpoint
+from tzrun.runner.checkpoint import load_checkpoint, read_meta, save_checkpoint, sharding_summary, verify_checkpoint
+from tzrun.runner.checkpoint_blobs import Blob
 from tzrun.runner.manifest import verify_hashes_by_default
 from tzrun.runner.position import DataPosition, ResumePoint
 from tzrun.runner.run_log import warn_if_plugins_changed
