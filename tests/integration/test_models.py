@@ -1,4 +1,5 @@
-"""Every example of the model zoo trains through `tzrec-run train`, in one process and on 2 ranks.
+"""Every shipped example trains through `tzrec-run train`, in one process and on 2 ranks, and
+under the default pipeline with the options users turn on together it trains and exports.
 
 Small data and small layers: these runs check that each model builds, shards, traces under
 TorchRec's TrainPipelineSparseDist, trains and evaluates with its losses and metrics, not how
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+import pyarrow.parquet as pq
+
+from tests.conftest import REPO, cli, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +38,24 @@ EXAMPLES = {
         ["recall_at_5", "recall_at_50", "loss/in_batch_softmax"],
     ),
 }
+#: the other shipped examples (trained by the matrix below only; test_sequence_models.py,
+#: test_sampled_negatives.py and test_real_formats.py train them on their own data as well)
+MATRIX_ONLY = {
+    "deepfm_criteo": ("criteo", ["model.deep_hidden_units=[16]", "model.final_hidden_units=[8]"], ["auc"]),
+    # the real Criteo's table sizes (30 GiB with their optimizer state) cut to fit this host
+    "deepfm_criteo_full": ("criteo", ["model.deep_hidden_units=[16]", "model.final_hidden_units=[8]", "train.num_steps=8",
+                                      *(f"features.sparse[{i}].num_buckets=4000" for i in range(26))], ["auc"]),
+    "din_taobao": ("taobao", ["model.towers=[{hidden_units=[16]}]", "model.final_hidden_units=[8]",
+                              'model.din_towers=[{sequence="click_seq", attention_hidden_units=[8]}]'], ["auc"]),
+    "dssm_taobao_sampled": ("taobao", ["model.user_hidden_units=[16]", "model.item_hidden_units=[16]",
+                                       "model.output_dim=8", "train.num_epochs=1", "data.sampler.num_negatives=64",
+                                       'data.sampler.item_table="{data}/items.parquet"'],
+                            ["loss/sampled_softmax"]),
+}
+SHIPPED = sorted(p.stem for p in (REPO / "examples").glob("*.toml"))
+#: what users turn on together, under the default pipeline (sparse_dist); fp16 on this host's
+#: CPU autocast as well where it runs (it does on torch 2.13's CPU)
+COMBINED = ("train.gradient_accumulation_steps=2", "data.eval_batch_size=256")
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +73,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"criteo": root / "criteo", "taobao": root / "taobao", "criteo_text": root / "criteo_text"}
 
 
-def _train(example: str, datasets: dict[str, Path], model_dir: Path, *extra: str) -> dict:
-    data, overrides, _ = EXAMPLES[example]
+def _sets(example: str, datasets: dict[str, Path], model_dir: Path, *extra: str) -> list[str]:
+    data, overrides, _ = {**EXAMPLES, **MATRIX_ONLY}[example]
     sets = [
         f'data.train_input="{datasets[data] / "train"}"',
         f'data.eval_input="{datasets[data] / "eval"}"',
@@ -61,9 +82,15 @@ def _train(example: str, datasets: dict[str, Path], model_dir: Path, *extra: str
         "data.batch_size=256",
         "data.eval_batch_size=512",
         "data.num_workers=0",
-        *overrides,
+        *(o.replace("{data}", str(datasets[data])) for o in overrides),
+        *extra,
     ]
-    proc = run_cli(["train", str(REPO / "examples" / f"{example}.toml"), *[a for s in sets for a in ("--set", s)], *extra])
+    return [a for s in sets for a in ("--set", s)]
+
+
+def _train(example: str, datasets: dict[str, Path], model_dir: Path, *launch: str) -> dict:
+    run = run_cli if launch else cli  # torchrun's ranks are child processes; one process runs here
+    proc = run(["train", str(REPO / "examples" / f"{example}.toml"), *_sets(example, datasets, model_dir), *launch])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
 
@@ -86,3 +113,36 @@ def test_example_trains_on_two_ranks(example, datasets, tmp_path):
     assert meta["world_size"] == 2
     for name in EXAMPLES[example][2]:
         assert 0.0 <= result[name] < 100.0, (name, result)
+
+
+def test_the_matrix_covers_every_shipped_example():
+    assert sorted({*EXAMPLES, *MATRIX_ONLY}) == SHIPPED  # a new example needs its small overrides here
+
+
+@pytest.mark.parametrize(("example", "precision"), [*((e, "bf16") for e in SHIPPED),
+                                                    ("deepfm_criteo", "fp16"), ("din_taobao", "fp16")])
+def test_example_with_the_options_users_combine_trains_under_the_default_pipeline_and_exports(
+        example, precision, datasets, tmp_path):
+    """The defaults users get (``train.pipeline`` unset: sparse_dist) with mixed precision and
+    gradient accumulation on, the sequence groups of the examples that have them (din_taobao,
+    dssm_taobao, dssm_taobao_sampled), then an export that scores rows."""
+    config = REPO / "examples" / f"{example}.toml"
+    assert "pipeline" not in config.read_text()  # the default pipeline, as users get it
+    model_dir = tmp_path / "run"
+    sets = _sets(example, datasets, model_dir, f'train.mixed_precision="{precision}"', *COMBINED)
+    trained = cli(["train", str(config), *sets])
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    result = json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
+    for name in {**EXAMPLES, **MATRIX_ONLY}[example][2]:
+        assert 0.0 <= result[name] < 100.0, (name, result)
+    exported = cli(["export", str(config), *sets, "--out", str(tmp_path / "export")])
+    assert exported.returncode == 0, exported.stderr[-4000:]
+    manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
+    if example.startswith("dssm"):  # a retrieval model's two programs, each served on its own
+        assert sorted(manifest["programs"]) == ["item_tower", "user_tower"]
+        return
+    data = {**EXAMPLES, **MATRIX_ONLY}[example][0]
+    scored = cli(["predict", str(config), *sets, "--export", str(tmp_path / "export"),
+                  "--input", str(datasets[data] / "eval"), "--output", str(tmp_path / "scores.parquet")])
+    assert scored.returncode == 0, scored.stderr[-4000:]
+    assert pq.read_metadata(tmp_path / "scores.parquet").num_rows == 1024
