@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, cli
 from tests.core.torcheasyrec_examples import DEEPFM_CRITEO, EXAMPLES
 from tzrun.cli.main import main
 from tzrun.errors import EXIT_CONFIG
@@ -547,14 +547,22 @@ def test_deepfm_criteo_example_converts_exactly():
 
 
 def _convert_with_cli(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    code = ("import sys; from tzrun.cli.main import main; code = main(sys.argv[1:]); "
-            "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(code)")
-    return subprocess.run([sys.executable, "-c", code, "convert", str(config), "--out", str(out)],
-                          capture_output=True, text=True, cwd=REPO)
+    return cli(["convert", str(config), "--out", str(out)])
 
 
 def _check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tzrun", "check", str(path)], capture_output=True, text=True, cwd=REPO)
+    return cli(["check", str(path)])
+
+
+def test_convert_never_imports_torch(tmp_path):
+    """``tzrec-run convert`` runs where torch is not installed yet (a fresh machine's first step)."""
+    config = tmp_path / "deepfm_criteo.config"
+    config.write_text(EXAMPLES["deepfm_criteo"])
+    code = ("import sys; from tzrun.cli.main import main; code = main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", code, "convert", str(config), "--out", str(tmp_path / "out.toml")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
 
 
 #: The examples whose conversion reads sequence groups (``[[features.sequence]]``, the din model).
