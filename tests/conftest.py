@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -69,7 +70,7 @@ def cli(args: list[str], *, env: dict[str, str] | None = None) -> subprocess.Com
 
     out, err = io.StringIO(), io.StringIO()
     with _environment(env), _logging_to(err), contextlib.chdir(REPO), \
-            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _warnings_printed():
         try:
             code = main(args)
         except SystemExit as error:  # argparse: --help, --version, usage errors
@@ -91,6 +92,22 @@ def _environment(env: dict[str, str] | None) -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _warnings_printed() -> Iterator[None]:
+    """Warnings printed to standard error under Python's default filters, as in a process of
+    its own (pytest records them instead)."""
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", category)
+        warnings.showwarning = _print_warning
+        yield
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 @contextlib.contextmanager

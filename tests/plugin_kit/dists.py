@@ -1,4 +1,5 @@
-"""Throwaway distributions and a ``tzrec-run`` that sees them, or does not see installed ones.
+"""Throwaway distributions and a ``tzrec-run`` that sees them (in this process), or does not see
+installed ones (in a child process whose site directories hide them).
 
 A distribution is "installed" the way importlib.metadata finds one, without pip: a directory on
 ``PYTHONPATH`` holding ``<name>-<version>.dist-info/{METADATA,entry_points.txt}`` next to the
@@ -8,6 +9,8 @@ the files its ``RECORD`` lists: what ``pip uninstall`` removes.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.metadata
 import os
 import site
@@ -15,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from tzrun.testing import tiny_config_text
 
@@ -55,11 +58,41 @@ def _python_path(*first: Path | str) -> str:
 
 
 def tzrun_cli(args: Sequence[str], site_dir: Path | None = None, env: Mapping[str, str] = {}) -> subprocess.CompletedProcess[str]:
-    """``python -m tzrun ARGS`` with the distributions of ``site_dir`` installed."""
-    full = {**_clean_environ(), **env}
-    if site_dir is not None:
-        full["PYTHONPATH"] = _python_path(site_dir)
-    return subprocess.run([sys.executable, "-m", "tzrun", *args], capture_output=True, text=True, env=full, cwd=REPO, timeout=120)
+    """``tzrec-run ARGS`` with the distributions of ``site_dir`` installed, run in this process
+    through the CLI's entry function (``tests.conftest.cli``): entry points are read afresh by
+    every command, so a directory put first on ``sys.path`` is an installed distribution, and
+    its modules are forgotten afterwards (the next test's distributions may reuse their names)."""
+    from tests.conftest import cli
+
+    with _on_path(site_dir), _without_plugin_switches():
+        return cli(list(args), env=dict(env))
+
+
+@contextlib.contextmanager
+def _on_path(site_dir: Path | None) -> Iterator[None]:
+    if site_dir is None:
+        yield
+        return
+    sys.path.insert(0, str(site_dir))
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path.remove(str(site_dir))
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(site_dir)):
+                del sys.modules[name]
+        importlib.invalidate_caches()
+
+
+@contextlib.contextmanager
+def _without_plugin_switches() -> Iterator[None]:
+    """The plugin switches a developer may have exported, unset for the command."""
+    saved = {k: os.environ.pop(k) for k in ("TZRUN_STRICT_PLUGINS", "TZRUN_DISABLE_PLUGINS") if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _clean_environ() -> dict[str, str]:
