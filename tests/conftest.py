@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -69,7 +70,7 @@ def cli(args: list[str], *, env: dict[str, str] | None = None) -> subprocess.Com
     from tzrun.errors import exit_code_of
 
     out, err = io.StringIO(), io.StringIO()
-    with _environment(env), _logging_to(err), contextlib.chdir(REPO), \
+    with _environment(env), _on_path(*(env or {}).get("PYTHONPATH", "").split(os.pathsep)), _logging_to(err), contextlib.chdir(REPO), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _warnings_printed():
         try:
             code = main(args)
@@ -92,6 +93,25 @@ def _environment(env: dict[str, str] | None) -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _on_path(*directories: str | Path) -> Iterator[None]:
+    """``directories`` first on ``sys.path`` (as ``PYTHONPATH`` puts them in a child process:
+    the distributions there are installed, entry points included), and what was imported from
+    them forgotten afterwards, since the next test's throwaway plugins may reuse module names."""
+    added = [str(d) for d in directories if d and str(d) not in sys.path]
+    sys.path[:0] = added
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        for directory in added:
+            sys.path.remove(directory)
+            for name, module in list(sys.modules.items()):
+                if str(getattr(module, "__file__", None) or "").startswith(directory + os.sep):
+                    del sys.modules[name]
+        importlib.invalidate_caches()
 
 
 @contextlib.contextmanager

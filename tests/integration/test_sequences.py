@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import tzrun
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 from tests.integration import seq_model_plugin
 from tests.integration.test_train import _sets
 from tzrun.config.load import load_config, parse_config
@@ -198,7 +198,7 @@ def test_sequence_tables_shard_on_two_ranks_and_load_bit_identically_on_one_and_
 
     def run(model_dir: Path, *args: str, nproc: int = 1, sets=()) -> None:
         cmd = ["train", str(config), "--set", f'model_dir="{model_dir}"', *_sets(list(sets)), *args]
-        proc = run_cli(cmd + (["--nproc-per-node", str(nproc)] if nproc > 1 else []), env=env)
+        proc = run_cli(cmd + ["--nproc-per-node", str(nproc)], env=env) if nproc > 1 else cli(cmd, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
 
     two = tmp_path / "two"
@@ -206,7 +206,7 @@ def test_sequence_tables_shard_on_two_ranks_and_load_bit_identically_on_one_and_
     row_wise = ['features.sparse[0].embedding_constraints={sharding_types = ["row_wise"]}',
                 'features.sequence[1].features[0].embedding_constraints={sharding_types = ["row_wise"]}']
     run(two, nproc=2, sets=["train.num_steps=3", *row_wise])
-    plan = run_cli(["plan", str(config), "--world-size", "2", "--json"], env=env)
+    plan = cli(["plan", str(config), "--world-size", "2", "--json"], env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     planned = {t["table"]: t for t in json.loads(plan.stdout)["tables"]}
     assert planned["adgroup"]["features"] == ["click_seq__adgroup_id", "adgroup_id"]

@@ -10,7 +10,6 @@ the files its ``RECORD`` lists: what ``pip uninstall`` removes.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.metadata
 import os
 import site
@@ -64,25 +63,8 @@ def tzrun_cli(args: Sequence[str], site_dir: Path | None = None, env: Mapping[st
     its modules are forgotten afterwards (the next test's distributions may reuse their names)."""
     from tests.conftest import cli
 
-    with _on_path(site_dir), _without_plugin_switches():
-        return cli(list(args), env=dict(env))
-
-
-@contextlib.contextmanager
-def _on_path(site_dir: Path | None) -> Iterator[None]:
-    if site_dir is None:
-        yield
-        return
-    sys.path.insert(0, str(site_dir))
-    importlib.invalidate_caches()
-    try:
-        yield
-    finally:
-        sys.path.remove(str(site_dir))
-        for name, module in list(sys.modules.items()):
-            if str(getattr(module, "__file__", None) or "").startswith(str(site_dir)):
-                del sys.modules[name]
-        importlib.invalidate_caches()
+    with _without_plugin_switches():
+        return cli(list(args), env={**env, **({"PYTHONPATH": str(site_dir)} if site_dir is not None else {})})
 
 
 @contextlib.contextmanager

@@ -112,11 +112,9 @@ def test_sampler_option_errors_name_the_toml_path(override, message):
 
 
 def _check(config: Path, *sets: str):
-    import subprocess
-    import sys
+    from tests.conftest import cli
 
-    args = [a for s in sets for a in ("--set", s)]
-    return subprocess.run([sys.executable, "-m", "tzrun", "check", str(config), *args], capture_output=True, text=True, cwd=REPO)
+    return cli(["check", str(config), *(a for s in sets for a in ("--set", s))])
 
 
 def test_check_refuses_a_sampler_for_a_model_without_sampled_outputs_and_sampled_reads_without_one():
