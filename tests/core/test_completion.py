@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, cli
 from tzrun.cli.completion import command_nodes
 from tzrun.cli.help_topics import topics
 from tzrun.cli.install_commands import EXAMPLES
@@ -17,8 +17,7 @@ from tzrun.cli.main import build_parser
 
 
 def _script(shell: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "tzrun", "completion", shell], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    proc = cli(["completion", shell])
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tzrun.config.load import parse_config
 from tzrun.errors import EXIT_CONFIG
 from tzrun.runner.checkpoint import remove_incomplete_checkpoints
@@ -103,7 +103,7 @@ def test_train_into_a_foreign_directory_exits_78_with_one_line_and_changes_nothi
     config = tmp_path / "run.toml"
     config.write_text(tiny_config_text(criteo_dir, run))
     for flags in ([], ["--overwrite"]):
-        done = run_cli(["train", str(config), *flags])
+        done = cli(["train", str(config), *flags])
         assert done.returncode == EXIT_CONFIG, done.stderr[-3000:]
         errors = [line for line in done.stderr.splitlines() if "is not a tzrec-run model dir" in line]
         assert len(errors) == 1 and errors[0].endswith("choose an empty or new directory (--model-dir)"), done.stderr

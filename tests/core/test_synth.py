@@ -241,18 +241,16 @@ def test_does_not_import_torch() -> None:
 
 
 def test_synth_criteo_text_format_matches_the_parquet_rows(tmp_path):
-    import subprocess
-    import sys
-
     import numpy as np
     import pyarrow.parquet as pq
 
+    from tests.conftest import cli
     from tzrun_tools.criteo_text import hex_id
     from tzrun_tools.synth import synth_criteo
 
     out = tmp_path / "text"
-    proc = subprocess.run([sys.executable, "-m", "tzrun", "data", "synth", "criteo", "--rows", "3000", "--eval-rows",
-                           "1000", "--seed", "5", "--format", "text", "--out", str(out)], capture_output=True, text=True)
+    proc = cli(["data", "synth", "criteo", "--rows", "3000", "--eval-rows", "1000", "--seed", "5", "--format", "text",
+                "--out", str(out)])
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (out / "train").iterdir()) == ["day_0.txt"] and (out / "synth.json").is_file()
     assert not (out / ".parquet").exists()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE, REPO, example_overrides
+from tests.conftest import EXAMPLE, REPO, cli, example_overrides
 from tests.integration import fault_plugin
 from tests.integration.test_train import _sets
 from tzrun.errors import EXIT_DATA, EXIT_RANK_LOST
@@ -102,8 +102,7 @@ def test_a_frozen_rank_is_named_and_the_job_ends_within_rank_timeout(criteo_dir,
     assert 8 <= int(match.group(1)) <= 12
     assert seconds < 8 + 10, seconds
     assert [s for s, _ in list_checkpoints(model_dir)] == [3]
-    ls = subprocess.run([sys.executable, "-m", "tzrun", "ckpt", "ls", str(model_dir)], capture_output=True,
-                        text=True, timeout=60, cwd=REPO)
+    ls = cli(["ckpt", "ls", str(model_dir)])
     assert ls.returncode == 0 and "step-3" in ls.stdout, ls.stdout + ls.stderr
 
 
@@ -158,8 +157,7 @@ def test_a_bad_row_in_rank_1s_share_of_the_eval_data_stops_both_ranks(criteo_dir
     assert time.time() - started < 90
     # the checkpoint of that boundary was written before its evaluation: complete, and verified
     assert [s for s, _ in list_checkpoints(model_dir)] == [3]
-    inspect = subprocess.run([sys.executable, "-m", "tzrun", "ckpt", "inspect", str(model_dir / "checkpoints" / "step-3"),
-                              "--json"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    inspect = cli(["ckpt", "inspect", str(model_dir / "checkpoints" / "step-3"), "--json"])
     described = json.loads(inspect.stdout)
     assert described["complete"] and described["manifest"]["state"] == "ok" and described["manifest"]["hashed"], described
     assert not (model_dir / "eval_results.jsonl").exists() or not (model_dir / "eval_results.jsonl").read_text()

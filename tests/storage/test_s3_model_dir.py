@@ -20,7 +20,7 @@ import fsspec
 import pytest
 
 import tzrun
-from tests.conftest import EXAMPLE, REPO, example_overrides, run_cli
+from tests.conftest import EXAMPLE, REPO, cli, example_overrides
 from tests.integration import fault_plugin
 from tzrun.config.load import load_config, parse_config
 from tzrun.io.files import EVAL_RESULTS, read_jsonl
@@ -104,17 +104,17 @@ def test_one_rank_stopped_by_sigterm_on_s3_resumes_exactly_and_evaluate_ckpt_and
     train = EventAccumulator(str(events / "train"), size_guidance={"scalars": 0}).Reload()
     assert sorted({e.step for e in train.Scalars("loss/total")}) == [1, 2, 3, 4, 5, 6]
 
-    listed = run_cli(["ckpt", "ls", model_dir])
+    listed = cli(["ckpt", "ls", model_dir])
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert [line.split()[:5] for line in listed.stdout.splitlines()[1:]] == [
         ["step-3", "3", "0", "1", "complete"], ["step-4", "4", "0", "1", "complete"], ["step-6", "6", "0", "1", "complete"]]
-    inspected = run_cli(["ckpt", "inspect", f"{model_dir}/checkpoints/step-4", "--json"])
+    inspected = cli(["ckpt", "inspect", f"{model_dir}/checkpoints/step-4", "--json"])
     assert inspected.returncode == 0, inspected.stderr[-2000:]
     assert json.loads(inspected.stdout)["manifest"]["state"] == "ok"
 
     config = tmp_path / "run.toml"
     config.write_text(tiny_config_text(criteo_dir, "unused"))
-    evaluated = run_cli(["evaluate", str(config), "--model-dir", model_dir, "--checkpoint", "step-6", *[
+    evaluated = cli(["evaluate", str(config), "--model-dir", model_dir, "--checkpoint", "step-6", *[
         a for o in STEPS for a in ("--set", o)]])
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     last = _results(model_dir)[-1]
