@@ -34,6 +34,31 @@ def criteo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of this test session shared by all of pytest-xdist's workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This repository's wheel (``pip wheel --no-deps --no-build-isolation``), built once per
+    test session: the first test that asks builds it, under a file lock that the others wait on."""
+    import fcntl
+
+    shared = session_dir(tmp_path_factory)
+    dist = shared / "wheel"
+    with open(shared / "wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wheels = sorted(dist.glob("tzrec_run-*.whl"))
+        if not wheels:
+            built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                                    "-w", str(dist), str(REPO)], capture_output=True, text=True, timeout=600)
+            assert built.returncode == 0, built.stderr
+            wheels = sorted(dist.glob("tzrec_run-*.whl"))
+        assert len(wheels) == 1, wheels
+        return wheels[0]
+
+
 def example_overrides(criteo_dir: Path, model_dir: Path, *extra: str) -> list[str]:
     """``--set`` overrides that point the DeepFM example at ``criteo_dir`` with small steps."""
     return [

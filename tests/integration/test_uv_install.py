@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, built_wheel
 from tzrun.errors import EXIT_INSTALL
 from tzrun.stack import TORCH_INDEX
 
@@ -60,15 +61,14 @@ def _run(command: str | list[str], cwd: Path, env: dict[str, str]) -> subprocess
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
-def test_a_uv_environment_installs_the_stack_and_names_what_an_index_lacks(tmp_path):
+def test_a_uv_environment_installs_the_stack_and_names_what_an_index_lacks(tmp_path, tmp_path_factory):
     uv = pytest.importorskip("uv").find_uv_bin()
     commands = readme_uv_commands()
     assert commands[0] == "uv venv ENV && source ENV/bin/activate" and commands[-1] == "tzrec-run install-stack"
     dist, venv, work = tmp_path / "dist", tmp_path / "venv", tmp_path / "work"
     work.mkdir()
-    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                  str(REPO)], tmp_path, dict(os.environ))
-    assert built.returncode == 0, built.stderr
+    dist.mkdir()
+    shutil.copy(built_wheel(tmp_path_factory), dist)  # built once per session (tests/conftest.py)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{Path(uv).parent}{os.pathsep}{env.get('PATH', '')}",
                VIRTUAL_ENV=str(venv))
