@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import logging
 import os
 import subprocess
@@ -22,6 +23,29 @@ pytest_plugins = ["tzrun.testing", "tests.s3_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "deepfm_criteo.toml"
+
+
+#: seconds per test file in a recent run (scripts/test_durations.py writes it from the junit XML)
+DURATIONS = REPO / "tests" / "durations.json"
+#: a file the durations do not list yet counts as this heavy (it may launch ranks)
+NEW_FILE_SECONDS = 30.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The heaviest files first, so that pytest-xdist's workers (``--dist loadfile
+    --no-loadscope-reorder``, scripts/test.sh) end together instead of one of them running a
+    minute-long file alone at the end; within a file, the order is kept."""
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+
+    def weight(item: pytest.Item) -> float:
+        try:
+            path = item.path.resolve().relative_to(REPO).as_posix()
+        except ValueError:
+            return 0.0
+        return seconds.get(path, NEW_FILE_SECONDS)
+
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-weight(item), str(item.path), order[id(item)]))
 
 
 @pytest.fixture(scope="session")
