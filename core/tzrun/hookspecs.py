@@ -19,7 +19,8 @@ are registered on the run's own plugin manager for that run only. The loop, with
     session.start()                          # init process group; the run's parts, built once:
                                              # model (meta device), planner, DMP, optimizers, schedules
     trainer = Trainer(session)               # the loop below, method by method
-    stages = build [[train.stages]]; register each on pm (called in config order)
+    stages = build [[train.stages]] (then each top-level table named after a stage, e.g. [export]);
+             register each on pm (called in config order)
     if resuming:
         one dcp.load of trainer.state(); stage.load_state_dict(saved[stage name])
         tzrun_after_checkpoint_load(run, step, state)          # once    [every rank] sync ok

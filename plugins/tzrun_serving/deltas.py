@@ -407,7 +407,7 @@ def _apply_part(tables: dict[str, Any], part: Mapping[str, Any]) -> None:
 
 
 class DeltaDumps:
-    """The dumps under one directory, as a stage writes them (public: ``tzrun.DeltaDumps``).
+    """The dumps under one directory, as the ``embedding_deltas`` stage writes them.
 
     Args:
         root: the directory (a path or URL; :func:`tzrun.under` makes one relative to the model dir).

@@ -184,7 +184,7 @@ def load_unsharded(facts: Any, checkpoint: CheckpointView) -> nn.Module:
     cfg, specs = facts.cfg, facts.specs
     ctx = ModelContext(specs.dense, specs.sparse, specs.tables, torch.device("cpu"), tuple(cfg.data.labels),
                        specs.sequence_groups, specs.sequence_tables)
-    model = facts.registries["model"].get(cfg.model.type, "model.type").build(cfg.model.config, ctx)
+    model: nn.Module = facts.registries["model"].get(cfg.model.type, "model.type").build(cfg.model.config, ctx)
     state = model.state_dict()
     saved = checkpoint.tensor_shapes()
     problems = [f"'{k}' is not in it" for k in state if _PREFIX + k not in saved]
@@ -206,7 +206,8 @@ def load_unsharded(facts: Any, checkpoint: CheckpointView) -> nn.Module:
         with torch.no_grad():
             for name, value in averages.items():
                 params[name.removeprefix("model.")].copy_(value)
-    return model.eval()
+    model.eval()
+    return model
 
 
 def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[str, torch.Tensor]:

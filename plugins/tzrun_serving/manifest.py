@@ -205,7 +205,7 @@ def _marker(export_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"{export_dir / COMPLETE}: {'empty' if not text.strip() else 'not the marker of an export'} "
                               f"(expected {FORMAT!r} and the manifest's SHA-256); the export is damaged or is not one: "
                               "export it again (tzrec-run export)")
-    return marker
+    return dict(marker)
 
 
 def read_program(export_dir: Path, manifest: Mapping[str, Any], program: str) -> bytes:
@@ -232,4 +232,4 @@ def read_program(export_dir: Path, manifest: Mapping[str, Any], program: str) ->
     except ArchiveRefused as error:
         raise CheckpointError(f"{path}: refused, nothing in it was loaded: {error}. Only load exports that "
                               "tzrec-run export wrote (tzrec-run help serving: what an export may hold)") from None
-    return data
+    return bytes(data)

@@ -226,8 +226,10 @@ def _plain_of(module: nn.Module, features: Sequence[str], sequence_keys: Sequenc
     from torchrec import EmbeddingBagCollection
 
     if not isinstance(module, EmbeddingBagCollection):  # an EmbeddingCollection
+        collection: Any = module
         return PlainEmbeddingCollection(
-            [(t.name, module.embeddings[t.name].weight, list(t.feature_names)) for t in module.embedding_configs()],
+            [(t.name, collection.embeddings[t.name].weight, list(t.feature_names))
+             for t in collection.embedding_configs()],
             sequence_keys)
     tables = [
         (t.name, module.embedding_bags[t.name].weight, list(t.feature_names), t.pooling.name.lower())
@@ -262,4 +264,4 @@ def plain_batch(dense: torch.Tensor, sparse: PlainFeatures, sequence: PlainSeque
     from tzrun import Batch
 
     rows = dense.shape[0]
-    return Batch(dense, sparse, {}, torch.ones(rows), rows, sequence=sequence)  # type: ignore[arg-type]
+    return Batch(dense, sparse, {}, torch.ones(rows), rows, sequence=sequence)

@@ -125,6 +125,7 @@ def _source_digest(version: Path) -> str | None:
     """The checkpoint marker's SHA-256 that a version's manifest records."""
     try:
         manifest = json.loads((version / MANIFEST).read_text(encoding="utf-8"))
-        return manifest["checkpoint"]["marker_sha256"]
+        digest = manifest["checkpoint"]["marker_sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return digest if isinstance(digest, str) else None

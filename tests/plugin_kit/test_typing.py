@@ -1,5 +1,5 @@
 """Plugins type-check against tzrun's public API (``py.typed``): ``mypy --strict`` passes on the
-first-party plugins (``plugins/``), ``contrib_optimizers`` and ``contrib_metrics``, as it does on
+first-party plugins (``plugins/tzrun_plugins``, ``plugins/tzrun_serving``), ``contrib_optimizers`` and ``contrib_metrics``, as it does on
 a plugin made from the template (``test_new_plugin.py``), and on the typed registration that
 ``docs/plugin_authors.md`` shows (a stage with ``check=`` and ``outputs=``, a loss weighting with
 ``check=``), while a wrong keyword there is an error.
@@ -21,7 +21,7 @@ from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
 
 REPO = Path(__file__).resolve().parents[2]
-CHECKED = ["plugins/tzrun_plugins", "contrib_optimizers/src", "contrib_metrics/src"]
+CHECKED = ["plugins/tzrun_plugins", "plugins/tzrun_serving", "contrib_optimizers/src", "contrib_metrics/src"]
 _BLOCK = re.compile(r"<!-- typed-registration -->\n```python\n(?P<code>.*?)^```", re.M | re.S)
 
 

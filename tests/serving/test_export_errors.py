@@ -51,3 +51,21 @@ def test_exporting_on_the_best_metric_needs_one(config, capsys):
     code = main(["check", str(config), "--no-plan", "--no-data", "--set", "export={on_best=true}"])
     assert code == EXIT_CONFIG
     assert "export.on_best: needs eval.best_metric" in capsys.readouterr().err
+
+
+def test_without_the_serving_plugin_export_is_unknown_and_predict_export_says_why(config, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """The way out of a run is a plugin: disabled, ``export`` is not a command, and ``predict
+    --export`` fails in one line naming the plugin (the core never imports it)."""
+    from tzrun.errors import EXIT_USAGE, PluginError
+
+    monkeypatch.setenv("TZRUN_DISABLE_PLUGINS", "tzrun_serving")
+    with pytest.raises(SystemExit) as usage:
+        main(["export", str(config), "--out", str(tmp_path / "out")])
+    assert usage.value.code == EXIT_USAGE and "invalid choice: 'export'" in capsys.readouterr().err
+    code = main(["predict", str(config), "--export", str(tmp_path / "exports"), "--input", str(tmp_path / "data"),
+                 "--output", str(tmp_path / "scores.parquet")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == PluginError.exit_code and len(err) == 1
+    assert "no installed plugin reads exports" in err[0] and "tzrun_serving" in err[0]
+    assert not (tmp_path / "scores.parquet").exists()

@@ -29,7 +29,7 @@ __all__ = ["CORE_OUTPUTS", "run_outputs", "refuse_foreign_model_dir", "claim_mod
 log = logging.getLogger(__name__)
 
 #: What the core itself writes into a model dir (stages declare their own: ``register(..., outputs=fn)``).
-CORE_OUTPUTS = ("checkpoints", "predictions", "plots", "exports", EVAL_RESULTS, BEST_FILE, RESOLVED_TOML, RESOLVED_JSON, ENV_FILE,
+CORE_OUTPUTS = ("checkpoints", "predictions", "plots", EVAL_RESULTS, BEST_FILE, RESOLVED_TOML, RESOLVED_JSON, ENV_FILE,
                 "init_report.json", LOG_DIR)
 
 
