@@ -80,6 +80,11 @@ def test_corrected_wheel_has_a_record_that_matches_its_files(tmp_path):
         assert "torchmetrics>=1.0.3" in whl.read("torchrec-1.8.0+tzrun.cpu.dist-info/METADATA").decode()
 
 
+def test_init_offers_every_example_that_runs_on_synthetic_data():
+    synthetic = {p.stem for p in (REPO / "examples").glob("*.toml") if "tzrec-run data synth" in p.read_text()}
+    assert sorted(EXAMPLES) == sorted(synthetic)  # a new example is copied to the templates and named in EXAMPLES
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_shipped_examples_are_the_repositorys_and_name_their_data(name):
     text = example_text(name)
