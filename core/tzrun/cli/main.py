@@ -358,13 +358,14 @@ def console_main() -> None:
     final flush cannot fail again (as Python's documentation of SIGPIPE recommends).
 
     After ``train``, ``evaluate`` and ``predict`` (the commands that start torch.distributed, TorchRec and
-    FBGEMM), and any command that imported TorchRec (``export``), the process ends with ``os._exit`` once its output is flushed and the process
+    FBGEMM), and any command that imported TorchRec (a plugin's: ``export``), the process ends with ``os._exit`` once its output is flushed and the process
     group is destroyed, skipping the interpreter's teardown: native objects that survive to
     it (gloo's worker threads, TorchRec's and FBGEMM's caches) were seen to abort a finished
     evaluation now and then ("terminate called without an active exception", exit -6) after
     everything had been written. Other commands exit normally.
     """
     argv = sys.argv[1:]
+    had_torchrec = "torchrec" in sys.modules
     try:
         code = main(argv)
         sys.stdout.flush()
@@ -381,7 +382,7 @@ def console_main() -> None:
     from tzrun.runner.launch import record_exit_code
 
     record_exit_code(code)
-    if _command_of(argv) in ("train", "evaluate", "predict") or "torchrec" in sys.modules:
+    if _command_of(argv) in ("train", "evaluate", "predict") or (not had_torchrec and "torchrec" in sys.modules):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
