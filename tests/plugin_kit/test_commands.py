@@ -79,3 +79,35 @@ def test_it_is_listed_and_cannot_replace_a_built_in_command(tmp_path):
 def test_without_the_distribution_the_command_is_unknown(tmp_path):
     done = tzrun_cli(["hello-report", "world"], None)
     assert done.returncode == 64 and "invalid choice: 'hello-report'" in done.stderr
+
+
+def test_a_command_of_two_words_is_a_sub_command_of_that_group(capsys):
+    """``register("ckpt my_report", ...)`` is ``tzrec-run ckpt my-report`` (as the serving
+    plugin's ``ckpt apply-deltas``); a group tzrec-run does not have leaves it out."""
+    import attrs
+
+    import tzrun
+    from tzrun.cli.main import build_parser
+    from tzrun.cli.plugin_commands import names_no_command_of_ours, run_plugin_command
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.kernel.registry import collect_registries
+
+    @attrs.frozen
+    class Options:
+        path: str = attrs.field(metadata={"positional": True, "metavar": "CHECKPOINT"})
+        overrides: tuple[str, ...] = attrs.field(default=(), metadata={"flag": "--set"})
+
+    class Reports:
+        @tzrun.hookimpl
+        def tzrun_register_commands(self, register):
+            register("ckpt my_report", config=Options, build=lambda o: print(o.path, *o.overrides) or 5)
+            register("nogroup my_report", config=Options, build=lambda o: 0)
+
+    pm = make_plugin_manager(load_entry_points=False, plugins=[("reports", Reports())], strict=True)
+    ours = build_parser()  # what tzrec-run parses with before it loads the plugins' commands
+    assert names_no_command_of_ours(ours, ["ckpt", "my-report", "x"])
+    assert not names_no_command_of_ours(ours, ["ckpt", "ls", "x"])
+    parser = build_parser(list(collect_registries(pm)["command"].entries()))
+    assert run_plugin_command(parser.parse_args(["ckpt", "my-report", "step-2", "--set", "a=1"])) == 5
+    assert capsys.readouterr().out == "step-2 a=1\n"
+    assert run_plugin_command(parser.parse_args(["ckpt", "ls", "dir"])) is None  # the group's own sub-commands stay
