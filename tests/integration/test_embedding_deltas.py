@@ -79,12 +79,12 @@ def test_base_plus_deltas_equals_the_checkpoint_bit_for_bit_across_a_resume(tmp_
 
 
 def test_ckpt_apply_deltas_writes_the_tables_at_the_last_dump(tmp_path, criteo_dir):
-    from tests.conftest import run_cli
+    from tests.conftest import cli
 
     model_dir = tmp_path / "run"
     _train(model_dir, criteo_dir, 4, resume=False)  # dump 3 and, at the last step, 4
     out = tmp_path / "tables.pt"
-    done = run_cli(["ckpt", "apply-deltas", str(model_dir / "checkpoints" / "step-2"), str(model_dir / "embedding_deltas"),
+    done = cli(["ckpt", "apply-deltas", str(model_dir / "checkpoints" / "step-2"), str(model_dir / "embedding_deltas"),
                     "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "table(s) at step 4" in done.stdout

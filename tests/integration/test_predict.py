@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, cli, run_cli
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_DATA
 from tzrun.testing import tiny_config_text
 
@@ -47,13 +47,14 @@ def trained(tmp_path_factory, criteo_dir):
     root = tmp_path_factory.mktemp("predict")
     config = root / "run.toml"
     config.write_text(tiny_config_text(criteo_dir, root / "run"))
-    done = run_cli(["train", str(config), "--set", "eval.save_predictions=true"])
+    done = cli(["train", str(config), "--set", "eval.save_predictions=true"])
     assert done.returncode == 0, done.stderr[-3000:]
     return root, config, _unlabelled(criteo_dir / "eval", root / "unlabelled")
 
 
 def _predict(config: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return run_cli(["predict", str(config), "--checkpoint", "latest", *args], timeout=timeout)
+    command = ["predict", str(config), "--checkpoint", "latest", *args]
+    return run_cli(command, timeout=timeout) if "--nproc-per-node" in args else cli(command)
 
 
 def test_predict_equals_evaluates_saved_predictions_on_unlabelled_rows(trained):
@@ -155,10 +156,10 @@ def test_predict_reads_and_writes_an_object_store(trained, s3_bucket):
 def test_predict_with_the_export_agrees_with_the_checkpoint(trained, criteo_dir, tmp_path):
     root, config, unlabelled = trained
     export = tmp_path / "export"
-    made = run_cli(["export", str(config), "--checkpoint", "latest", "--out", str(export)])
+    made = cli(["export", str(config), "--checkpoint", "latest", "--out", str(export)])
     assert made.returncode == 0, made.stderr[-3000:]
     out = tmp_path / "scores.parquet"
-    done = run_cli(["predict", str(config), "--export", str(export), "--input", str(unlabelled), "--output", str(out),
+    done = cli(["predict", str(config), "--export", str(export), "--input", str(unlabelled), "--output", str(out),
                     "--keep-columns", "rid"])
     assert done.returncode == 0, done.stderr[-3000:]
     saved = pq.read_table(root / "run" / "predictions" / "step-4" / "rank-0.parquet")
@@ -169,7 +170,7 @@ def test_predict_with_the_export_agrees_with_the_checkpoint(trained, criteo_dir,
     np.testing.assert_allclose(scores.column("probs").to_numpy(), saved.column("probs").to_numpy(), rtol=0, atol=1e-6)
 
     bad = _unlabelled(criteo_dir / "eval", tmp_path / "bad", bad_every=97)
-    skipped = run_cli(["predict", str(config), "--export", str(export), "--input", str(bad), "--output",
+    skipped = cli(["predict", str(config), "--export", str(export), "--input", str(bad), "--output",
                        str(tmp_path / "bad.parquet"), "--keep-columns", "rid", "--set", 'data.on_bad_row="skip"'])
     assert skipped.returncode == 0, skipped.stderr[-3000:]
     listed = pq.read_table(tmp_path / "bad.skipped.parquet")

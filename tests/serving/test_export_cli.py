@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tests.serving.conftest import EMA
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ BOUND = 1e-5
 
 
 def _export(config: Path, model_dir: Path, out: Path, *sets: str) -> None:
-    proc = run_cli(["export", str(config), "--model-dir", str(model_dir), "--checkpoint", "latest", "--out", str(out),
+    proc = cli(["export", str(config), "--model-dir", str(model_dir), "--checkpoint", "latest", "--out", str(out),
                     *[a for s in sets for a in ("--set", s)]])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "exported" in proc.stdout and "(step 4)" in proc.stdout
@@ -55,8 +55,8 @@ def test_exports_of_one_and_two_rank_checkpoints_equal_evaluate(tiny_run, two_ra
     config, rows = root / "tiny.toml", _eval_rows(root / "tiny_data")
     _export(config, tiny_run.model_dir, tmp_path / "export1", EMA)
     two = two_rank_run
-    proc = run_cli(["evaluate", str(config), "--model-dir", str(two), "--checkpoint", "latest",
-                    "--set", "eval.save_predictions=true"])
+    proc = cli(["evaluate", str(config), "--model-dir", str(two), "--checkpoint", "latest",
+                "--set", "eval.save_predictions=true"])
     assert proc.returncode == 0, proc.stderr[-4000:]
     _export(config, two, tmp_path / "export2")
     for ranks, model_dir in ((1, tiny_run.model_dir), (2, two)):

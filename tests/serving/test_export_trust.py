@@ -215,17 +215,17 @@ def test_predict_output_overwrite_never_removes_what_predict_did_not_write(tiny_
 def test_after_train_overwrite_only_the_new_runs_export_is_served(tiny_run, tmp_path):
     """A shared ``export.dir`` outside the model dir: the replaced run's version is retired when
     the new run starts, and ``latest`` names the new run's export."""
-    from tests.conftest import run_cli
+    from tests.conftest import cli
     from tzrun_serving.publish import latest_version, versions
 
     config = tiny_run.model_dir.parent / "tiny.toml"
     shared = tmp_path / "shared_exports"
     model_dir = tmp_path / "run"
     common = ["--model-dir", str(model_dir), "--set", f'export={{at_end=true, dir="{shared}"}}']
-    first = run_cli(["train", str(config), *common])
+    first = cli(["train", str(config), *common])
     assert first.returncode == 0, first.stderr[-3000:]
     assert [s for s, _, _ in versions(shared)] == [4]
-    again = run_cli(["train", str(config), *common, "--overwrite", "--set", "train.num_steps=2"])
+    again = cli(["train", str(config), *common, "--overwrite", "--set", "train.num_steps=2"])
     assert again.returncode == 0, again.stderr[-3000:]
     run_id = json.loads((model_dir / ".tzrec-run").read_text())["run_id"]
     assert [s for s, _, _ in versions(shared)] == [2]
