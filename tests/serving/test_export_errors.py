@@ -57,7 +57,7 @@ def test_without_the_serving_plugin_export_is_unknown_and_predict_export_says_wh
                                                                                   monkeypatch):
     """The way out of a run is a plugin: disabled, ``export`` is not a command, and ``predict
     --export`` fails in one line naming the plugin (the core never imports it)."""
-    from tzrun.errors import EXIT_USAGE, PluginError
+    from tzrun.errors import EXIT_CONFIG, EXIT_USAGE, PluginError
 
     monkeypatch.setenv("TZRUN_DISABLE_PLUGINS", "tzrun_serving")
     with pytest.raises(SystemExit) as usage:
@@ -69,3 +69,6 @@ def test_without_the_serving_plugin_export_is_unknown_and_predict_export_says_wh
     assert code == PluginError.exit_code and len(err) == 1
     assert "no installed plugin reads exports" in err[0] and "tzrun_serving" in err[0]
     assert not (tmp_path / "scores.parquet").exists()
+    code = main(["check", str(config), "--no-plan", "--no-data", "--set", "export={at_end=true}"])
+    assert code == EXIT_CONFIG and "export: unknown key" in (err := capsys.readouterr().err)
+    assert "nor does an installed plugin register a stage 'export'" in err

@@ -268,7 +268,7 @@ def load_config(raw: RawConfig, registries: Registries) -> RunConfig:
     resolved = _Resolver(conv, registries, problems)
     resolved.run(data)
     if problems:
-        raise ConfigError(raw.source, _dedupe(in_sections(problems, sections)))
+        raise ConfigError(raw.source, _dedupe(in_sections(problems, sections, raw.data)))
     assert config is not None
     config = resolved.apply(config)
     if sections:

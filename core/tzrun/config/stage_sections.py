@@ -16,7 +16,7 @@ import attrs
 
 from tzrun.errors import ConfigProblem
 
-__all__ = ["stage_sections", "section_path"]
+__all__ = ["stage_sections", "section_path", "in_sections"]
 
 
 def stage_sections(data: Mapping[str, Any], stages: Any, schema: type) -> tuple[dict[str, Any], dict[str, str]]:
@@ -51,6 +51,15 @@ def section_path(path: str, where: Mapping[str, str]) -> str:
     return path
 
 
-def in_sections(problems: list[ConfigProblem], where: Mapping[str, str]) -> list[ConfigProblem]:
-    """``problems`` at the paths their tables were written at."""
-    return [ConfigProblem(section_path(p.path, where), p.message) for p in problems] if where else problems
+def in_sections(problems: list[ConfigProblem], where: Mapping[str, str], data: Mapping[str, Any]) -> list[ConfigProblem]:
+    """``problems`` at the paths their tables were written at; an unknown top-level table is
+    said to be no installed stage's either (its plugin may be disabled or not installed)."""
+    out = []
+    for p in problems:
+        path = section_path(p.path, where)
+        if "." not in path and "[" not in path and isinstance(data.get(path), dict) and p.message.startswith("unknown key"):
+            out.append(ConfigProblem(path, f"{p.message}; nor does an installed plugin register a stage '{path}' "
+                                           "(is its plugin disabled or not installed? tzrec-run plugins lists them)"))
+        else:
+            out.append(ConfigProblem(path, p.message))
+    return out
