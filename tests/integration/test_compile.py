@@ -32,6 +32,7 @@ EXAMPLES = {
     "deepfm_criteo": "criteo",
     "dlrm_criteo": "criteo",
     "wide_and_deep_criteo": "criteo",
+    "dcn_v2_criteo": "criteo",
     "mmoe_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",

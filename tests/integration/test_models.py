@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow
 EXAMPLES = {
     "dlrm_criteo": ("criteo", ["model.dense_hidden_units=[8, 16]", "model.top_hidden_units=[16]"], ["auc"]),
     "wide_and_deep_criteo": ("criteo", ["model.deep_hidden_units=[16]"], ["auc"]),
+    "dcn_v2_criteo": ("criteo", ["model.backbone_hidden_units=[16]", "model.low_rank=4", "model.deep_hidden_units=[8]",
+                                 "model.final_hidden_units=[8]"], ["auc"]),
     "deepfm_criteo_text": ("criteo_text", ["model.deep_hidden_units=[16]", "model.final_hidden_units=[8]"], ["auc"]),
     "mmoe_taobao": (
         "taobao",

@@ -23,6 +23,7 @@ EXAMPLES = {
     "deepfm_criteo": "criteo",
     "dlrm_criteo": "criteo",
     "wide_and_deep_criteo": "criteo",
+    "dcn_v2_criteo": "criteo",
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
     "dssm_taobao": "taobao",

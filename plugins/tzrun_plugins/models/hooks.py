@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import deepfm, din, dlrm, dssm, mmoe, multi_tower, wide_and_deep
+from tzrun_plugins.models import dcn, deepfm, din, dlrm, dssm, mmoe, multi_tower, wide_and_deep
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -29,6 +29,10 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
              description="MultiTower: an MLP tower per group of features, final MLP (TorchEasyRec's multi_tower)")
     register("dlrm", config=dlrm.DLRMConfig, build=dlrm.build_dlrm, outputs=_binary,
              description="DLRM: bottom MLP, embeddings, pairwise dot interaction, top MLP")
+    register("dcn_v1", config=dcn.DCNV1Config, build=dcn.build_dcn_v1, outputs=_binary,
+             description="DCN v1: a cross network and a deep MLP side by side, final MLP")
+    register("dcn_v2", config=dcn.DCNV2Config, build=dcn.build_dcn_v2, outputs=_binary,
+             description="DCN v2: optional backbone MLP, low-rank cross network, optional deep MLP, final MLP")
     register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep, outputs=_binary,
              description="Wide & Deep: a linear model over the ids plus a deep MLP")
     register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,

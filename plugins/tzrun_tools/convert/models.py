@@ -1,4 +1,4 @@
-"""The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``mmoe``,
+"""The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mmoe``,
 ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
@@ -134,6 +134,25 @@ def _mmoe(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     return table
 
 
+def _dcn(model: Node, groups: Groups, feats: FeatureSet, version: int) -> dict[str, Any]:
+    """``dcn_v1`` (cross, deep, final) and ``dcn_v2`` (backbone, low-rank cross, deep, final)."""
+    table: dict[str, Any] = {"type": f"dcn_v{version}"}
+    if version == 2:
+        backbone = _mlp(model, "backbone")
+        if backbone:
+            table["backbone_hidden_units"] = backbone
+    cross = model.child("cross") or Node({}, model.at("cross"), model.findings)
+    table["cross_num"] = cross.value("cross_num", "int", 3)
+    if version == 2:
+        table["low_rank"] = cross.value("low_rank", "int", 32)
+    cross.rest()
+    table["deep_hidden_units"] = _mlp(model, "deep") or []
+    table["final_hidden_units"] = _mlp(model, "final") or []
+    first = next(iter(groups.groups), "")
+    _parts(model, groups, feats, {"cross network": (first, "all")})
+    return table
+
+
 def _encoders(groups: Groups, feats: FeatureSet, names: list[str]) -> list[dict[str, Any]]:
     """The ``[[model.sequence_encoders]]`` of the sequence groups among ``names``."""
     converted = {g["name"] for g in feats.sequence}
@@ -225,6 +244,7 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
 
 _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
+    "dcn_v1": lambda m, g, f: _dcn(m, g, f, 1), "dcn_v2": lambda m, g, f: _dcn(m, g, f, 2),
     "mmoe": _mmoe, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
 }
 
