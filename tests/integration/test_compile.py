@@ -34,6 +34,7 @@ EXAMPLES = {
     "wide_and_deep_criteo": "criteo",
     "dcn_v2_criteo": "criteo",
     "mmoe_taobao": "taobao",
+    "ple_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",
 }

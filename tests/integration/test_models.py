@@ -31,6 +31,13 @@ EXAMPLES = {
         ["model.expert_hidden_units=[16]", 'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[8]}]'],
         ["ctr_auc", "cvr_auc", "loss/ctr_bce", "loss/cvr_bce"],
     ),
+    "ple_taobao": (
+        "taobao",
+        ["model.extraction_networks=[{num_task_experts=2, task_expert_hidden_units=[16], num_shared_experts=1}, "
+         "{num_task_experts=1, task_expert_hidden_units=[8], num_shared_experts=2}]",
+         'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[]}]'],
+        ["ctr_auc", "cvr_auc", "loss/ctr_bce", "loss/cvr_bce"],
+    ),
     "multi_tower_taobao": ("taobao", ['model.towers=[{features=["user_id", "pid"], hidden_units=[16]}, '
                                       '{features=["adgroup_id", "price"], hidden_units=[16]}]',
                                       "model.final_hidden_units=[8]"], ["auc"]),

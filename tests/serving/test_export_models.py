@@ -26,6 +26,7 @@ EXAMPLES = {
     "dcn_v2_criteo": "criteo",
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
+    "ple_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",
     "multi_tower_taobao": "taobao",

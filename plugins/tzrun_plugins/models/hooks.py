@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import dcn, deepfm, din, dlrm, dssm, mmoe, multi_tower, wide_and_deep
+from tzrun_plugins.models import dcn, deepfm, din, dlrm, dssm, mmoe, multi_tower, ple, wide_and_deep
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -37,6 +37,9 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
              description="Wide & Deep: a linear model over the ids plus a deep MLP")
     register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,
              description="MMoE: shared experts, per-task gates and towers (logits/<task>, probs/<task>)")
+    register("ple", config=ple.PLEConfig, build=ple.build_ple, outputs=_per_task,
+             description="PLE: levels of task and shared experts with gates (CGC), per-task towers "
+                         "(logits/<task>, probs/<task>)")
     register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm, outputs=_towers,
              description="DSSM two-tower retrieval: user and item towers, in-batch [B, B] and sampled "
                          "[B, 1 + N] similarities with temperature")

@@ -13,7 +13,6 @@ as the candidate, or ``self_attention``; ``mean`` for a group without one) and a
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -21,28 +20,13 @@ import attrs
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
+from tzrun_plugins.models._multi_task import per_task_outputs, task_name, unique_tasks
 from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
 
 __all__ = ["MMoETaskConfig", "MMoEConfig", "build_mmoe"]
-
-_TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
-
-
-def _task_name(instance: Any, attribute: Any, value: str) -> None:
-    if not _TASK_NAME.fullmatch(value):
-        raise ValueError(f"task name {value!r} must be lower_snake (letters, digits, _; a letter first)", attribute)
-
-
-def _unique_tasks(instance: Any, attribute: Any, value: tuple[MMoETaskConfig, ...]) -> None:
-    if not value:
-        raise ValueError("mmoe needs at least one [[model.tasks]] table", attribute)
-    names = [t.name for t in value]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"task names must differ; {', '.join(twice)} is named twice", attribute)
 
 
 @attrs.frozen
@@ -54,7 +38,7 @@ class MMoETaskConfig:
         hidden_units: layer widths of its tower MLP (a linear layer to one logit follows).
     """
 
-    name: str = attrs.field(validator=_task_name)
+    name: str = attrs.field(validator=task_name)
     hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
 
 
@@ -72,7 +56,7 @@ class MMoEConfig:
             ``mean`` for a group without a table).
     """
 
-    tasks: tuple[MMoETaskConfig, ...] = attrs.field(validator=_unique_tasks)
+    tasks: tuple[MMoETaskConfig, ...] = attrs.field(validator=unique_tasks("mmoe"))
     num_experts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     expert_hidden_units: tuple[int, ...] = attrs.field(
         default=(512, 256, 128), validator=[non_empty, positive_units]
@@ -132,12 +116,7 @@ def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
             if self.sequence_inputs.names:
                 x = torch.cat([x, self.sequence_inputs(sequences)], dim=1)
             experts = torch.stack([expert(x) for expert in self.experts], dim=1)  # [B, E, W]
-            outputs: dict[str, torch.Tensor] = {}
-            for name, gate, tower in zip(self.task_names, self.gates, self.towers):
-                mixed = torch.bmm(gate(x).unsqueeze(1), experts).squeeze(1)
-                logits = tower(mixed).squeeze(-1)
-                outputs[f"logits/{name}"] = logits
-                outputs[f"probs/{name}"] = torch.sigmoid(logits)
-            return outputs
+            mixed = [torch.bmm(gate(x).unsqueeze(1), experts).squeeze(1) for gate in self.gates]
+            return per_task_outputs(self.task_names, [tower(m) for tower, m in zip(self.towers, mixed)])
 
     return MMoE()

@@ -1,5 +1,5 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mmoe``,
-``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
+``ple``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -117,15 +117,7 @@ def _mmoe(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     gate = _mlp(model, "gate_mlp")
     if gate:
         table["gate_hidden_units"] = gate
-    tasks = []
-    for i, tower in enumerate(model.indexed_children("task_towers")):
-        tower.used.update(_TOWER_OUTPUTS)
-        if tower.value("num_class", "int", 1) != 1:
-            tower.skip("num_class", "tzrec-run's mmoe outputs one logit per task")
-        units = _mlp(tower, "mlp")
-        tasks.append({"name": tower.value("tower_name", "str") or f"task_{i}", "hidden_units": units or []})
-        tower.rest()
-    table["tasks"] = tasks
+    table["tasks"] = _tasks(model, "mmoe")
     first = next(iter(groups.groups), "")
     _parts(model, groups, feats, {"experts": (first, "all")})
     encoders = _encoders(groups, feats, _names(groups, feats))
@@ -150,6 +142,96 @@ def _dcn(model: Node, groups: Groups, feats: FeatureSet, version: int) -> dict[s
     table["final_hidden_units"] = _mlp(model, "final") or []
     first = next(iter(groups.groups), "")
     _parts(model, groups, feats, {"cross network": (first, "all")})
+    return table
+
+
+def _tasks(model: Node, name: str) -> list[dict[str, Any]]:
+    """``[[model.tasks]]``: one per ``task_towers`` entry (``name`` = ``tower_name``, ``hidden_units`` = its
+    ``mlp``; its losses and metrics are converted by :mod:`tzrun_tools.convert.evaluation`)."""
+    tasks = []
+    for i, tower in enumerate(model.indexed_children("task_towers")):
+        tower.used.update(_TOWER_OUTPUTS)
+        if tower.value("num_class", "int", 1) != 1:
+            tower.skip("num_class", f"tzrec-run's {name} outputs one logit per task")
+        units = _mlp(tower, "mlp")
+        tasks.append({"name": tower.value("tower_name", "str") or f"task_{i}", "hidden_units": units or []})
+        tower.rest()
+    return tasks
+
+
+def _ple(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``ple``: extraction networks (CGC levels) of task and shared experts, task towers."""
+    levels = []
+    for level in model.indexed_children("extraction_networks"):
+        level.used.add("network_name")  # a label only: the levels are numbered by their order here
+        out: dict[str, Any] = {"num_task_experts": level.value("expert_num_per_task", "int", 1),
+                               "task_expert_hidden_units": _mlp(level, "task_expert_net") or []}
+        shared = level.value("share_num", "int", 0)
+        if shared:
+            out["num_shared_experts"] = shared
+            units = _mlp(level, "share_expert_net")
+            if units:
+                out["shared_expert_hidden_units"] = units
+        elif level.has("share_expert_net"):
+            level.skip("share_expert_net", "share_num is 0: there is no shared expert")
+        level.rest()
+        levels.append(out)
+    if not levels:
+        model.findings.not_converted.append(Finding(model.at("extraction_networks"), (
+            "no extraction network, so the model is not converted")))
+        return None
+    table: dict[str, Any] = {"type": "ple", "extraction_networks": levels, "tasks": _tasks(model, "ple")}
+    first = next(iter(groups.groups), "")
+    _parts(model, groups, feats, {"extraction networks": (first, "all")})
+    encoders = _encoders(groups, feats, _names(groups, feats))
+    if encoders:
+        table["sequence_encoders"] = encoders
+    return table
+
+
+def _dcn(model: Node, groups: Groups, feats: FeatureSet, version: int) -> dict[str, Any]:
+    """``dcn_v1`` (cross, deep, final) and ``dcn_v2`` (backbone, low-rank cross, deep, final)."""
+    table: dict[str, Any] = {"type": f"dcn_v{version}"}
+    if version == 2:
+        backbone = _mlp(model, "backbone")
+        if backbone:
+            table["backbone_hidden_units"] = backbone
+    cross = model.child("cross") or Node({}, model.at("cross"), model.findings)
+    table["cross_num"] = cross.value("cross_num", "int", 3)
+    if version == 2:
+        table["low_rank"] = cross.value("low_rank", "int", 32)
+    cross.rest()
+    table["deep_hidden_units"] = _mlp(model, "deep") or []
+    table["final_hidden_units"] = _mlp(model, "final") or []
+    first = next(iter(groups.groups), "")
+    _parts(model, groups, feats, {"cross network": (first, "all")})
+    return table
+
+
+def _mask_net(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
+    """``mask_net { mask_net_module { n_mask_blocks mask_block use_parallel top_mlp } }``."""
+    module = model.child("mask_net_module") or Node({}, model.at("mask_net_module"), model.findings)
+    block = module.child("mask_block") or Node({}, module.at("mask_block"), model.findings)
+    table: dict[str, Any] = {"type": "mask_net"}
+    for owner, key in ((module, "n_mask_blocks"), (block, "hidden_dim")):
+        value = owner.value(key, "int")
+        if value is not None:
+            table[key] = value
+    ratio = block.value("reduction_ratio", _F, 1.0)
+    aggregation = block.value("aggregation_dim", "int")
+    if ratio:
+        table["reduction_ratio"] = ratio
+        if aggregation:
+            block.skip("aggregation_dim", f"{aggregation}: TorchEasyRec uses reduction_ratio ({ratio:g}, its default "
+                                          "1.0 when unset) whenever it is not 0; so does the converted config")
+    elif aggregation:
+        table["aggregation_dim"] = aggregation
+    table["use_parallel"] = module.value("use_parallel", "bool", True)
+    table["top_hidden_units"] = _mlp(module, "top_mlp") or []
+    block.rest()
+    module.rest()
+    first = next(iter(groups.groups), "")
+    _parts(model, groups, feats, {"mask blocks": (first, "all")})
     return table
 
 
@@ -245,7 +327,7 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
 _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
     "dcn_v1": lambda m, g, f: _dcn(m, g, f, 1), "dcn_v2": lambda m, g, f: _dcn(m, g, f, 2),
-    "mmoe": _mmoe, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
+    "mmoe": _mmoe, "ple": _ple, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
 }
 
 
@@ -255,7 +337,7 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
 
     Returns:
         The ``[model]`` table and the features it reads, or ``None`` when the model is none of
-        the seven converted here (the caller reports it).
+        those converted here (the caller reports it).
     """
     if name not in _MODELS:
         return None
