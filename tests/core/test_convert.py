@@ -593,7 +593,7 @@ def test_torcheasyrec_example_converts_into_a_file_that_passes_check_unedited(na
         assert f"wrote {out}" in proc.stderr and "field(s) not converted:\n  train_input_path: " in proc.stderr
         check = _check(out)
     assert check.returncode == 0, check.stderr
-    model = "din" if name.startswith("multi_tower_din") else name.rsplit("_", 1)[0]  # deepfm_criteo: deepfm
+    model = {"multi_tower_din": "din", "masknet": "mask_net"}.get(name.rsplit("_", 1)[0], name.rsplit("_", 1)[0])
     assert f"{out}: ok (model {model};" in check.stdout
 
 

@@ -974,4 +974,5 @@ model_config {
 #: name -> config text, as TorchEasyRec names the example.
 EXAMPLES = {"deepfm_criteo": DEEPFM_CRITEO, "dlrm_criteo": DLRM_CRITEO, "mmoe_taobao": MMOE_TAOBAO,
             "dssm_taobao": DSSM_TAOBAO, "multi_tower_din_taobao": MULTI_TOWER_DIN_TAOBAO,
-            "multi_tower_taobao": MULTI_TOWER_TAOBAO, "ple_taobao": PLE_TAOBAO, "dcn_v2_criteo": DCN_V2_CRITEO}
+            "multi_tower_taobao": MULTI_TOWER_TAOBAO, "ple_taobao": PLE_TAOBAO, "dcn_v2_criteo": DCN_V2_CRITEO,
+            "masknet_criteo": MASKNET_CRITEO}

@@ -33,6 +33,7 @@ EXAMPLES = {
     "dlrm_criteo": "criteo",
     "wide_and_deep_criteo": "criteo",
     "dcn_v2_criteo": "criteo",
+    "mask_net_criteo": "criteo",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
     "dssm_taobao": "taobao",

@@ -163,3 +163,68 @@ def test_convert_maps_torcheasyrecs_dcn_models():
     conversion = convert_pipeline_config(v1, "dcn_v1.config")
     assert conversion.tree["model"] == {"type": "dcn_v1", "cross_num": 3, "deep_hidden_units": [8],
                                         "final_hidden_units": [4]}
+
+
+def layer_norm_ref(x: torch.Tensor, norm) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps) * gamma + beta`` over the last dimension (biased variance)."""
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+
+def mask_block_ref(v: torch.Tensor, x0: torch.Tensor, block) -> torch.Tensor:
+    """``MaskBlock``: ``mask = W2 relu(W1 x0 + c1) + c2``; ``relu(layer_norm(W (v * mask) + c))``."""
+    first, second = block.mask[0], block.mask[2]
+    mask = torch.relu(x0 @ first.weight.t() + first.bias) @ second.weight.t() + second.bias
+    linear, norm = block.hidden[0], block.hidden[1]
+    return torch.relu(layer_norm_ref((v * mask) @ linear.weight.t() + linear.bias, norm))
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_mask_net_is_torcheasyrecs_formula(registries, parallel):
+    model = _build(registries, "mask_net", n_mask_blocks=3, hidden_dim=5, reduction_ratio=1.5, use_parallel=parallel,
+                   top_hidden_units=(6, 3))
+    batch = _batch()
+    x0 = _x0(model, batch)
+    normed = layer_norm_ref(x0, model.norm)
+    if parallel:  # every block masks layer_norm(x0) under its own mask of x0
+        hidden = torch.cat([mask_block_ref(normed, x0, block) for block in model.blocks], dim=1)
+    else:  # the first block masks layer_norm(x0), each next one the previous block's output
+        hidden = normed
+        for block in model.blocks:
+            hidden = mask_block_ref(hidden, x0, block)
+    expected = (mlp_ref(hidden, _linears(model.top)) @ model.output.weight.t()).squeeze(-1)
+    torch.testing.assert_close(model(batch)["logits"], expected)
+    width = 2 + 2 * DIM
+    # aggregation width int(1.5 * the masked width): x0's in parallel, hidden_dim's after the first serial block
+    assert [b.mask[0].out_features for b in model.blocks] == ([15] * 3 if parallel else [15, 7, 7])
+    assert all(b.mask[0].in_features == width for b in model.blocks) and model.output.bias is None
+
+
+def test_mask_net_aggregation_dim_sets_every_blocks_width(registries):
+    model = _build(registries, "mask_net", n_mask_blocks=2, hidden_dim=4, aggregation_dim=3, use_parallel=False,
+                   top_hidden_units=())
+    assert [b.mask[0].out_features for b in model.blocks] == [3, 3]
+    assert model.output.in_features == 4  # no top MLP: the last block's output
+
+
+def test_mask_net_refuses_an_aggregation_width_below_one(registries):
+    with pytest.raises(ConfigError, match=r"model.reduction_ratio: 0.01 times the masked width \(10\) is below 1"):
+        _build(registries, "mask_net", reduction_ratio=0.01)
+
+
+def test_convert_maps_torcheasyrecs_mask_net_with_the_aggregation_width_it_uses():
+    from tests.core.torcheasyrec_examples import MASKNET_CRITEO
+    from tzrun_tools.convert import convert_pipeline_config
+
+    model = convert_pipeline_config(MASKNET_CRITEO, "masknet_criteo.config").tree["model"]
+    assert model == {"type": "mask_net", "n_mask_blocks": 3, "hidden_dim": 512, "reduction_ratio": 3.0,
+                     "use_parallel": True, "top_hidden_units": [256, 128, 64]}
+    # TorchEasyRec's reduction_ratio (default 1.0) wins over aggregation_dim unless it is 0
+    ignored = convert_pipeline_config(MASKNET_CRITEO.replace("reduction_ratio: 3", "aggregation_dim: 64"), "m.config")
+    assert ignored.tree["model"]["reduction_ratio"] == 1.0 and "aggregation_dim" not in ignored.tree["model"]
+    assert any(f.path.endswith("mask_block.aggregation_dim") and f.message.startswith(
+        "64: TorchEasyRec uses reduction_ratio (1, its default 1.0 when unset)") for f in ignored.not_converted)
+    used = convert_pipeline_config(MASKNET_CRITEO.replace("reduction_ratio: 3", "reduction_ratio: 0 aggregation_dim: 64"),
+                                   "m.config").tree["model"]
+    assert used["aggregation_dim"] == 64 and "reduction_ratio" not in used

@@ -24,6 +24,7 @@ EXAMPLES = {
     "dlrm_criteo": "criteo",
     "wide_and_deep_criteo": "criteo",
     "dcn_v2_criteo": "criteo",
+    "mask_net_criteo": "criteo",
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",

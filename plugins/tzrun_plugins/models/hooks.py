@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import dcn, deepfm, din, dlrm, dssm, mmoe, multi_tower, ple, wide_and_deep
+from tzrun_plugins.models import dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, ple, wide_and_deep
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -33,6 +33,9 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
              description="DCN v1: a cross network and a deep MLP side by side, final MLP")
     register("dcn_v2", config=dcn.DCNV2Config, build=dcn.build_dcn_v2, outputs=_binary,
              description="DCN v2: optional backbone MLP, low-rank cross network, optional deep MLP, final MLP")
+    register("mask_net", config=mask_net.MaskNetConfig, build=mask_net.build_mask_net, outputs=_binary,
+             description="MaskNet: instance-guided masks over layer-normalized inputs, MaskBlocks in parallel or "
+                         "serial, top MLP")
     register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep, outputs=_binary,
              description="Wide & Deep: a linear model over the ids plus a deep MLP")
     register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,
