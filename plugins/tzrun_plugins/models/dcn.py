@@ -68,17 +68,35 @@ class DCNV2Config:
     final_hidden_units: tuple[int, ...] = attrs.field(default=(128, 32), validator=positive_units)
 
 
-def _check(ctx: ModelContext, model: str) -> None:
+def _modules(ctx: ModelContext, model: str) -> tuple[Any, Any, Any]:
+    """The classes both models are made of (torch is imported by ``build`` only): a base that
+    looks up ``x0``, and the two cross networks.
+
+    Raises:
+        ConfigError: when the config has sequence groups (which the DCN models do not read).
+    """
+    import torch
+    from torch import nn
+
+    from tzrun_plugins.models._sequence_inputs import FeatureInputs, bag_collection
+
     if ctx.sequence_groups:
         raise ConfigError("model", [ConfigProblem(
             "features.sequence", f"{model} reads no [[features.sequence]] group; use the din model for attention over "
                                  "a sequence, or mmoe with [[model.sequence_encoders]]")])
+    every = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
 
+    class OverInputs(nn.Module):
+        """Holds the embeddings and :meth:`x0`: the dense columns and pooled ids, concatenated."""
 
-def _cross_layers() -> tuple[Any, Any]:
-    """The two cross networks' classes (torch is imported by ``build`` only)."""
-    import torch
-    from torch import nn
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = bag_collection(ctx)
+            self.inputs = FeatureInputs(ctx, every)
+
+        def x0(self, batch: Batch) -> torch.Tensor:
+            bags = self.ebc(batch.sparse) if self.ebc is not None else None
+            return self.inputs(batch.dense, bags, None)  # type: ignore[no-any-return]
 
     class Cross(nn.Module):
         """DCN v1's cross network: ``x_{l+1} = x0 * (x_l . w_l) + b_l + x_l``."""
@@ -111,7 +129,7 @@ def _cross_layers() -> tuple[Any, Any]:
                 x = x0 * v(u(x)) + x
             return x
 
-    return Cross, CrossV2
+    return OverInputs, Cross, CrossV2
 
 
 def build_dcn_v1(cfg: DCNV1Config, ctx: ModelContext) -> Any:
@@ -123,19 +141,13 @@ def build_dcn_v1(cfg: DCNV1Config, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
 
-    from tzrun_plugins.models._sequence_inputs import FeatureInputs, bag_collection
+    OverInputs, Cross, _ = _modules(ctx, "dcn_v1")
 
-    _check(ctx, "dcn_v1")
-    every = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
-    Cross, _ = _cross_layers()
-
-    class DCNV1(nn.Module):
+    class DCNV1(OverInputs):  # type: ignore[misc, valid-type]
         """A cross network and a deep MLP side by side, a final MLP, one logit."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.ebc = bag_collection(ctx)
-            self.inputs = FeatureInputs(ctx, every)
             width = self.inputs.width
             self.cross = Cross(width, cfg.cross_num)
             self.deep = mlp(width, cfg.deep_hidden_units)
@@ -144,8 +156,7 @@ def build_dcn_v1(cfg: DCNV1Config, ctx: ModelContext) -> Any:
             self.output = nn.Linear(out_width(final_in, cfg.final_hidden_units), 1, bias=False)
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-            bags = self.ebc(batch.sparse) if self.ebc is not None else None
-            x0 = self.inputs(batch.dense, bags, None)
+            x0 = self.x0(batch)
             logits = self.output(self.final(torch.cat([self.cross(x0), self.deep(x0)], dim=1))).squeeze(-1)
             return {"logits": logits, "probs": torch.sigmoid(logits)}
 
@@ -161,20 +172,14 @@ def build_dcn_v2(cfg: DCNV2Config, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
 
-    from tzrun_plugins.models._sequence_inputs import FeatureInputs, bag_collection
+    OverInputs, _, CrossV2 = _modules(ctx, "dcn_v2")
 
-    _check(ctx, "dcn_v2")
-    every = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
-    _, CrossV2 = _cross_layers()
-
-    class DCNV2(nn.Module):
+    class DCNV2(OverInputs):  # type: ignore[misc, valid-type]
         """An optional backbone MLP, a low-rank cross network, an optional deep MLP beside it,
         a final MLP, one logit."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.ebc = bag_collection(ctx)
-            self.inputs = FeatureInputs(ctx, every)
             width = self.inputs.width
             self.backbone = mlp(width, cfg.backbone_hidden_units)
             crossed = out_width(width, cfg.backbone_hidden_units)
@@ -186,8 +191,7 @@ def build_dcn_v2(cfg: DCNV2Config, ctx: ModelContext) -> Any:
             self.output = nn.Linear(out_width(final_in, cfg.final_hidden_units), 1, bias=False)
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-            bags = self.ebc(batch.sparse) if self.ebc is not None else None
-            x0 = self.inputs(batch.dense, bags, None)
+            x0 = self.x0(batch)
             net = self.cross(self.backbone(x0))
             if self.has_deep:
                 net = torch.cat([net, self.deep(x0)], dim=1)
