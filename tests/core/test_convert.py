@@ -598,11 +598,11 @@ def test_torcheasyrec_example_converts_into_a_file_that_passes_check_unedited(na
 
 
 def test_a_model_that_is_not_converted_leaves_a_placeholder_and_check_asks_for_it(tmp_path):
-    text = DEEPFM_CRITEO.replace("deepfm {", "dbmtl { task_towers { tower_name: 'ctr' } }  unused {")
+    text = DEEPFM_CRITEO.replace("deepfm {", "rocket_launching { feature_based_distillation: true }  unused {")
     conversion = convert(text)
     assert "model" not in conversion.tree and len(conversion.tree["features"]["sparse"]) == 3
     assert not_converted(conversion)["model_config"] == (
-        "dbmtl, unused: the model is not converted; write [model] (tzrec-run help models)")
+        "rocket_launching, unused: the model is not converted; write [model] (tzrec-run help models)")
     assert "# TODO: what is not converted" in conversion.toml and "# type = \"...\"" in conversion.toml
     out = tmp_path / "converted.toml"
     out.write_text(conversion.toml)

@@ -36,6 +36,7 @@ EXAMPLES = {
     "mask_net_criteo": "criteo",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
+    "dbmtl_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",
 }

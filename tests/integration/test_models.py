@@ -40,6 +40,13 @@ EXAMPLES = {
          'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[]}]'],
         ["ctr_auc", "cvr_auc", "loss/ctr_bce", "loss/cvr_bce"],
     ),
+    "dbmtl_taobao": (
+        "taobao",
+        ["model.bottom_hidden_units=[16]", "model.expert_hidden_units=[8]", "model.num_experts=2",
+         'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[8], relation_tasks=["ctr"], '
+         "relation_hidden_units=[4]}]"],
+        ["ctr_auc", "cvr_auc", "loss/ctr_bce", "loss/cvr_bce"],
+    ),
     "multi_tower_taobao": ("taobao", ['model.towers=[{features=["user_id", "pid"], hidden_units=[16]}, '
                                       '{features=["adgroup_id", "price"], hidden_units=[16]}]',
                                       "model.final_hidden_units=[8]"], ["auc"]),

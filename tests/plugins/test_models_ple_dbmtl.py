@@ -1,7 +1,7 @@
-"""ple equals TorchEasyRec's formula on fixed inputs; its options are checked.
+"""ple and dbmtl equal TorchEasyRec's formulas on fixed inputs; their options are checked.
 
-The reference below is an independent plain-torch statement of TorchEasyRec's module (its
-``PLE`` with ``ExtractionNet`` and ``TaskTower``), reading
+Each reference below is an independent plain-torch statement of TorchEasyRec's module (its
+``PLE`` with ``ExtractionNet`` and ``TaskTower``; its ``DBMTL`` with the ``MMoE`` module), reading
 the weights of our built model as plain tensors: the input ``x = [dense features, mean-pooled
 embeddings]`` is looked up by hand, every MLP layer is ``relu(x W^T + b)``, every gate a softmax
 over a linear layer, and the outputs are compared per task.
@@ -9,6 +9,7 @@ over a linear layer, and the outputs are compared per task.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 from torch import nn
@@ -105,3 +106,98 @@ def test_ple_needs_an_id_feature(registries):  # noqa: F811
         _build(registries, "ple", _ctx(sparse=(), dims=()), extraction_networks=(ExtractionNetworkConfig(1, (4,)),),
                tasks=(PLETaskConfig("ctr"),))
 
+
+def _dbmtl_reference(model: nn.Module, x: torch.Tensor, cfg) -> list[torch.Tensor]:
+    """TorchEasyRec's DBMTL: bottom MLP, MMoE module (when set), task MLPs, relation MLPs over
+    ``[task_net, relation_net of each related tower]`` in tower order, a linear layer per task."""
+    net = _mlp(x, _layers(model.bottom))
+    if cfg.expert_hidden_units:
+        experts = [_mlp(net, _layers(e)) for e in model.experts]
+        inputs = []
+        for gate in model.gates:
+            layers = _layers(gate)
+            inputs.append(_gate(_mlp(net, layers[:-1]), layers[-1], experts))
+    else:
+        inputs = [net] * len(cfg.tasks)
+    task_net = {t.name: _mlp(inputs[i], _layers(model.towers[i])) for i, t in enumerate(cfg.tasks)}
+    relation_net: dict[str, torch.Tensor] = {}
+    for i, t in enumerate(cfg.tasks):
+        if t.relation_hidden_units:
+            joined = torch.cat([task_net[t.name]] + [relation_net[n] for n in t.relation_tasks], dim=1)
+            relation_net[t.name] = _mlp(joined, _layers(model.relation_mlps[i]))
+        else:
+            relation_net[t.name] = task_net[t.name]
+    return [_linear(relation_net[t.name], _layers(model.outputs[i])[0]).squeeze(-1) for i, t in enumerate(cfg.tasks)]
+
+
+@pytest.mark.parametrize("options", [
+    # TorchEasyRec's example's shape, small: a bottom MLP, cvr's relation MLP reads ctr's tower
+    {"bottom_hidden_units": (8,)},
+    # with the MMoE (gate MLPs too), a chain of three tasks, a relation MLP without relations
+    {"bottom_hidden_units": (9, 7), "expert_hidden_units": (6, 5), "num_experts": 3, "gate_hidden_units": (4,)},
+    # no bottom, linear gates, no tower MLPs
+    {"expert_hidden_units": (5,), "num_experts": 2, "towers": ()},
+])
+def test_dbmtl_equals_torcheasyrecs_formula(registries, options):  # noqa: F811
+    from tzrun_plugins.models.dbmtl import DBMTLConfig, DBMTLTaskConfig
+
+    torch.manual_seed(4)
+    towers = options.pop("towers", (4, 3))
+    tasks = (DBMTLTaskConfig("ctr", towers, relation_hidden_units=(2,) if "num_experts" in options else ()),
+             DBMTLTaskConfig("cvr", towers, relation_tasks=("ctr",), relation_hidden_units=(3,)),
+             DBMTLTaskConfig("pay", (), relation_tasks=("cvr", "ctr"), relation_hidden_units=(4, 2)))
+    cfg = DBMTLConfig(tasks=tasks, **options)
+    model = _build(registries, "dbmtl", _ctx(**CTX), **attrs.asdict(cfg, recurse=False))
+    batch = _batch(_ctx(**CTX))
+    out = model(batch)
+    expected = _dbmtl_reference(model, _x(model, batch), cfg)
+    for task, logits in zip(tasks, expected):
+        torch.testing.assert_close(out[f"logits/{task.name}"], logits)
+        torch.testing.assert_close(out[f"probs/{task.name}"], torch.sigmoid(logits))
+    out["logits/pay"].sum().backward()
+    assert model.relation_mlps[1][0].weight.grad is not None  # pay reads cvr's relation output
+    assert all(p.grad is None for p in model.outputs[1].parameters())  # but not its logit
+
+
+@pytest.mark.parametrize("tasks, message", [
+    ((("ctr", ("cvr",)), ("cvr", ())), "task 'ctr' relates to 'cvr', which is listed after it"),
+    ((("ctr", ("ctr",)),), "task 'ctr' relates to itself"),
+    ((("ctr", ()), ("cvr", ("click",))), "task 'cvr' relates to 'click', which is no task"),
+])
+def test_dbmtl_relations_name_tasks_listed_before(tasks, message):
+    from tzrun_plugins.models.dbmtl import DBMTLConfig, DBMTLTaskConfig
+
+    with pytest.raises(ValueError, match=message):
+        DBMTLConfig(tasks=tuple(DBMTLTaskConfig(n, relation_tasks=r, relation_hidden_units=(4,)) for n, r in tasks))
+
+
+def test_dbmtl_relation_tasks_need_a_relation_mlp_and_gates_need_experts():
+    from tzrun_plugins.models.dbmtl import DBMTLConfig, DBMTLTaskConfig
+
+    with pytest.raises(ValueError, match="relation_tasks are read by the relation MLP"):
+        DBMTLTaskConfig("cvr", relation_tasks=("ctr",))
+    with pytest.raises(ValueError, match="the gates are the MMoE's: set expert_hidden_units"):
+        DBMTLConfig(tasks=(DBMTLTaskConfig("ctr"),), gate_hidden_units=(4,))
+
+
+def test_convert_maps_dbmtl_s_mmoe_and_relations_and_reports_what_torcheasyrec_ignores():
+    from tests.core.torcheasyrec_examples import DBMTL_TAOBAO
+    from tzrun_tools.convert import convert_pipeline_config
+
+    model = DBMTL_TAOBAO[DBMTL_TAOBAO.index("    dbmtl {"):]
+    mmoe = model.replace("# expert_mlp {\n        #     hidden_units: [512, 256, 128]\n        # }\n        # num_expert: 3",
+                         "expert_mlp { hidden_units: [8] }\n num_expert: 2\n gate_mlp { hidden_units: [4] }")
+    mmoe = mmoe.replace('label_name: "clk"', 'label_name: "clk"\n relation_tower_names: "cvr"', 1)
+    conversion = convert_pipeline_config(DBMTL_TAOBAO.replace(model, mmoe), "dbmtl.config")
+    table = conversion.tree["model"]
+    assert {k: table[k] for k in ("bottom_hidden_units", "expert_hidden_units", "num_experts", "gate_hidden_units")} == {
+        "bottom_hidden_units": [512], "expert_hidden_units": [8], "num_experts": 2, "gate_hidden_units": [4]}
+    assert "relation_tasks" not in table["tasks"][0] and table["tasks"][1]["relation_tasks"] == ["ctr"]
+    skipped = {f.path: f.message for f in conversion.not_converted}
+    assert "only with a relation_mlp" in skipped["model_config.dbmtl.task_towers[0].relation_tower_names"]
+    bottom = convert_pipeline_config(DBMTL_TAOBAO.replace("    dbmtl {", "    dbmtl {\n"
+                                                          " mask_net { n_mask_blocks: 1 mask_block { hidden_dim: 4 } }", 1),
+                                     "dbmtl.config")
+    assert "model" not in bottom.tree
+    skipped = {f.path: f.message for f in bottom.not_converted}
+    assert "MaskNet bottom has no equivalent" in skipped["model_config.dbmtl.mask_net"]

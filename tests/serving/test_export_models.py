@@ -28,6 +28,7 @@ EXAMPLES = {
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
+    "dbmtl_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",
     "multi_tower_taobao": "taobao",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, ple, wide_and_deep
+from tzrun_plugins.models import dbmtl, dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, ple, wide_and_deep
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -43,6 +43,9 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("ple", config=ple.PLEConfig, build=ple.build_ple, outputs=_per_task,
              description="PLE: levels of task and shared experts with gates (CGC), per-task towers "
                          "(logits/<task>, probs/<task>)")
+    register("dbmtl", config=dbmtl.DBMTLConfig, build=dbmtl.build_dbmtl, outputs=_per_task,
+             description="DBMTL: bottom MLP, optional MMoE, task towers and relation MLPs over the towers "
+                         "each task depends on (logits/<task>, probs/<task>)")
     register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm, outputs=_towers,
              description="DSSM two-tower retrieval: user and item towers, in-batch [B, B] and sampled "
                          "[B, 1 + N] similarities with temperature")

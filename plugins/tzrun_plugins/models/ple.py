@@ -15,7 +15,7 @@ With ``[[features.sequence]]`` groups, each group is encoded into one vector by 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import attrs
 
@@ -136,7 +136,7 @@ def build_ple(cfg: PLEConfig, ctx: ModelContext) -> Any:
 
         def forward(self, tasks: list[torch.Tensor], shared: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
             shared_out = [expert(shared) for expert in self.shared_experts]
-            task_out = [[expert(t) for expert in experts] for t, experts in zip(tasks, self.task_experts)]
+            task_out = [[expert(t) for expert in cast(nn.ModuleList, experts)] for t, experts in zip(tasks, self.task_experts)]
             mixed = [mix(g, t, own + shared_out) for g, t, own in zip(self.task_gates, tasks, task_out)]
             if self.shared_gate is None:
                 return mixed, shared

@@ -10,7 +10,7 @@ enum values, ``true``/``false``).
 ``data_config`` and ``export_config``, every ``metrics``, ``losses`` and ``train_metrics`` of
 ``model_config`` (task towers included), ``feature_configs`` (id, raw, lookup and sequence
 features; sequence groups as ``[[features.sequence]]``) and the model (``deepfm``,
-``wide_and_deep``, ``dlrm``, ``mmoe``, ``ple``, ``dssm``, ``multi_tower``, ``multi_tower_din`` as ``din``) to tzrec-run keys. Every field it reads is marked; a field it cannot translate, or does not know, is reported
+``wide_and_deep``, ``dlrm``, ``mmoe``, ``ple``, ``dbmtl``, ``dssm``, ``multi_tower``, ``multi_tower_din`` as ``din``) to tzrec-run keys. Every field it reads is marked; a field it cannot translate, or does not know, is reported
 with its protobuf path, never dropped, and a feature or model that does not map leaves a
 commented placeholder with the reason. TorchEasyRec defaults that change results and differ from
 tzrec-run's (the dense SGD momentum of 0.9, checkpoints every 1000 steps, DLRM's

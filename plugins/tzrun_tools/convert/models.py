@@ -1,5 +1,5 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``, ``mmoe``,
-``ple``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
+``ple``, ``dbmtl``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -126,28 +126,11 @@ def _mmoe(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     return table
 
 
-def _dcn(model: Node, groups: Groups, feats: FeatureSet, version: int) -> dict[str, Any]:
-    """``dcn_v1`` (cross, deep, final) and ``dcn_v2`` (backbone, low-rank cross, deep, final)."""
-    table: dict[str, Any] = {"type": f"dcn_v{version}"}
-    if version == 2:
-        backbone = _mlp(model, "backbone")
-        if backbone:
-            table["backbone_hidden_units"] = backbone
-    cross = model.child("cross") or Node({}, model.at("cross"), model.findings)
-    table["cross_num"] = cross.value("cross_num", "int", 3)
-    if version == 2:
-        table["low_rank"] = cross.value("low_rank", "int", 32)
-    cross.rest()
-    table["deep_hidden_units"] = _mlp(model, "deep") or []
-    table["final_hidden_units"] = _mlp(model, "final") or []
-    first = next(iter(groups.groups), "")
-    _parts(model, groups, feats, {"cross network": (first, "all")})
-    return table
-
-
-def _tasks(model: Node, name: str) -> list[dict[str, Any]]:
+def _tasks(model: Node, name: str,
+           more: Optional[Callable[[Node, dict[str, Any]], None]] = None) -> list[dict[str, Any]]:
     """``[[model.tasks]]``: one per ``task_towers`` entry (``name`` = ``tower_name``, ``hidden_units`` = its
-    ``mlp``; its losses and metrics are converted by :mod:`tzrun_tools.convert.evaluation`)."""
+    ``mlp``, and what ``more`` adds; its losses and metrics are converted by
+    :mod:`tzrun_tools.convert.evaluation`)."""
     tasks = []
     for i, tower in enumerate(model.indexed_children("task_towers")):
         tower.used.update(_TOWER_OUTPUTS)
@@ -155,6 +138,8 @@ def _tasks(model: Node, name: str) -> list[dict[str, Any]]:
             tower.skip("num_class", f"tzrec-run's {name} outputs one logit per task")
         units = _mlp(tower, "mlp")
         tasks.append({"name": tower.value("tower_name", "str") or f"task_{i}", "hidden_units": units or []})
+        if more is not None:
+            more(tower, tasks[-1])
         tower.rest()
     return tasks
 
@@ -232,6 +217,47 @@ def _mask_net(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     module.rest()
     first = next(iter(groups.groups), "")
     _parts(model, groups, feats, {"mask blocks": (first, "all")})
+    return table
+
+
+def _relations(tower: Node, task: dict[str, Any]) -> None:
+    """A ``BayesTaskTower``'s ``relation_tower_names`` and ``relation_mlp``."""
+    names = tower.values("relation_tower_names", "str")
+    units = _mlp(tower, "relation_mlp")
+    if units is None:
+        if names:
+            tower.skip("relation_tower_names", "TorchEasyRec reads them only with a relation_mlp, which is unset")
+        return
+    if names:
+        task["relation_tasks"] = names
+    task["relation_hidden_units"] = units
+
+
+def _dbmtl(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``dbmtl``: bottom MLP, optional MMoE, task towers with relation MLPs."""
+    if model.has("mask_net"):
+        model.skip("mask_net", "a MaskNet bottom has no equivalent in tzrec-run's dbmtl, so the model is not converted")
+        return None
+    table: dict[str, Any] = {"type": "dbmtl"}
+    bottom = _mlp(model, "bottom_mlp")
+    if bottom:
+        table["bottom_hidden_units"] = bottom
+    experts = _mlp(model, "expert_mlp")
+    if experts:
+        table["expert_hidden_units"] = experts
+        table["num_experts"] = model.value("num_expert", "int", 3)
+        gate = _mlp(model, "gate_mlp")
+        if gate:
+            table["gate_hidden_units"] = gate
+    else:
+        for name in ("num_expert", "gate_mlp"):
+            model.skip(name, "used only with expert_mlp (the MMoE), which is unset")
+    table["tasks"] = _tasks(model, "dbmtl", _relations)
+    first = next(iter(groups.groups), "")
+    _parts(model, groups, feats, {"bottom": (first, "all")})
+    encoders = _encoders(groups, feats, _names(groups, feats))
+    if encoders:
+        table["sequence_encoders"] = encoders
     return table
 
 
@@ -327,7 +353,7 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
 _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
     "dcn_v1": lambda m, g, f: _dcn(m, g, f, 1), "dcn_v2": lambda m, g, f: _dcn(m, g, f, 2), "mask_net": _mask_net,
-    "mmoe": _mmoe, "ple": _ple, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
+    "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
 }
 
 
