@@ -1,12 +1,17 @@
 """What the multi-task models (``mmoe``, ``ple``, ``dbmtl``) share: the validators of their
-``[[model.tasks]]`` tables and the ``logits/<task>``, ``probs/<task>`` outputs."""
+``[[model.tasks]]`` tables, their input layer (dense features, embeddings and encoded sequence
+groups, concatenated) and the ``logits/<task>``, ``probs/<task>`` outputs."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Sequence
 
-__all__ = ["task_name", "unique_tasks", "per_task_outputs"]
+from tzrun import ModelContext
+from tzrun.errors import ConfigError, ConfigProblem
+from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group
+
+__all__ = ["task_name", "unique_tasks", "per_task_outputs", "check_inputs", "add_inputs", "read_inputs"]
 
 _TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -41,3 +46,42 @@ def per_task_outputs(names: Sequence[str], logits: Sequence[Any]) -> dict[str, A
         outputs[f"logits/{name}"] = logit
         outputs[f"probs/{name}"] = torch.sigmoid(logit)
     return outputs
+
+
+def check_inputs(encoders: Sequence[SequenceEncoderConfig], ctx: ModelContext, model: str) -> None:
+    """Raise the problems of ``model``'s inputs: its sequence encoders against ``ctx``'s groups,
+    and no id feature.
+
+    Raises:
+        ConfigError: with every problem found.
+    """
+    problems = encoder_problems(encoders, ctx, model=model)
+    if not ctx.sparse_features:
+        problems.append(ConfigProblem("features.sparse", f"{model} needs at least one id feature"))
+    if problems:
+        raise ConfigError("model", problems)
+
+
+def add_inputs(module: Any, encoders: Sequence[SequenceEncoderConfig], ctx: ModelContext) -> int:
+    """Give ``module`` the input layer of ``x = [dense features, embeddings, encoded sequence
+    groups]`` (its ``ebc``, ``sequences``, ``inputs`` and ``sequence_inputs``, the names a
+    checkpoint keeps) and return the width of ``x``; :func:`read_inputs` computes ``x``."""
+    from tzrun_plugins.models._sequence_inputs import FeatureInputs, SequenceInputs, bag_collection, sequence_embeddings
+
+    module.ebc = bag_collection(ctx)
+    module.sequences = sequence_embeddings(ctx)
+    module.inputs = FeatureInputs(ctx, [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features])
+    module.sequence_inputs = SequenceInputs(ctx, encoders_by_group(encoders, ctx))
+    return int(module.inputs.width + module.sequence_inputs.width)
+
+
+def read_inputs(module: Any, batch: Any) -> Any:
+    """``x`` of ``batch`` through the input layer :func:`add_inputs` gave ``module``: ``[B, width]``."""
+    import torch
+
+    bags = module.ebc(batch.sparse) if module.ebc is not None else None
+    sequences = module.sequences(batch) if module.sequences is not None else None
+    x = module.inputs(batch.dense, bags, sequences)
+    if module.sequence_inputs.names:
+        x = torch.cat([x, module.sequence_inputs(sequences)], dim=1)
+    return x

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from tzrun import ModelContext
-from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, out_width, positive_units
-from tzrun_plugins.models._multi_task import per_task_outputs, task_name, unique_tasks
-from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group, unique_sequences
+from tzrun_plugins.models._multi_task import add_inputs, check_inputs, per_task_outputs, read_inputs, task_name, unique_tasks
+from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -106,14 +105,7 @@ def build_dbmtl(cfg: DBMTLConfig, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
 
-    from tzrun_plugins.models._sequence_inputs import FeatureInputs, SequenceInputs, bag_collection, sequence_embeddings
-
-    problems = encoder_problems(cfg.sequence_encoders, ctx, model="dbmtl")
-    if not ctx.sparse_features:
-        problems.append(ConfigProblem("features.sparse", "dbmtl needs at least one id feature"))
-    if problems:
-        raise ConfigError("model", problems)
-    every = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
+    check_inputs(cfg.sequence_encoders, ctx, "dbmtl")
     index = {t.name: i for i, t in enumerate(cfg.tasks)}
 
     class DBMTL(nn.Module):
@@ -123,11 +115,7 @@ def build_dbmtl(cfg: DBMTLConfig, ctx: ModelContext) -> Any:
             super().__init__()
             self.task_names = [t.name for t in cfg.tasks]
             self.relations = [[index[n] for n in t.relation_tasks] for t in cfg.tasks]
-            self.ebc = bag_collection(ctx)
-            self.sequences = sequence_embeddings(ctx)
-            self.inputs = FeatureInputs(ctx, every)
-            self.sequence_inputs = SequenceInputs(ctx, encoders_by_group(cfg.sequence_encoders, ctx))
-            width = self.inputs.width + self.sequence_inputs.width
+            width = add_inputs(self, cfg.sequence_encoders, ctx)
             self.bottom = mlp(width, cfg.bottom_hidden_units)
             width = out_width(width, cfg.bottom_hidden_units)
             self.experts = nn.ModuleList()
@@ -153,11 +141,7 @@ def build_dbmtl(cfg: DBMTLConfig, ctx: ModelContext) -> Any:
             self.outputs = nn.ModuleList(nn.Linear(w, 1) for w in widths)
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-            bags = self.ebc(batch.sparse) if self.ebc is not None else None
-            sequences = self.sequences(batch) if self.sequences is not None else None
-            x = self.inputs(batch.dense, bags, sequences)
-            if self.sequence_inputs.names:
-                x = torch.cat([x, self.sequence_inputs(sequences)], dim=1)
+            x = read_inputs(self, batch)
             x = self.bottom(x)
             if len(self.experts) > 0:
                 experts = torch.stack([expert(x) for expert in self.experts], dim=1)  # [B, E, W]

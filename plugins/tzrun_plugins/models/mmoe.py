@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from tzrun import ModelContext
-from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
-from tzrun_plugins.models._multi_task import per_task_outputs, task_name, unique_tasks
-from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group, unique_sequences
+from tzrun_plugins.models._multi_task import add_inputs, check_inputs, per_task_outputs, read_inputs, task_name, unique_tasks
+from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -74,14 +73,7 @@ def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
 
-    from tzrun_plugins.models._sequence_inputs import FeatureInputs, SequenceInputs, bag_collection, sequence_embeddings
-
-    problems = encoder_problems(cfg.sequence_encoders, ctx, model="mmoe")
-    if not ctx.sparse_features:
-        problems.append(ConfigProblem("features.sparse", "mmoe needs at least one id feature"))
-    if problems:
-        raise ConfigError("model", problems)
-    every = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
+    check_inputs(cfg.sequence_encoders, ctx, "mmoe")
 
     class MMoE(nn.Module):
         """Shared experts, one gate and one tower per task."""
@@ -89,11 +81,7 @@ def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.task_names = [t.name for t in cfg.tasks]
-            self.ebc = bag_collection(ctx)
-            self.sequences = sequence_embeddings(ctx)
-            self.inputs = FeatureInputs(ctx, every)
-            self.sequence_inputs = SequenceInputs(ctx, encoders_by_group(cfg.sequence_encoders, ctx))
-            width = self.inputs.width + self.sequence_inputs.width
+            width = add_inputs(self, cfg.sequence_encoders, ctx)
             self.experts = nn.ModuleList(mlp(width, cfg.expert_hidden_units) for _ in range(cfg.num_experts))
             self.gates = nn.ModuleList(
                 nn.Sequential(
@@ -110,11 +98,7 @@ def build_mmoe(cfg: MMoEConfig, ctx: ModelContext) -> Any:
             )
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-            bags = self.ebc(batch.sparse) if self.ebc is not None else None
-            sequences = self.sequences(batch) if self.sequences is not None else None
-            x = self.inputs(batch.dense, bags, sequences)
-            if self.sequence_inputs.names:
-                x = torch.cat([x, self.sequence_inputs(sequences)], dim=1)
+            x = read_inputs(self, batch)
             experts = torch.stack([expert(x) for expert in self.experts], dim=1)  # [B, E, W]
             mixed = [torch.bmm(gate(x).unsqueeze(1), experts).squeeze(1) for gate in self.gates]
             return per_task_outputs(self.task_names, [tower(m) for tower, m in zip(self.towers, mixed)])

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 import attrs
 
 from tzrun import ModelContext
-from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
-from tzrun_plugins.models._multi_task import per_task_outputs, task_name, unique_tasks
-from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group, unique_sequences
+from tzrun_plugins.models._multi_task import add_inputs, check_inputs, per_task_outputs, read_inputs, task_name, unique_tasks
+from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -100,14 +99,7 @@ def build_ple(cfg: PLEConfig, ctx: ModelContext) -> Any:
     import torch
     from torch import nn
 
-    from tzrun_plugins.models._sequence_inputs import FeatureInputs, SequenceInputs, bag_collection, sequence_embeddings
-
-    problems = encoder_problems(cfg.sequence_encoders, ctx, model="ple")
-    if not ctx.sparse_features:
-        problems.append(ConfigProblem("features.sparse", "ple needs at least one id feature"))
-    if problems:
-        raise ConfigError("model", problems)
-    every = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
+    check_inputs(cfg.sequence_encoders, ctx, "ple")
     num_tasks = len(cfg.tasks)
 
     def gate(width: int, num_experts: int) -> nn.Module:
@@ -148,11 +140,7 @@ def build_ple(cfg: PLEConfig, ctx: ModelContext) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.task_names = [t.name for t in cfg.tasks]
-            self.ebc = bag_collection(ctx)
-            self.sequences = sequence_embeddings(ctx)
-            self.inputs = FeatureInputs(ctx, every)
-            self.sequence_inputs = SequenceInputs(ctx, encoders_by_group(cfg.sequence_encoders, ctx))
-            width = shared_width = self.inputs.width + self.sequence_inputs.width
+            width = shared_width = add_inputs(self, cfg.sequence_encoders, ctx)
             levels = []
             for i, level in enumerate(cfg.extraction_networks):
                 levels.append(ExtractionNetwork(level, width, shared_width, last=i == len(cfg.extraction_networks) - 1))
@@ -164,11 +152,7 @@ def build_ple(cfg: PLEConfig, ctx: ModelContext) -> Any:
             )
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-            bags = self.ebc(batch.sparse) if self.ebc is not None else None
-            sequences = self.sequences(batch) if self.sequences is not None else None
-            x = self.inputs(batch.dense, bags, sequences)
-            if self.sequence_inputs.names:
-                x = torch.cat([x, self.sequence_inputs(sequences)], dim=1)
+            x = read_inputs(self, batch)
             tasks, shared = [x] * len(self.task_names), x
             for level in self.extraction_networks:
                 tasks, shared = level(tasks, shared)
