@@ -118,8 +118,13 @@ def _mmoe(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     if gate:
         table["gate_hidden_units"] = gate
     table["tasks"] = _tasks(model, "mmoe")
-    first = next(iter(groups.groups), "")
-    _parts(model, groups, feats, {"experts": (first, "all")})
+    return _every_feature(model, groups, feats, table, "experts")
+
+
+def _every_feature(model: Node, groups: Groups, feats: FeatureSet, table: dict[str, Any], part: str) -> dict[str, Any]:
+    """``table`` of a model whose ``part`` reads every feature and sequence group (TorchEasyRec's: its
+    first group): a group that leaves some out is noted, and the sequence groups' encoders are added."""
+    _parts(model, groups, feats, {part: (next(iter(groups.groups), ""), "all")})
     encoders = _encoders(groups, feats, _names(groups, feats))
     if encoders:
         table["sequence_encoders"] = encoders
@@ -166,12 +171,7 @@ def _ple(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, A
             "no extraction network, so the model is not converted")))
         return None
     table: dict[str, Any] = {"type": "ple", "extraction_networks": levels, "tasks": _tasks(model, "ple")}
-    first = next(iter(groups.groups), "")
-    _parts(model, groups, feats, {"extraction networks": (first, "all")})
-    encoders = _encoders(groups, feats, _names(groups, feats))
-    if encoders:
-        table["sequence_encoders"] = encoders
-    return table
+    return _every_feature(model, groups, feats, table, "extraction networks")
 
 
 def _dcn(model: Node, groups: Groups, feats: FeatureSet, version: int) -> dict[str, Any]:
@@ -253,12 +253,7 @@ def _dbmtl(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str,
         for name in ("num_expert", "gate_mlp"):
             model.skip(name, "used only with expert_mlp (the MMoE), which is unset")
     table["tasks"] = _tasks(model, "dbmtl", _relations)
-    first = next(iter(groups.groups), "")
-    _parts(model, groups, feats, {"bottom": (first, "all")})
-    encoders = _encoders(groups, feats, _names(groups, feats))
-    if encoders:
-        table["sequence_encoders"] = encoders
-    return table
+    return _every_feature(model, groups, feats, table, "bottom")
 
 
 def _encoders(groups: Groups, feats: FeatureSet, names: list[str]) -> list[dict[str, Any]]:
