@@ -112,19 +112,19 @@ def build_ple(cfg: PLEConfig, ctx: ModelContext) -> Any:
         """One CGC level: per-task and shared experts, a gate per task, and (below the last
         level) a shared gate over every expert."""
 
-        def __init__(self, level: ExtractionNetworkConfig, task_width: int, shared_width: int, last: bool) -> None:
+        def __init__(self, level: ExtractionNetworkConfig, width: int, last: bool) -> None:
             super().__init__()
             self.task_experts = nn.ModuleList(
-                nn.ModuleList(mlp(task_width, level.task_expert_hidden_units) for _ in range(level.num_task_experts))
+                nn.ModuleList(mlp(width, level.task_expert_hidden_units) for _ in range(level.num_task_experts))
                 for _ in range(num_tasks)
             )
             self.shared_experts = nn.ModuleList(
-                mlp(shared_width, level.shared_units) for _ in range(level.num_shared_experts)
+                mlp(width, level.shared_units) for _ in range(level.num_shared_experts)
             )
             per_task = level.num_task_experts + level.num_shared_experts
-            self.task_gates = nn.ModuleList(gate(task_width, per_task) for _ in range(num_tasks))
+            self.task_gates = nn.ModuleList(gate(width, per_task) for _ in range(num_tasks))
             every_expert = num_tasks * level.num_task_experts + level.num_shared_experts
-            self.shared_gate = None if last else gate(shared_width, every_expert)
+            self.shared_gate = None if last else gate(width, every_expert)
 
         def forward(self, tasks: list[torch.Tensor], shared: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
             shared_out = [expert(shared) for expert in self.shared_experts]
@@ -140,11 +140,11 @@ def build_ple(cfg: PLEConfig, ctx: ModelContext) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.task_names = [t.name for t in cfg.tasks]
-            width = shared_width = add_inputs(self, cfg.sequence_encoders, ctx)
+            width = add_inputs(self, cfg.sequence_encoders, ctx)  # of each task's input and the shared one
             levels = []
             for i, level in enumerate(cfg.extraction_networks):
-                levels.append(ExtractionNetwork(level, width, shared_width, last=i == len(cfg.extraction_networks) - 1))
-                width = shared_width = level.task_expert_hidden_units[-1]
+                levels.append(ExtractionNetwork(level, width, last=i == len(cfg.extraction_networks) - 1))
+                width = level.task_expert_hidden_units[-1]
             self.extraction_networks = nn.ModuleList(levels)
             self.towers = nn.ModuleList(
                 nn.Sequential(mlp(width, t.hidden_units), nn.Linear(out_width(width, t.hidden_units), 1))
