@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,7 +33,18 @@ def _train(tmp: Path, criteo_dir: Path, *overrides: str, model_dir: Path | None 
     args = ["train", str(config), *flags]
     for override in overrides:
         args += ["--set", override]
+    if any("tensorboard" in o for o in overrides):
+        _next_second()
     return cli(args), model_dir
+
+
+def _next_second() -> None:
+    """Wait for the next second of the clock. TensorBoard names an event file by the second it
+    is opened in, then the process id and a per-process counter, and reads a directory's files
+    in the order of their names: two runs in one process (the test's) within one second may be
+    read in the wrong order (counter 10 before 9), and the later run's purge of resumed steps
+    applied to the earlier run's events. Runs in processes of their own are seconds apart."""
+    time.sleep(1 - time.time() % 1 + 0.01)
 
 
 @pytest.fixture(scope="module")
