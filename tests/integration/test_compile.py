@@ -22,6 +22,7 @@ from torch import nn
 
 import tzrun
 from tests.conftest import REPO
+from tests.integration.test_models import EXAMPLES as ZOO, MATRIX_ONLY
 from tzrun.config.schema import CompileConfig
 from tzrun.runner.compile import compile_dense, dense_roots
 
@@ -40,13 +41,14 @@ EXAMPLES = {
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",
 }
-#: smaller graphs where the example's own size costs minutes of inductor's C++ and adds no code
-#: path: ple's two levels (a shared gate below the last) of one expert each, instead of 2-4
-SMALL = {
-    "ple_taobao": ['model.extraction_networks=[{num_task_experts=1, task_expert_hidden_units=[16], num_shared_experts=1},'
-                   ' {num_task_experts=1, task_expert_hidden_units=[8], num_shared_experts=1}]',
-                   'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[8]}]'],
-}
+#: small layers (those of test_models.py): inductor's C++ costs seconds per kernel on a cold
+#: cache, and the examples' widths and depths add kernels, not code paths; ple as two levels (a
+#: shared gate below the last) of one expert each
+SMALL = {name: list(overrides) for name, (_, overrides, _) in {**ZOO, **MATRIX_ONLY}.items()}
+SMALL["ple_taobao"] = [
+    'model.extraction_networks=[{num_task_experts=1, task_expert_hidden_units=[16], num_shared_experts=1},'
+    ' {num_task_experts=1, task_expert_hidden_units=[8], num_shared_experts=1}]',
+    'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[8]}]']
 STEPS = 3
 ROWS = 128
 _CHILD = "TZRUN_COMPILE_TEST_CHILD"
