@@ -7,11 +7,14 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+import attrs
+
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
+from tzrun_plugins.models._layers import positive_units
 from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group
 
-__all__ = ["task_name", "unique_tasks", "per_task_outputs", "check_inputs", "add_inputs", "read_inputs"]
+__all__ = ["task_name", "TaskConfig", "unique_tasks", "per_task_outputs", "check_inputs", "add_inputs", "read_inputs"]
 
 _TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -20,6 +23,19 @@ def task_name(instance: Any, attribute: Any, value: str) -> None:
     """attrs validator: a task name is lower_snake (its outputs are ``logits/<name>``, ``probs/<name>``)."""
     if not _TASK_NAME.fullmatch(value):
         raise ValueError(f"task name {value!r} must be lower_snake (letters, digits, _; a letter first)", attribute)
+
+
+@attrs.frozen
+class TaskConfig:
+    """One ``[[model.tasks]]`` table of ``mmoe`` and ``ple``.
+
+    Attributes:
+        name: the task's name: its outputs are ``logits/<name>`` and ``probs/<name>``.
+        hidden_units: layer widths of its tower MLP (a linear layer to one logit follows).
+    """
+
+    name: str = attrs.field(validator=task_name)
+    hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
 
 
 def unique_tasks(model: str) -> Any:

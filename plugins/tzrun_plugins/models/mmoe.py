@@ -19,7 +19,8 @@ import attrs
 
 from tzrun import ModelContext
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
-from tzrun_plugins.models._multi_task import add_inputs, check_inputs, per_task_outputs, read_inputs, task_name, unique_tasks
+from tzrun_plugins.models._multi_task import (TaskConfig, add_inputs, check_inputs, per_task_outputs, read_inputs,
+                                                unique_tasks)
 from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
@@ -28,17 +29,8 @@ if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
 __all__ = ["MMoETaskConfig", "MMoEConfig", "build_mmoe"]
 
 
-@attrs.frozen
-class MMoETaskConfig:
-    """One ``[[model.tasks]]`` table of ``mmoe``.
-
-    Attributes:
-        name: the task's name: its outputs are ``logits/<name>`` and ``probs/<name>``.
-        hidden_units: layer widths of its tower MLP (a linear layer to one logit follows).
-    """
-
-    name: str = attrs.field(validator=task_name)
-    hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
+#: one ``[[model.tasks]]`` table (the same as ple's: ``_multi_task.TaskConfig``)
+MMoETaskConfig = TaskConfig
 
 
 @attrs.frozen

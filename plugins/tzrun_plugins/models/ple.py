@@ -21,7 +21,8 @@ import attrs
 
 from tzrun import ModelContext
 from tzrun_plugins.models._layers import mlp, non_empty, out_width, positive_units
-from tzrun_plugins.models._multi_task import add_inputs, check_inputs, per_task_outputs, read_inputs, task_name, unique_tasks
+from tzrun_plugins.models._multi_task import (TaskConfig, add_inputs, check_inputs, per_task_outputs, read_inputs,
+                                                unique_tasks)
 from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, unique_sequences
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
@@ -61,17 +62,8 @@ class ExtractionNetworkConfig:
         return self.shared_expert_hidden_units or self.task_expert_hidden_units
 
 
-@attrs.frozen
-class PLETaskConfig:
-    """One ``[[model.tasks]]`` table of ``ple``.
-
-    Attributes:
-        name: the task's name: its outputs are ``logits/<name>`` and ``probs/<name>``.
-        hidden_units: layer widths of its tower MLP (a linear layer to one logit follows).
-    """
-
-    name: str = attrs.field(validator=task_name)
-    hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
+#: one ``[[model.tasks]]`` table (the same as mmoe's: ``_multi_task.TaskConfig``)
+PLETaskConfig = TaskConfig
 
 
 @attrs.frozen
