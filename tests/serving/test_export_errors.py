@@ -53,6 +53,19 @@ def test_exporting_on_the_best_metric_needs_one(config, capsys):
     assert "export.on_best: needs eval.best_metric" in capsys.readouterr().err
 
 
+def test_export_as_a_table_and_in_train_stages_too_is_refused(config, capsys):
+    """``[export]`` is the export stage: listing it in ``train.stages`` as well would export each
+    checkpoint twice."""
+    from tzrun.errors import EXIT_CONFIG
+
+    code = main(["check", str(config), "--no-plan", "--no-data", "--set", "export={at_end=true}",
+                 "--set", 'train.stages+=[{type = "export", at_end = true}]'])
+    assert code == EXIT_CONFIG
+    assert "export: configures the 'export' stage, which train.stages lists too; keep one of the two" in \
+        capsys.readouterr().err
+    assert main(["check", str(config), "--no-plan", "--no-data", "--set", "export={at_end=true}"]) == 0
+
+
 def test_without_the_serving_plugin_export_is_unknown_and_predict_export_says_why(config, tmp_path, capsys,
                                                                                   monkeypatch):
     """The way out of a run is a plugin: disabled, ``export`` is not a command, and ``predict

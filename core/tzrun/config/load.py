@@ -248,12 +248,12 @@ def load_config(raw: RawConfig, registries: Registries) -> RunConfig:
     Raises:
         ConfigError: listing every problem, one line each, with its TOML path.
     """
-    from tzrun.config.stage_sections import in_sections, stage_sections
+    from tzrun.config.stage_sections import in_sections, listed_twice, stage_sections
 
     conv = _run_converter()
-    problems: list[ConfigProblem] = []
     config: RunConfig | None = None
     data, sections = stage_sections(raw.data, registries["stage"], RunConfig)
+    problems: list[ConfigProblem] = listed_twice(raw.data, sections)
     try:
         config = structure(conv, data, RunConfig, "")
     except StructureFailed as failed:

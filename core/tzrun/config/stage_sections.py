@@ -16,7 +16,7 @@ import attrs
 
 from tzrun.errors import ConfigProblem
 
-__all__ = ["stage_sections", "section_path", "in_sections"]
+__all__ = ["stage_sections", "listed_twice", "section_path", "in_sections"]
 
 
 def stage_sections(data: Mapping[str, Any], stages: Any, schema: type) -> tuple[dict[str, Any], dict[str, str]]:
@@ -41,6 +41,16 @@ def stage_sections(data: Mapping[str, Any], stages: Any, schema: type) -> tuple[
     train["stages"] = listed
     out["train"] = train
     return out, where
+
+
+def listed_twice(data: Mapping[str, Any], where: Mapping[str, str]) -> list[ConfigProblem]:
+    """A stage configured by a table of its own (``[export]``) that ``train.stages`` lists as
+    well: two of them would run (two exports of each checkpoint), which no one writes on purpose."""
+    train = data.get("train")
+    listed = train.get("stages") if isinstance(train, dict) else None
+    types = {s.get("type") for s in listed if isinstance(s, dict)} if isinstance(listed, list) else set()
+    return [ConfigProblem(key, f"configures the '{key}' stage, which train.stages lists too; keep one of the two")
+            for key in where.values() if key in types]
 
 
 def section_path(path: str, where: Mapping[str, str]) -> str:
