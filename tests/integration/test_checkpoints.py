@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.checkpoint_entries import read_saved
-from tests.conftest import cli, run_cli
+from tests.conftest import cli
+from tests.warm_ranks import warm_cli
 from tests.integration.test_update_path import CONFIG, _process_group  # noqa: F401
 from tzrun.config.load import load_config, parse_config
 from tzrun.errors import EXIT_CHECKPOINT, CheckpointError, ConfigError, IncompleteCheckpointError
@@ -272,7 +273,7 @@ def two_rank_run(tmp_path_factory, criteo_dir):
     config = root / "run.toml"
     config.write_text(CONFIG.format(model_dir=root / "run2", train=criteo_dir / "train"))
     sets = [a for o in (f'data.eval_input="{criteo_dir / "eval"}"', 'metrics=[{type = "auc"}]') for a in ("--set", o)]
-    trained = run_cli(["train", str(config), *sets, "--nproc-per-node", "2"])
+    trained = warm_cli(["train", str(config), *sets, "--nproc-per-node", "2"])
     assert trained.returncode == 0, trained.stderr[-3000:]
     return root / "run2", config, sets
 
@@ -285,7 +286,7 @@ def test_two_ranks_hash_their_share_verify_together_and_evaluate_together(two_ra
     assert {"state/__0_0.distcp", "state/__1_0.distcp"} <= listed
     assert read_saved(path, "rank.0")["rng"] and read_saved(path, "rank.1")["rng"]  # each rank's own state
     trained_eval = [r for r in _results(model_dir) if "command" not in r][-1]  # the training run's own
-    both = run_cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--nproc-per-node", "2"])
+    both = warm_cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--nproc-per-node", "2"])
     assert both.returncode == 0, both.stderr[-3000:]
     recorded = _results(model_dir)[-1]
     assert recorded["command"] == "evaluate" and recorded["rows"] == 3001 and recorded["auc"] == trained_eval["auc"]
@@ -294,7 +295,7 @@ def test_two_ranks_hash_their_share_verify_together_and_evaluate_together(two_ra
     shutil.copytree(model_dir, copy)
     with open(copy / "checkpoints" / "step-4" / "state" / "__1_0.distcp", "r+b") as f:
         f.truncate(10)
-    damaged = run_cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--nproc-per-node", "2",
+    damaged = warm_cli(["evaluate", str(config), *sets, "--checkpoint", "latest", "--nproc-per-node", "2",
                        "--model-dir", str(copy)], timeout=300)
     assert damaged.returncode != 0  # every rank stops; none hangs in the load
     assert "state/__1_0.distcp: truncated (10 bytes;" in damaged.stderr

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from tests.conftest import EXAMPLE, example_overrides, run_cli
+from tests.conftest import EXAMPLE, example_overrides
+from tests.warm_ranks import warm_cli
 from tests.integration.test_resume import Losses, _train
 from tests.integration.test_train import _results, _sets
 from tests.integration.test_update_path import weights
@@ -64,6 +65,6 @@ def test_two_ranks_with_cost_batches_step_together_and_end_cleanly(criteo_dir, t
     model_dir = tmp_path / "run"
     overrides = example_overrides(criteo_dir, model_dir, "train.num_epochs=2", "data.num_workers=1",
                                   "data.batch_cost_size=150", 'data.sample_cost="label"')
-    proc = run_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"], timeout=400)
+    proc = warm_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"], timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _results(model_dir)[-1]["step"] == 2 * per_epoch

@@ -94,7 +94,7 @@ def test_ckpt_apply_deltas_writes_the_tables_at_the_last_dump(tmp_path, criteo_d
 @pytest.mark.multiproc
 @pytest.mark.parametrize("sharding", ["table_wise", "column_wise"])
 def test_two_ranks_dump_the_rows_of_their_own_shards(tmp_path, criteo_dir, sharding):
-    from tests.conftest import run_cli
+    from tests.warm_ranks import warm_cli
 
     model_dir = tmp_path / "run"
     config = tmp_path / "run.toml"
@@ -104,7 +104,7 @@ def test_two_ranks_dump_the_rows_of_their_own_shards(tmp_path, criteo_dir, shard
     sets = ["train.num_steps=5", "train.save_checkpoints_steps=2", "train.keep_checkpoint_max=10",
             'train.stages=[{type = "embedding_deltas", every_n_steps = 2}]',
             f'train.global_embedding_constraints={{sharding_types = ["{sharding}"]}}']
-    done = run_cli(["train", str(config), *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2"])
+    done = warm_cli(["train", str(config), *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2"])
     assert done.returncode == 0, done.stderr[-3000:]
     deltas = model_dir / "embedding_deltas"
     assert [s for s, _ in list_dumps(deltas)] == [2, 4, 5]

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.conftest import EXAMPLE, cli, example_overrides, run_cli
+from tests.warm_ranks import warm_cli
 from tests.integration import fault_plugin
 from tests.integration.test_train import _results, _sets
 from tzrun.runner.checkpoint import list_checkpoints
@@ -34,7 +35,8 @@ def _train(criteo_dir, model_dir, *args, env=None, nproc=2, extra=()):
         return cli([*cmd, *args])  # one process: in this one
     if nproc > 1:
         cmd += ["--nproc-per-node", str(nproc)]
-    return run_cli([*cmd, *args], env=env)
+    # a fault (env: the fault plugin) needs real processes; a plain 2-rank run starts warm
+    return run_cli([*cmd, *args], env=env) if env is not None else warm_cli([*cmd, *args])
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +101,7 @@ def test_ranks_with_uneven_data_never_hang(criteo_dir, tmp_path):
         criteo_dir, model_dir, "data.batch_size=1500", "data.eval_batch_size=1000", "train.num_epochs=2")]
     # a dump every step: a collective in tzrun_after_train_step, which rank 0 reaches at its padding steps
     overrides.append('train.stages=[{type = "embedding_deltas", every_n_steps = 1}]')
-    proc = run_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"], timeout=300)
+    proc = warm_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = _results(model_dir)[-1]
     assert result["step"] == 4 and result["rows"] == 3001  # 2 steps per epoch on every rank

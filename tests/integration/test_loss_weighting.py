@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO, cli, run_cli
+from tests.conftest import REPO, cli
+from tests.warm_ranks import warm_cli
 from tzrun.testing import run_tiny_training
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,7 @@ def _train_mmoe(taobao: Path, model_dir: Path, *extra: str) -> list[dict]:
         "data.batch_size=256", "train.log_every_n_steps=2", "model.expert_hidden_units=[16]",
         'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[8]}]', PARETO,
     ]
-    run = run_cli if "--nproc-per-node" in extra else cli  # several ranks are child processes
+    run = warm_cli if "--nproc-per-node" in extra else cli  # several ranks are child processes
     proc = run(["train", str(REPO / "examples" / "mmoe_taobao.toml"), *[a for s in sets for a in ("--set", s)], *extra])
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]

@@ -15,7 +15,8 @@ import pytest
 
 import pyarrow.parquet as pq
 
-from tests.conftest import REPO, cli, run_cli
+from tests.conftest import REPO, cli
+from tests.warm_ranks import warm_cli
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +108,7 @@ def _sets(example: str, datasets: dict[str, Path], model_dir: Path, *extra: str)
 
 
 def _train(example: str, datasets: dict[str, Path], model_dir: Path, *launch: str) -> dict:
-    run = run_cli if launch else cli  # torchrun's ranks are child processes; one process runs here
+    run = warm_cli if launch else cli  # torchrun's ranks are child processes; one process runs here
     proc = run(["train", str(REPO / "examples" / f"{example}.toml"), *_sets(example, datasets, model_dir), *launch])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, cli, run_cli
+from tests.conftest import REPO, cli
+from tests.warm_ranks import warm_cli
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_DATA
 from tzrun.testing import tiny_config_text
 
@@ -54,7 +55,7 @@ def trained(tmp_path_factory, criteo_dir):
 
 def _predict(config: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     command = ["predict", str(config), "--checkpoint", "latest", *args]
-    return run_cli(command, timeout=timeout) if "--nproc-per-node" in args else cli(command)
+    return warm_cli(command, timeout=timeout) if "--nproc-per-node" in args else cli(command)
 
 
 def test_predict_equals_evaluates_saved_predictions_on_unlabelled_rows(trained):

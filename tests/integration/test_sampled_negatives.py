@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
+from tests.warm_ranks import warm_cli
 from tests.integration.test_resume import Losses
 from tests.integration.test_update_path import _process_group, weights  # noqa: F401
 from tzrun.config.load import load_config, parse_config
@@ -90,7 +91,7 @@ def test_dssm_trains_on_sampled_negatives_on_two_ranks(taobao, tmp_path, gather)
     model_dir = tmp_path / "run"
     sets = _overrides(taobao, model_dir, "train.num_epochs=1", "data.num_workers=0",
                       f"model.gather_negatives={str(gather).lower()}")
-    proc = run_cli(["train", str(EXAMPLE), *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2"])
+    proc = warm_cli(["train", str(EXAMPLE), *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2"])
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
     assert result["step"] == 4 and result["rows"] == 1024

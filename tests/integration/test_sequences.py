@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import tzrun
-from tests.conftest import cli, run_cli
+from tests.conftest import cli
+from tests.warm_ranks import warm_cli
 from tests.integration import seq_model_plugin
 from tests.integration.test_train import _sets
 from tzrun.config.load import load_config, parse_config
@@ -198,7 +199,7 @@ def test_sequence_tables_shard_on_two_ranks_and_load_bit_identically_on_one_and_
 
     def run(model_dir: Path, *args: str, nproc: int = 1, sets=()) -> None:
         cmd = ["train", str(config), "--set", f'model_dir="{model_dir}"', *_sets(list(sets)), *args]
-        proc = run_cli(cmd + ["--nproc-per-node", str(nproc)], env=env) if nproc > 1 else cli(cmd, env=env)
+        proc = warm_cli(cmd + ["--nproc-per-node", str(nproc)], env=env) if nproc > 1 else cli(cmd, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
 
     two = tmp_path / "two"

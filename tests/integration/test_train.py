@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from tests.conftest import EXAMPLE, cli, example_overrides, run_cli
+from tests.conftest import EXAMPLE, cli, example_overrides
+from tests.warm_ranks import warm_cli
 from tzrun.runner.checkpoint import MARKER, list_checkpoints
 from tzrun_plugins.metrics.auc import binary_auc
 from tzrun.errors import EXIT_CONFIG
@@ -71,7 +72,7 @@ def test_two_ranks_train_and_their_auc_is_the_one_process_auc_of_the_same_predic
     model_dir = tmp_path / "run2"
     # eval batches of 750: rank 0 has 1,500 rows (2 batches), rank 1 has 1,501 (3): rank 0 pads
     overrides = example_overrides(criteo_dir, model_dir, "data.eval_batch_size=750", "eval.save_predictions=true", METRICS)
-    proc = run_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"])
+    proc = warm_cli(["train", str(EXAMPLE), *_sets(overrides), "--nproc-per-node", "2"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     # 6,000 rows per rank at 1,024 per step: 6 steps
     result = _results(model_dir)[-1]

@@ -602,12 +602,12 @@ def test_a_gradient_that_overflows_with_a_finite_loss_stops_the_run_naming_step_
 
 
 def test_two_ranks_skip_a_step_with_an_overflowing_gradient_together(tmp_path, criteo_dir):
-    from tests.conftest import run_cli
+    from tests.warm_ranks import warm_cli
 
     config = tmp_path / "huge.toml"
     text = CONFIG.format(model_dir=tmp_path / "two", train=_huge_dense_value_at_batch_3(tmp_path, criteo_dir))
     config.write_text(text.replace('dense_optimizer = { type = "sgd", lr = 0.1 }', 'dense_optimizer = { type = "adam", lr = 0.01 }'))
-    proc = run_cli(["train", str(config), "--nproc-per-node", "2", "--set", 'features.dense=[{name = "int_0"}, {name = "int_1"}]',
+    proc = warm_cli(["train", str(config), "--nproc-per-node", "2", "--set", 'features.dense=[{name = "int_0"}, {name = "int_1"}]',
                     "--set", 'train.on_nonfinite_loss="skip"', "--set", "train.num_steps=3"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     skipped = sorted(line.split("] tzrun: ") for line in proc.stderr.splitlines() if "its update was skipped" in line)

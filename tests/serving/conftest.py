@@ -31,11 +31,11 @@ TWO_RANK_OVERRIDES = ['eval.best_metric="auc"', "train.save_checkpoints_steps=2"
 def two_rank_run(tiny_run: TinyRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny config (``tiny_run``'s file and data) trained on 2 ranks with
     :data:`TWO_RANK_OVERRIDES`; returns its model dir."""
-    from tests.conftest import run_cli
+    from tests.warm_ranks import warm_cli
 
     model_dir = tmp_path_factory.mktemp("two_rank") / "run"
     sets = [a for s in TWO_RANK_OVERRIDES for a in ("--set", s)]
-    proc = run_cli(["train", str(tiny_run.model_dir.parent / "tiny.toml"), "--model-dir", str(model_dir),
+    proc = warm_cli(["train", str(tiny_run.model_dir.parent / "tiny.toml"), "--model-dir", str(model_dir),
                     "--nproc-per-node", "2", *sets], timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return model_dir

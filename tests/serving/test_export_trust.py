@@ -235,11 +235,11 @@ def test_after_train_overwrite_only_the_new_runs_export_is_served(tiny_run, tmp_
 
 
 def test_on_two_ranks_a_foreign_output_is_refused_by_rank_0_and_no_rank_waits(tiny_run, tmp_path):
-    from tests.conftest import run_cli
+    from tests.warm_ranks import warm_cli
 
     user = tmp_path / "user"
     files = _user_dir(user)
-    done = run_cli(["predict", str(tiny_run.model_dir.parent / "tiny.toml"), "--checkpoint", "latest", "--input",
+    done = warm_cli(["predict", str(tiny_run.model_dir.parent / "tiny.toml"), "--checkpoint", "latest", "--input",
                     str(tiny_run.model_dir.parent / "tiny_data" / "eval"), "--output", str(user), "--overwrite",
                     "--nproc-per-node", "2"], timeout=300)
     assert done.returncode == EXIT_CANT_WRITE, done.stderr[-3000:]

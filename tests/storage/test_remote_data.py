@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tests.conftest import run_cli
+from tests.warm_ranks import warm_cli
 from tzrun.errors import DataError, StorageError
 from tzrun.testing import run_tiny_training, tiny_config_text
 
@@ -156,7 +156,7 @@ def test_two_ranks_read_their_shards_from_s3(tiny_data, s3_bucket, tmp_path):
     config.write_text(tiny_config_text(tiny_data, tmp_path / "run"), encoding="utf-8")
     sets = [a for o in _overrides(f"{s3_bucket}/train", f"{s3_bucket}/eval", "train.num_steps=2")
             for a in ("--set", o)]
-    trained = run_cli(["train", str(config), *sets, "--nproc-per-node", "2"], timeout=300)
+    trained = warm_cli(["train", str(config), *sets, "--nproc-per-node", "2"], timeout=300)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-5000:]
     final = json.loads((tmp_path / "run" / "eval_results.jsonl").read_text(encoding="utf-8").splitlines()[-1])
     assert final["step"] == 2 and final["rows"] == 512  # both ranks' shards of the eval files were read
