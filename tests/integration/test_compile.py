@@ -35,6 +35,7 @@ EXAMPLES = {
     "wide_and_deep_criteo": "criteo",
     "dcn_v2_criteo": "criteo",
     "mask_net_criteo": "criteo",
+    "wukong_criteo": "criteo",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
     "dbmtl_taobao": "taobao",

@@ -28,6 +28,10 @@ EXAMPLES = {
                                  "model.final_hidden_units=[8]"], ["auc"]),
     "mask_net_criteo": ("criteo", ["model.n_mask_blocks=2", "model.hidden_dim=8", "model.reduction_ratio=0.5",
                                    "model.top_hidden_units=[8]"], ["auc"]),
+    "wukong_criteo": ("criteo", ["model.dense_hidden_units=[8, 16]", "model.final_hidden_units=[8]",
+                                 ("model.wukong_layers=[{lcb_feature_num=4, fmb_feature_num=4, compressed_feature_num=4, "
+                                  "feature_num_hidden_units=[16]}, {lcb_feature_num=4, fmb_feature_num=4, "
+                                  "compressed_feature_num=2, feature_num_hidden_units=[8]}]")], ["auc"]),
     "deepfm_criteo_text": ("criteo_text", ["model.deep_hidden_units=[16]", "model.final_hidden_units=[8]"], ["auc"]),
     "mmoe_taobao": (
         "taobao",

@@ -25,6 +25,7 @@ EXAMPLES = {
     "wide_and_deep_criteo": "criteo",
     "dcn_v2_criteo": "criteo",
     "mask_net_criteo": "criteo",
+    "wukong_criteo": "criteo",
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import dbmtl, dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, ple, wide_and_deep
+from tzrun_plugins.models import dbmtl, dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, ple, wide_and_deep, wukong
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -36,6 +36,9 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("mask_net", config=mask_net.MaskNetConfig, build=mask_net.build_mask_net, outputs=_binary,
              description="MaskNet: instance-guided masks over layer-normalized inputs, MaskBlocks in parallel or "
                          "serial, top MLP")
+    register("wukong", config=wukong.WuKongConfig, build=wukong.build_wukong, outputs=_binary,
+             description="WuKong: a dense MLP field and the id embeddings, stacked FM and linear compression "
+                         "blocks, final MLP")
     register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep, outputs=_binary,
              description="Wide & Deep: a linear model over the ids plus a deep MLP")
     register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,

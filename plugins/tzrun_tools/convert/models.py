@@ -1,5 +1,6 @@
-"""The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``, ``mmoe``,
-``ple``, ``dbmtl``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the converted features it reads.
+"""The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``,
+``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the
+converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -220,6 +221,42 @@ def _mask_net(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
     return table
 
 
+def _wukong(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
+    """``wukong { dense_mlp wukong_layers final }``; a dense MLP that TorchEasyRec would refuse (its last width is
+    not the embedding width) gets one more layer, to that width."""
+    table: dict[str, Any] = {"type": "wukong"}
+    used = set(_names(groups, feats))
+    dims = sorted({f["embedding_dim"] for f in feats.sparse if f["name"] in used})
+    dense = _mlp(model, "dense_mlp")
+    if any(f["name"] in used for f in feats.dense) and len(dims) == 1:
+        dim = dims[0]
+        if not dense:
+            model.findings.notes.append(Finding(model.at("dense_mlp"), (
+                f"unset or empty, which TorchEasyRec's wukong refuses beside dense features: written [{dim}] (one "
+                "layer to the id features' embedding_dim: its output is a field)")))
+            dense = [dim]
+        elif dense[-1] != dim:
+            model.findings.notes.append(Finding(model.at("dense_mlp"), (
+                f"{dense} ends at {dense[-1]}, not at the id features' embedding_dim {dim}, which TorchEasyRec refuses "
+                f"('dense mlp last hidden_unit must be the same sparse feature dim'): written {dense + [dim]}")))
+            dense = dense + [dim]
+    if dense:
+        table["dense_hidden_units"] = dense
+    layers = []
+    for layer in model.indexed_children("wukong_layers"):
+        out: dict[str, Any] = {}
+        layer.copy(out, {"lcb_feature_num": ("lcb_feature_num", "int"), "fmb_feature_num": ("fmb_feature_num", "int")})
+        out["compressed_feature_num"] = layer.value("compressed_feature_num", "int", 16)
+        out["feature_num_hidden_units"] = _mlp(layer, "feature_num_mlp") or []
+        layer.rest()
+        layers.append(out)
+    table["wukong_layers"] = layers
+    table["final_hidden_units"] = _mlp(model, "final") or []
+    sparse = next(iter(groups.groups)) if len(groups.groups) == 1 else "sparse"
+    _parts(model, groups, feats, {"dense MLP": ("dense", "dense"), "WuKong layers": (sparse, "id")})
+    return table
+
+
 def _relations(tower: Node, task: dict[str, Any]) -> None:
     """A ``BayesTaskTower``'s ``relation_tower_names`` and ``relation_mlp``."""
     names = tower.values("relation_tower_names", "str")
@@ -348,6 +385,7 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
 _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
     "dcn_v1": lambda m, g, f: _dcn(m, g, f, 1), "dcn_v2": lambda m, g, f: _dcn(m, g, f, 2), "mask_net": _mask_net,
+    "wukong": _wukong,
     "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
 }
 
