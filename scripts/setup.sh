@@ -4,6 +4,12 @@
 # with unchanged requirement files installs nothing.
 #   TZRUN_STACK=cpu|cuda   which requirements/<stack>.txt to install (default cpu)
 #   TZRUN_VENV=DIR         where the environment lives (default .venv)
+#   TZRUN_SETUP_UV=0       install tzrec-run's own dependencies with pip instead of uv
+# torch, FBGEMM and TorchRec come through pip (its configuration may point at a local torch
+# wheel or a mirror); the rest (tzrec-run, its test tools and the contrib distributions, about a
+# hundred packages) through uv, installed by pip first, which fetches and installs them in a
+# fraction of pip's time; where uv fails (say, it cannot reach PyPI but pip's mirror can), pip
+# installs them instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stack="${TZRUN_STACK:-cpu}"
@@ -42,19 +48,30 @@ if ! { [ "$stack" = cpu ] && "${pip[@]}" --no-deps -c requirements/constraints.t
     exit 68
   fi
 fi
-"${pip[@]}" -c requirements/constraints.txt -r "requirements/$stack.txt"
+"${pip[@]}" -c requirements/constraints.txt -r "requirements/$stack.txt" "$(grep -m1 '^uv==' requirements/constraints.txt)"
 # TorchRec with its FBGEMM and torchmetrics requirements corrected, so that pip check passes (a
 # script of the standard library: tzrec-run itself is not installed yet)
 "$venv/bin/python" plugins/tzrun_tools/torchrec_wheel.py --stack "$stack" -- -c requirements/constraints.txt
 echo "setup: installing tzrec-run (editable) and its test tools"
-"${pip[@]}" -c requirements/constraints.txt -e ".[test]"
+contribs=()
+for contrib in contrib_*/; do
+  if [ -f "$contrib/pyproject.toml" ]; then
+    contribs+=(-e "$contrib[test]")
+  fi
+done
+uv=("$venv/bin/uv" pip install --python "$venv/bin/python" -q -c requirements/constraints.txt)
+if [ "${TZRUN_SETUP_UV:-1}" != 0 ] && "${uv[@]}" -e ".[test]" && \
+   { [ ${#contribs[@]} = 0 ] || "${uv[@]}" --config-settings editable_mode=compat "${contribs[@]}"; }; then
+  :
+else
+  [ "${TZRUN_SETUP_UV:-1}" = 0 ] || echo "setup: uv could not install them (above); pip installs them instead"
+  "${pip[@]}" -c requirements/constraints.txt -e ".[test]"
+  if [ ${#contribs[@]} != 0 ]; then
+    "${pip[@]}" -c requirements/constraints.txt --config-settings editable_mode=compat "${contribs[@]}"
+  fi
+fi
 # the editable install imports tzrun through a finder hook that type checkers cannot follow; a
 # path entry lets mypy see tzrun (and its py.typed) from plugins under development
 "$venv/bin/python" -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "tzrec_run_typing.pth").write_text("\n".join(str(pathlib.Path(p).resolve()) for p in ("core", "plugins")) + "\n")'
-for contrib in contrib_*/; do
-  if [ -f "$contrib/pyproject.toml" ]; then
-    "${pip[@]}" -c requirements/constraints.txt --config-settings editable_mode=compat -e "$contrib[test]"
-  fi
-done
 "$venv/bin/python" -c "import torch, torchrec, fbgemm_gpu, tzrun; print('setup: torch', torch.__version__, '| torchrec', torchrec.__version__ if hasattr(torchrec, '__version__') else '?', '| tzrec-run', tzrun.__version__)"
 echo "$want" > "$stamp"

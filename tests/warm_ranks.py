@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import pickle
 import selectors
 import signal
 import socket
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 _LENGTH = 8
@@ -48,6 +50,8 @@ _PR_SET_PDEATHSIG = 1
 #: (tzrun.cli.agent, which otherwise cleans up after a launcher it thinks is gone); a fork's
 #: parent is its server
 _PARENT_PID_ENVS = ("TZRUN_AGENT_PID", "TZRUN_LAUNCHER_PID")
+#: which server a client asks (default: its RANK); not passed on to the fork
+_SLOT_ENV = "TZRUN_WARM_SLOT"
 
 _CLIENT = r'''#!{python} -IS
 # a stand-in for python, written by tests/warm_ranks.py: the server forks the process
@@ -55,7 +59,7 @@ import json, os, signal, socket, sys
 SOCKETS = {sockets!r}
 
 def main():
-    rank = os.environ.get("RANK", "0")
+    rank = os.environ.get("TZRUN_WARM_SLOT") or os.environ.get("RANK", "0")
     path = SOCKETS[int(rank) % len(SOCKETS)] if rank.isdigit() else SOCKETS[0]
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -122,6 +126,41 @@ def warm_python(argv: list[str], *, timeout: float = 600, env: dict[str, str] | 
     full_env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
     return subprocess.run([str(warm_executable()), *argv], capture_output=True, text=True, timeout=timeout,
                           env=full_env, cwd=REPO)
+
+
+def warm_spawn(fn: Callable[..., object], args: tuple = (), nprocs: int = 2, timeout: float = 300) -> None:
+    """``torch.multiprocessing.spawn(fn, args, nprocs)`` with warm processes: ``fn(rank,
+    *args)`` in ``nprocs`` forks at once (``fn`` a module-level function, ``args`` picklable);
+    an AssertionError with the output of every process that failed, or of all of them after
+    ``timeout`` seconds (then killed)."""
+    payload = pickle.dumps((fn.__module__, fn.__qualname__, args)).hex()
+    code = ("import importlib, pickle, sys\n"
+            "module, name, args = pickle.loads(bytes.fromhex(sys.argv[2]))\n"
+            "target = importlib.import_module(module)\n"
+            "for part in name.split('.'):\n"
+            "    target = getattr(target, part)\n"
+            "target(int(sys.argv[1]), *args)\n")
+    with tempfile.TemporaryDirectory(prefix="tzrun-warm-spawn-") as out:
+        procs = []
+        for rank in range(nprocs):
+            log = open(Path(out, f"rank-{rank}.log"), "w+")  # noqa: SIM115 - closed below
+            procs.append((subprocess.Popen([str(warm_executable()), "-c", code, str(rank), payload], stdout=log,
+                                           stderr=subprocess.STDOUT, cwd=REPO,
+                                           env={**os.environ, "PYTHONFAULTHANDLER": "1", _SLOT_ENV: str(rank)}), log))
+        deadline = time.monotonic() + timeout
+        failed = []
+        for rank, (proc, log) in enumerate(procs):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                for other, _ in procs:
+                    other.kill()
+                proc.wait()
+            log.seek(0)
+            if proc.returncode != 0:
+                failed.append(f"rank {rank} exited with {proc.returncode}:\n{log.read()[-4000:]}")
+            log.close()
+        assert not failed, "\n".join(failed)
 
 
 def warm_executable() -> Path:
@@ -324,7 +363,7 @@ def _run_forked(request: dict, fds: list[int], real_python: str, client: str) ->
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    env = request["env"]
+    env = {k: v for k, v in request["env"].items() if k != _SLOT_ENV}
     os.environ.clear()
     os.environ.update(env)
     for name in _PARENT_PID_ENVS:

@@ -76,7 +76,7 @@ def _collective_worker(rank: int, init_file: str, out_dir: str) -> None:
 
 
 def test_every_rank_agrees_on_the_first_bad_gradient(tmp_path):
-    import torch.multiprocessing as mp
+    from tests.warm_ranks import warm_spawn
 
-    mp.spawn(_collective_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    warm_spawn(_collective_worker, (str(tmp_path / "store"), str(tmp_path)))
     assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == ["3", "3"]

@@ -88,10 +88,10 @@ def _refuse_worker(rank: int, world_size: int, init_file: str, root: str) -> Non
 
 
 def test_every_rank_refuses_with_rank_0s_reading(tmp_path):
-    import torch.multiprocessing as mp
+    from tests.warm_ranks import warm_spawn
 
     _foreign(tmp_path / "foreign")
-    mp.spawn(_refuse_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    warm_spawn(_refuse_worker, (2, str(tmp_path / "store"), str(tmp_path)))
     outcomes = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)]
     assert outcomes[0] == outcomes[1] and "foreign is not empty and is not a tzrec-run model dir" in outcomes[0]
 

@@ -145,17 +145,10 @@ def _gather_worker(rank: int, init_file: str, out_dir: str) -> None:
 def test_ranks_that_gather_at_different_steps_stop_with_an_error_naming_them(tmp_path):
     """The dump's collective in tzrun_after_train_step (allowed by the hookspec at steps the step
     number picks): a rank that skipped it is named, not paired with another step's gather."""
-    import torch.multiprocessing as mp
+    from tests.warm_ranks import warm_spawn
 
-    import time
-
-    workers = mp.spawn(_gather_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=False)
-    deadline = time.monotonic() + 120  # a mismatched gather hangs: that is the failure
-    while not workers.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in workers.processes:
-                process.kill()
-            pytest.fail("the ranks hung in a gather")
+    # a mismatched gather hangs: that is the failure (the ranks are killed after 120 s)
+    warm_spawn(_gather_worker, (str(tmp_path / "store"), str(tmp_path)), timeout=120)
     for rank in range(2):
         together, apart = (tmp_path / f"rank{rank}.txt").read_text().split("\n", 1)
         assert together == "[0, 1, 10, 11]"

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import EXAMPLE, REPO, example_overrides
 from tests.integration.test_train import _results, _sets
+from tests.warm_ranks import warm_cli
 from tzrun.runner.checkpoint import list_checkpoints
 from tzrun.runner.manifest import check_checkpoint
 from tzrun.runner.run_lock import LOCK_FILE
@@ -121,8 +122,9 @@ def test_a_signal_to_the_launcher_stops_every_rank_with_exit_75_and_resume_finis
         return  # a stop resumes the same way whatever the signal (tests/integration/test_ctrl_c.py resumes a Ctrl-C's)
 
     # a few steps past the stop are what resuming is tested by (not the rest of the 150)
-    resumed = subprocess.run([*command, "--set", f"train.num_steps={step + 4}", "--nproc-per-node", "2", "--resume"],
-                             capture_output=True, text=True, cwd=REPO, timeout=120)
+    # (the resume is a plain 2-rank run: its processes start warm)
+    resumed = warm_cli([*command[3:], "--set", f"train.num_steps={step + 4}", "--nproc-per-node", "2", "--resume"],
+                       timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"step-{step}" in resumed.stderr and "resuming from" in resumed.stderr
     assert _results(model_dir)[-1]["step"] == step + 4

@@ -112,3 +112,22 @@ def tzrun_cli_without(distributions: Sequence[str], args: Sequence[str], tmp_pat
     env = _clean_environ()
     env["PYTHONPATH"] = os.pathsep.join(python_path)
     return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+
+
+#: the kinds the docs' walkthrough generates (docs/howto/write_a_plugin.md)
+WALKTHROUGH_KINDS = "dense_optimizer,lr_scheduler,loss,metric,stage"
+
+
+def generate_plugin(out: Path) -> tuple[Path, Path]:
+    """``tzrec-run new-plugin tzrun-walkthrough`` into ``out``, "installed" into ``out/site``
+    as ``pip install -e .`` leaves it (its metadata, its entry point, its package); returns
+    the distribution's directory and the site directory."""
+    proc = tzrun_cli(["new-plugin", "tzrun-walkthrough", "--kind", WALKTHROUGH_KINDS, "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    root = out / "tzrun-walkthrough"
+    site_dir = out / "site"
+    site_dir.mkdir()
+    write_distribution(site_dir, "tzrun-walkthrough", "0.1.0", entry_points={"tzrun_walkthrough": "tzrun_walkthrough.hooks"},
+                       requires=["tzrec-run>=0.1,<0.2"])
+    (site_dir / "tzrun_walkthrough").symlink_to(root / "src" / "tzrun_walkthrough", target_is_directory=True)
+    return root, site_dir

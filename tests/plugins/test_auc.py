@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from sklearn.metrics import roc_auc_score
 from torchmetrics.classification import BinaryAUROC
 
@@ -349,12 +348,9 @@ def _dist_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> No
 
 def test_distributed_equals_single_process(tmp_path: Path) -> None:
     world_size = 2
-    mp.spawn(
-        _dist_worker,
-        args=(world_size, str(tmp_path / "store"), str(tmp_path)),
-        nprocs=world_size,
-        join=True,
-    )
+    from tests.warm_ranks import warm_spawn
+
+    warm_spawn(_dist_worker, (world_size, str(tmp_path / "store"), str(tmp_path)), nprocs=world_size)
     preds, target, weight = _dist_data()
     single_binned = AUC(thresholds=50)
     single_binned.update(preds, target)

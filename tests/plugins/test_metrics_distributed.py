@@ -9,7 +9,6 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tzrun_plugins.metrics.auc import AUC
 from tzrun_plugins.metrics.grouped_auc import GroupedAUC
@@ -140,7 +139,9 @@ def _step_output(batch):
 
 @pytest.mark.multiproc
 def test_two_ranks_equal_one_process(tmp_path: Path) -> None:
-    mp.spawn(_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    from tests.warm_ranks import warm_spawn
+
+    warm_spawn(_worker, (2, str(tmp_path / "store"), str(tmp_path)))
     rows, owner = _rows(), _owner()
     expected: dict[str, float] = {}
     for name, (make, feed) in _METRICS.items():

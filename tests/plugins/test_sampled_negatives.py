@@ -148,9 +148,9 @@ def _gather_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> 
 
 @pytest.mark.multiproc
 def test_gathered_negatives_come_from_every_rank_and_send_gradients_back(tmp_path):
-    import torch.multiprocessing as mp
+    from tests.warm_ranks import warm_spawn
 
-    mp.spawn(_gather_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    warm_spawn(_gather_worker, (2, str(tmp_path / "store"), str(tmp_path)))
     scale = torch.arange(1.0, 13.0).view(4, 3)
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt")

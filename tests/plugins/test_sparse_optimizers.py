@@ -288,9 +288,9 @@ def _two_rank_worker(rank: int, init_file: str, out_dir: str) -> None:
 
 
 def test_initial_accumulators_fill_every_shard_on_each_rank(tmp_path):
-    import torch.multiprocessing as mp
+    from tests.warm_ranks import warm_spawn
 
-    mp.spawn(_two_rank_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    warm_spawn(_two_rank_worker, (str(tmp_path / "store"), str(tmp_path)))
     values = {"t0": 3.0, "t1": 5.0, "t2": 7.0}
     for rank in range(2):
         out = json.loads((tmp_path / f"rank{rank}.json").read_text())

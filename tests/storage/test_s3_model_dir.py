@@ -22,6 +22,7 @@ import pytest
 import tzrun
 from tests.conftest import EXAMPLE, REPO, cli, example_overrides
 from tests.integration import fault_plugin
+from tests.warm_ranks import warm_executable
 from tzrun.config.load import load_config, parse_config
 from tzrun.io.files import EVAL_RESULTS, read_jsonl
 from tzrun.kernel.plugins import make_plugin_manager
@@ -146,7 +147,8 @@ def _torchrun(criteo_dir: Path, tmp_path: Path, model_dir: str, *flags: str, fau
     config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
     overrides = example_overrides(criteo_dir, "", "train.num_steps=8", "train.save_checkpoints_steps=3")
     overrides = [o for o in overrides if not o.startswith("model_dir")] + [f'model_dir="{model_dir}"']
-    cmd = [sys.executable, "-m", "tzrun", "train", str(config), *[a for o in overrides for a in ("--set", o)],
+    python = sys.executable if fault else str(warm_executable())  # a plain 2-rank run starts warm
+    cmd = [python, "-m", "tzrun", "train", str(config), *[a for o in overrides for a in ("--set", o)],
            "--nproc-per-node", "2", *flags]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
                             start_new_session=True)
