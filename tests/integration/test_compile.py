@@ -39,6 +39,7 @@ EXAMPLES = {
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
     "dbmtl_taobao": "taobao",
+    "pepnet_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",
 }

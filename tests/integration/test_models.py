@@ -52,6 +52,12 @@ EXAMPLES = {
          "relation_hidden_units=[4]}]"],
         ["ctr_auc", "cvr_auc", "loss/ctr_bce", "loss/cvr_bce"],
     ),
+    "pepnet_taobao": (
+        "taobao",
+        ["model.epnet_hidden_unit=8", "model.ppnet_hidden_units=[16, 8]",
+         'model.tasks=[{name="ctr", hidden_units=[8]}, {name="cvr", hidden_units=[]}]'],
+        ["ctr_auc", "cvr_auc", "loss/ctr_bce", "loss/cvr_bce"],
+    ),
     "multi_tower_taobao": ("taobao", ['model.towers=[{features=["user_id", "pid"], hidden_units=[16]}, '
                                       '{features=["adgroup_id", "price"], hidden_units=[16]}]',
                                       "model.final_hidden_units=[8]"], ["auc"]),

@@ -29,6 +29,7 @@ EXAMPLES = {
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
+    "pepnet_taobao": "taobao",
     "dbmtl_taobao": "taobao",
     "dssm_taobao": "taobao",
     "din_taobao": "taobao",

@@ -1,11 +1,11 @@
-"""What the multi-task models (``mmoe``, ``ple``, ``dbmtl``) share: the validators of their
-``[[model.tasks]]`` tables, their input layer (dense features, embeddings and encoded sequence
-groups, concatenated) and the ``logits/<task>``, ``probs/<task>`` outputs."""
+"""What the multi-task models (``mmoe``, ``ple``, ``dbmtl``, ``pepnet``) share: the validators of
+their ``[[model.tasks]]`` tables, their input layer (dense features, embeddings and encoded
+sequence groups, concatenated) and the ``logits/<task>``, ``probs/<task>`` outputs."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import attrs
 
@@ -14,7 +14,8 @@ from tzrun.errors import ConfigError, ConfigProblem
 from tzrun_plugins.models._layers import positive_units
 from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder_problems, encoders_by_group
 
-__all__ = ["task_name", "TaskConfig", "unique_tasks", "per_task_outputs", "check_inputs", "add_inputs", "read_inputs"]
+__all__ = ["task_name", "TaskConfig", "unique_tasks", "per_task_outputs", "check_inputs", "add_inputs", "look_up",
+           "read_inputs"]
 
 _TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -64,9 +65,10 @@ def per_task_outputs(names: Sequence[str], logits: Sequence[Any]) -> dict[str, A
     return outputs
 
 
-def check_inputs(encoders: Sequence[SequenceEncoderConfig], ctx: ModelContext, model: str) -> None:
+def check_inputs(encoders: Sequence[SequenceEncoderConfig], ctx: ModelContext, model: str,
+                 more: Sequence[ConfigProblem] = ()) -> None:
     """Raise the problems of ``model``'s inputs: its sequence encoders against ``ctx``'s groups,
-    and no id feature.
+    no id feature, and ``more`` (the model's own).
 
     Raises:
         ConfigError: with every problem found.
@@ -74,6 +76,7 @@ def check_inputs(encoders: Sequence[SequenceEncoderConfig], ctx: ModelContext, m
     problems = encoder_problems(encoders, ctx, model=model)
     if not ctx.sparse_features:
         problems.append(ConfigProblem("features.sparse", f"{model} needs at least one id feature"))
+    problems += more
     if problems:
         raise ConfigError("model", problems)
 
@@ -91,12 +94,21 @@ def add_inputs(module: Any, encoders: Sequence[SequenceEncoderConfig], ctx: Mode
     return int(module.inputs.width + module.sequence_inputs.width)
 
 
-def read_inputs(module: Any, batch: Any) -> Any:
-    """``x`` of ``batch`` through the input layer :func:`add_inputs` gave ``module``: ``[B, width]``."""
-    import torch
-
+def look_up(module: Any, batch: Any) -> tuple[Any, Any]:
+    """The pooled embeddings and the sequences of ``batch`` through the input layer
+    :func:`add_inputs` gave ``module`` (either ``None`` when ``module`` has no such collection),
+    for another :class:`~tzrun_plugins.models._sequence_inputs.FeatureInputs` to read as well."""
     bags = module.ebc(batch.sparse) if module.ebc is not None else None
     sequences = module.sequences(batch) if module.sequences is not None else None
+    return bags, sequences
+
+
+def read_inputs(module: Any, batch: Any, looked_up: Optional[tuple[Any, Any]] = None) -> Any:
+    """``x`` of ``batch`` through the input layer :func:`add_inputs` gave ``module``: ``[B, width]``
+    (from ``looked_up``, :func:`look_up`'s result, when given)."""
+    import torch
+
+    bags, sequences = looked_up if looked_up is not None else look_up(module, batch)
     x = module.inputs(batch.dense, bags, sequences)
     if module.sequence_inputs.names:
         x = torch.cat([x, module.sequence_inputs(sequences)], dim=1)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import dbmtl, dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, ple, wide_and_deep, wukong
+from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, pepnet, ple,
+                                  wide_and_deep, wukong)
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -49,6 +50,9 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("dbmtl", config=dbmtl.DBMTLConfig, build=dbmtl.build_dbmtl, outputs=_per_task,
              description="DBMTL: bottom MLP, optional MMoE, task towers and relation MLPs over the towers "
                          "each task depends on (logits/<task>, probs/<task>)")
+    register("pepnet", config=pepnet.PEPNetConfig, build=pepnet.build_pepnet, outputs=_per_task,
+             description="PEPNet: EPNet's gate over the shared input from domain features, per-task PPNet layers "
+                         "gated by user/item features, task towers (logits/<task>, probs/<task>)")
     register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm, outputs=_towers,
              description="DSSM two-tower retrieval: user and item towers, in-batch [B, B] and sampled "
                          "[B, 1 + N] similarities with temperature")

@@ -1,11 +1,12 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``,
-``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which of the
-converted features it reads.
+``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which
+of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
-their feature groups; tzrec-run's read every feature (DSSM: the features each tower names), so a
-group that leaves a feature out of a part is noted, and a feature in no group is not converted.
+their feature groups; tzrec-run's read every feature (DSSM: the features each tower names; pepnet's
+gates: the features each gate names), so a group that leaves a feature out of a part is noted, and a
+feature in no group is not converted.
 """
 
 from __future__ import annotations
@@ -293,6 +294,62 @@ def _dbmtl(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str,
     return _every_feature(model, groups, feats, table, "bottom")
 
 
+def _pepnet(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``pepnet``: TorchEasyRec's groups named ``all`` (the shared input), ``domain`` (EPNet's gate) and ``uia``
+    (PPNet's gates) become every feature, ``domain_features`` and ``uia_features``; its per-domain towers
+    (``domain_input_name``, ``task_domain_num``) are reported."""
+    main, domain, uia = "all", "domain", "uia"
+    if main not in groups.groups:
+        model.findings.not_converted.append(Finding(model.path, (
+            f"TorchEasyRec's pepnet reads the feature group named '{main}' as its shared input, and there is none "
+            f"(groups: {', '.join(groups.groups) or 'none'}), so the model is not converted")))
+        return None
+    table: dict[str, Any] = {"type": "pepnet"}
+
+    def gate_features(group: str, gate: str, fields: tuple[str, ...]) -> list[str]:
+        """The converted features of ``group``; without any, ``fields`` are reported."""
+        names = _names(groups, feats, group)
+        if not names:
+            why = (f"there is no group named '{group}'" if group not in groups.groups
+                   else f"group '{group}' has no converted feature")
+            for name in fields:
+                model.skip(name, f"TorchEasyRec builds {gate} only with a feature group named '{group}', and {why}")
+        return names
+
+    domain_features = gate_features(domain, "EPNet", ("epnet_hidden_unit", "epnet_gamma"))
+    if domain_features:
+        table["domain_features"] = domain_features
+        model.copy(table, {"epnet_hidden_unit": ("epnet_hidden_unit", "int"), "epnet_gamma": ("epnet_gamma", _F)})
+    uia_features = gate_features(uia, "PPNet", ("ppnet_hidden_units", "ppnet_activation", "ppnet_dropout_ratio",
+                                                "ppnet_gamma"))
+    if uia_features:
+        units = model.values("ppnet_hidden_units", "int")
+        if not units:
+            model.findings.not_converted.append(Finding(model.at("ppnet_hidden_units"), (
+                f"unset or empty beside a group named '{uia}': TorchEasyRec's PPNet fails without layers, so the model "
+                "is not converted")))
+            return None
+        table["uia_features"] = uia_features
+        table["ppnet_hidden_units"] = units
+        model.copy(table, {"ppnet_gamma": ("ppnet_gamma", _F)})
+        if model.value("ppnet_activation", "str", "nn.ReLU") != "nn.ReLU":
+            model.skip("ppnet_activation", "tzrec-run's PPNet layers use ReLU")
+        if any(model.values("ppnet_dropout_ratio", _F)):
+            model.skip("ppnet_dropout_ratio", "dropout has no equivalent in tzrec-run's PPNet layers")
+    if model.has("domain_input_name"):
+        model.skip("domain_input_name", (
+            "per-domain towers (task_domain_num copies of each task tower, the loss and metrics reading the copy of "
+            "each row's domain) have no equivalent here: one tower per task, trained on every row (the domain's label "
+            "column stays in data.labels, read by no loss)"))
+    model.skip("task_domain_num", "used only with domain_input_name, whose per-domain towers are not converted")
+    table["tasks"] = _tasks(model, "pepnet")
+    _parts(model, groups, feats, {"shared input": (main, "all")})
+    encoders = _encoders(groups, feats, _names(groups, feats))
+    if encoders:
+        table["sequence_encoders"] = encoders
+    return table
+
+
 def _encoders(groups: Groups, feats: FeatureSet, names: list[str]) -> list[dict[str, Any]]:
     """The ``[[model.sequence_encoders]]`` of the sequence groups among ``names``."""
     converted = {g["name"] for g in feats.sequence}
@@ -386,7 +443,8 @@ _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
     "dcn_v1": lambda m, g, f: _dcn(m, g, f, 1), "dcn_v2": lambda m, g, f: _dcn(m, g, f, 2), "mask_net": _mask_net,
     "wukong": _wukong,
-    "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "dssm": _dssm, "multi_tower_din": _din, "multi_tower": _multi_tower,
+    "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "pepnet": _pepnet, "dssm": _dssm, "multi_tower_din": _din,
+    "multi_tower": _multi_tower,
 }
 
 

@@ -154,7 +154,7 @@ def summary_lines(conversion: Conversion) -> list[str]:
 
 
 #: tzrec-run models named as TorchEasyRec names them.
-_SAME_MODELS = {n: n for n in ("deepfm", "dlrm", "dcn_v1", "dcn_v2", "mask_net", "wukong", "dssm", "mmoe", "ple", "dbmtl", "wide_and_deep", "multi_tower")} | {"multi_tower_din": "din"}
+_SAME_MODELS = {n: n for n in ("deepfm", "dlrm", "dcn_v1", "dcn_v2", "mask_net", "wukong", "dssm", "mmoe", "ple", "dbmtl", "pepnet", "wide_and_deep", "multi_tower")} | {"multi_tower_din": "din"}
 
 
 def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet) -> Optional[dict[str, Any]]:
