@@ -41,6 +41,7 @@ EXAMPLES = {
     "dbmtl_taobao": "taobao",
     "pepnet_taobao": "taobao",
     "dssm_taobao": "taobao",
+    "dssm_v2_taobao": "taobao",
     "din_taobao": "taobao",
 }
 #: small layers (those of test_models.py): inductor's C++ costs seconds per kernel on a cold

@@ -66,6 +66,11 @@ EXAMPLES = {
         ["model.user_hidden_units=[16]", "model.item_hidden_units=[16]", "model.output_dim=8", "train.num_epochs=1"],
         ["recall_at_5", "recall_at_50", "loss/in_batch_softmax"],
     ),
+    "dssm_v2_taobao": (
+        "taobao",
+        ["model.user_hidden_units=[16]", "model.item_hidden_units=[16]", "model.output_dim=8", "train.num_epochs=1"],
+        ["recall_at_5", "recall_at_50", "loss/in_batch_softmax"],
+    ),
 }
 #: the other shipped examples (trained by the matrix below only; test_sequence_models.py,
 #: test_sampled_negatives.py and test_real_formats.py train them on their own data as well)
@@ -154,7 +159,7 @@ def test_example_with_the_options_users_combine_trains_under_the_default_pipelin
         example, precision, datasets, tmp_path):
     """The defaults users get (``train.pipeline`` unset: sparse_dist) with mixed precision and
     gradient accumulation on, the sequence groups of the examples that have them (din_taobao,
-    dssm_taobao, dssm_taobao_sampled), then an export that scores rows."""
+    dssm_taobao, dssm_taobao_sampled, dssm_v2_taobao), then an export that scores rows."""
     config = REPO / "examples" / f"{example}.toml"
     assert "pipeline" not in config.read_text()  # the default pipeline, as users get it
     model_dir = tmp_path / "run"

@@ -32,6 +32,7 @@ EXAMPLES = {
     "pepnet_taobao": "taobao",
     "dbmtl_taobao": "taobao",
     "dssm_taobao": "taobao",
+    "dssm_v2_taobao": "taobao",
     "din_taobao": "taobao",
     "multi_tower_taobao": "taobao",
     "dssm_taobao+sequence": "taobao",
@@ -50,6 +51,8 @@ name = "click_seq__adgroup_id"
 column = "click_50_seq"
 table = "adgroup_id_emb"
 '''
+#: the shipped examples with a [[features.sequence]] group of their own (its first feature click_seq__adgroup_id)
+SEQUENCE_EXAMPLES = ("din_taobao", "dssm_v2_taobao")
 #: "<example>+sequence": the example with a sequence group and a [[model.sequence_encoders]] table
 SEQUENCE_VARIANTS = {
     "dssm_taobao": lambda text: text.replace(
@@ -82,7 +85,7 @@ def _session(example: str, data: Path, model_dir: Path):
 
     sets = [f'data.train_input="{data / "eval"}"', f'data.eval_input="{data / "eval"}"', f'model_dir="{model_dir}"']
     base, _, variant = example.partition("+")
-    if base == "din_taobao":
+    if base in SEQUENCE_EXAMPLES:
         sets.append("features.sequence[0].max_len=7")  # shorter than some rows: the truncation is exported too
     config = REPO / "examples" / f"{base}.toml"
     if variant:
@@ -92,7 +95,7 @@ def _session(example: str, data: Path, model_dir: Path):
         config = model_dir.parent / f"{base}_{variant}.toml"
         config.write_text(changed)
     session = Session.from_config(config, sets)
-    assert bool(session.specs.sequence_groups) == (bool(variant) or base == "din_taobao"), example
+    assert bool(session.specs.sequence_groups) == (bool(variant) or base in SEQUENCE_EXAMPLES), example
     return session
 
 

@@ -24,6 +24,9 @@ vector by its ``[[model.sequence_encoders]]`` table (``mean`` or ``self_attentio
 for a group without one) and concatenated to the tower's input. Only the user tower may: the
 sampled negative items of ``[data.sampler]`` carry no sequences. ``target_attention`` is refused:
 the user tower never sees the candidate item, so there is no query to attend with.
+
+``dssm_v2`` (:mod:`tzrun_plugins.models.dssm_v2`) is this model with a feature allowed in both
+towers; :func:`build_two_towers` builds either.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, encoder
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
 
-__all__ = ["DSSMConfig", "build_dssm"]
+__all__ = ["DSSMConfig", "build_dssm", "build_two_towers"]
 
 
 @attrs.frozen
@@ -75,11 +78,11 @@ class DSSMConfig:
     sequence_encoders: tuple[SequenceEncoderConfig, ...] = attrs.field(default=(), validator=unique_sequences)
 
 
-def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
+def _tower_problems(cfg: DSSMConfig, ctx: ModelContext, model: str, in_both: bool) -> list[ConfigProblem]:
     problems = unknown_feature_problems("model.user_features", cfg.user_features, ctx, sequences=True)
     problems += unknown_feature_problems("model.item_features", cfg.item_features, ctx, sequences=True)
     both = sorted(set(cfg.user_features) & set(cfg.item_features))
-    if both:
+    if both and not in_both:
         problems.append(ConfigProblem("model.item_features", f"{', '.join(both)} also in model.user_features; a feature belongs to one tower"))
     assigned = set(cfg.user_features) | set(cfg.item_features)
     for i, f in enumerate(ctx.dense_features):
@@ -96,7 +99,7 @@ def _tower_problems(cfg: DSSMConfig, ctx: ModelContext) -> list[ConfigProblem]:
         if name in groups:
             problems.append(ConfigProblem(f"model.item_features[{i}]", f"'{name}' is a sequence group: sequences belong to the "
                                                                         "user tower (sampled negative items carry none); move it to model.user_features"))
-    problems += encoder_problems(cfg.sequence_encoders, ctx, model="dssm", query_free=True)
+    problems += encoder_problems(cfg.sequence_encoders, ctx, model=model, query_free=True)
     sparse = {f.name for f in ctx.sparse_features} | {g.name for g in ctx.sequence_groups}
     for tower in ("user", "item"):
         if not any(name in sparse for name in getattr(cfg, f"{tower}_features")):
@@ -111,6 +114,23 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
         ConfigError: when a tower names an unknown feature, a feature is in both towers or in
             neither, or a tower has no id feature.
     """
+    return build_two_towers(cfg, ctx, model="dssm", in_both=False)
+
+
+def build_two_towers(cfg: DSSMConfig, ctx: ModelContext, *, model: str, in_both: bool) -> Any:
+    """Build the two towers of ``dssm`` (and ``dssm_v2``) for ``ctx``'s features.
+
+    Args:
+        cfg: the model's options.
+        ctx: the run's features.
+        model: the model's name, for messages.
+        in_both: whether a feature may feed both towers (``dssm_v2``): it is looked up once
+            and each tower reads the same pooled embedding.
+
+    Raises:
+        ConfigError: when a tower names an unknown feature, a feature is in neither tower (or,
+            without ``in_both``, in both), or a tower has no id feature.
+    """
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -118,7 +138,7 @@ def build_dssm(cfg: DSSMConfig, ctx: ModelContext) -> Any:
     from tzrun_plugins.models import _gather
     from tzrun_plugins.models._sequence_inputs import FeatureInputs, SequenceInputs, bag_collection, sequence_embeddings
 
-    problems = _tower_problems(cfg, ctx)
+    problems = _tower_problems(cfg, ctx, model, in_both)
     if problems:
         raise ConfigError("model", problems)
     encoders = encoders_by_group(cfg.sequence_encoders, ctx)

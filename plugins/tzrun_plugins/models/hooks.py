@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, mask_net, mmoe, multi_tower, pepnet, ple,
-                                  wide_and_deep, wukong)
+from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, dssm_v2, mask_net, mmoe, multi_tower, pepnet,
+                                  ple, wide_and_deep, wukong)
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -56,3 +56,6 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("dssm", config=dssm.DSSMConfig, build=dssm.build_dssm, outputs=_towers,
              description="DSSM two-tower retrieval: user and item towers, in-batch [B, B] and sampled "
                          "[B, 1 + N] similarities with temperature")
+    register("dssm_v2", config=dssm_v2.DSSMV2Config, build=dssm_v2.build_dssm_v2, outputs=_towers,
+             description="DSSM-v2 two-tower retrieval: dssm with one embedding lookup read by both towers, a "
+                         "feature allowed in both (TorchEasyRec's dssm_v2)")

@@ -24,7 +24,6 @@ _DATA_NOT_CONVERTED = {
     "odps_data_compression": "MaxCompute (ODPS) input is not supported",
     "sample_mask_prob": "sample masking has no equivalent",
     "negative_sample_mask_prob": "sample masking has no equivalent",
-    "force_base_data_group": "no equivalent (batches are built from the configured features)",
     "in_order": "batches are always in order here (resume is exact)",
 }
 _SAMPLERS = ("negative_sampler", "negative_sampler_v2", "hard_negative_sampler", "hard_negative_sampler_v2", "tdm_sampler")
@@ -63,6 +62,11 @@ def convert_data(node: Node, data: dict[str, Any]) -> None:
                              "not computed)")
     for name, reason in _DATA_NOT_CONVERTED.items():
         node.skip(name, reason)
+    if node.has("force_base_data_group"):
+        node.note("force_base_data_group", (
+            f"{str(node.value('force_base_data_group', 'bool', False)).lower()}: nothing to set: every feature of a "
+            "batch has the same rows here, a sampler's items after the batch's own (the layout true asks for, which "
+            "dssm_v2 needs); the models compute the same either way"))
     for name in _SAMPLERS:
         node.skip(name, "not converted: the converted two-tower model trains on in-batch negatives; to sample "
                         "negatives from an item table, add [data.sampler] type = \"negative\" with the sampled_softmax "

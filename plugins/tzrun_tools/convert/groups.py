@@ -4,7 +4,7 @@ TorchEasyRec's models read their inputs by group (``deep``, ``wide``, ``fm``, a 
 ``input``); tzrec-run's models read every feature (DSSM: the features each tower names). The
 groups are read first, because a sequence's encoding is set by the encoder over its group.
 
-For a model that reads sequence groups (``dssm``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``multi_tower_din``), a ``SEQUENCE``
+For a model that reads sequence groups (``dssm``, ``dssm_v2``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``multi_tower_din``), a ``SEQUENCE``
 feature group and each ``sequence_groups`` entry with a ``pooling_encoder`` (mean) or a
 ``din_encoder`` become a ``[[features.sequence]]`` group (:mod:`tzrun_tools.convert.sequences`)
 with a ``[[model.sequence_encoders]]`` table; otherwise a sequence is pooled as a bag, as before.
@@ -20,7 +20,7 @@ __all__ = ["Group", "SequenceGroupSpec", "Groups", "read_groups"]
 
 #: The models that read ``[[features.sequence]]`` groups, and whether their towers may attend
 #: with a query (``target_attention``).
-SEQUENCE_MODELS = {"dssm": False, "mmoe": True, "ple": True, "dbmtl": True, "pepnet": True, "multi_tower_din": True}
+SEQUENCE_MODELS = {"dssm": False, "dssm_v2": False, "mmoe": True, "ple": True, "dbmtl": True, "pepnet": True, "multi_tower_din": True}
 
 _ENCODERS = ("din_encoder", "simple_attention", "pooling_encoder", "multi_window_din_encoder",
              "self_attention_encoder")

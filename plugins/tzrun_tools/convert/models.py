@@ -1,6 +1,6 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``,
-``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``multi_tower`` and ``multi_tower_din`` (``din``), and which
-of the converted features it reads.
+``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``dssm_v2``, ``multi_tower`` and ``multi_tower_din``
+(``din``), and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -402,13 +402,16 @@ def _din(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, A
     return table
 
 
-def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
-    table: dict[str, Any] = {"type": "dssm"}
+def _dssm(model: Node, groups: Groups, feats: FeatureSet, v2: bool = False) -> Optional[dict[str, Any]]:
+    """``dssm`` and ``dssm_v2``: each tower's group becomes its features. ``dssm_v2`` looks up one embedding group for
+    both towers, as tzrec-run's towers do, so a feature in both groups stays in both; ``dssm`` keeps it in the user
+    tower and reports it."""
+    table: dict[str, Any] = {"type": "dssm_v2" if v2 else "dssm"}
     for side in ("user", "item"):
         tower = model.child(f"{side}_tower") or Node({}, model.at(f"{side}_tower"), model.findings)
         group = tower.value("input", "str", "")
         names = _names(groups, feats, group)
-        if side == "item":
+        if side == "item" and not v2:
             both = [n for n in names if n in table["user_features"]]
             if both:
                 tower.skip("input", f"{', '.join(both)} also in the user tower: a feature belongs to one tower "
@@ -422,11 +425,16 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
             model.findings.not_converted.append(Finding(tower.at("input"), (
                 f"group '{group}' has no converted feature, so the model is not converted")))
             return None
+    shared = sorted(_tables(feats, table["user_features"]) & _tables(feats, table["item_features"]))
+    if shared and not v2:
+        model.note("item_tower", f"{', '.join(shared)}: looked up by features of both towers; TorchEasyRec's dssm gives "
+                                 "each tower its own embedding group (two tables of that name), tzrec-run's dssm one "
+                                 "(as TorchEasyRec's dssm_v2); set another table on one side to keep them apart")
     encoders = _encoders(groups, feats, table["user_features"] + table["item_features"])
     table["output_dim"] = model.value("output_dim", "int", 64)
     similarity = model.value("similarity", "str", "INNER_PRODUCT")
     if similarity not in ("COSINE", "INNER_PRODUCT"):
-        model.skip("similarity", f"{similarity}: tzrec-run's dssm offers cosine and inner_product; the model is "
+        model.skip("similarity", f"{similarity}: tzrec-run's {table['type']} offers cosine and inner_product; the model is "
                                  "not converted")
         return None
     table["similarity"] = similarity.lower()
@@ -439,11 +447,21 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, 
     return table
 
 
+def _tables(feats: FeatureSet, names: list[str]) -> set[str]:
+    """The tables the id features (and sequence groups' features) among ``names`` look up (``table``, by default
+    ``<name>_emb``)."""
+    chosen = set(names)
+    features = [f for f in feats.sparse if f["name"] in chosen]
+    features += [f for group in feats.sequence if group["name"] in chosen for f in group.get("features", ())]
+    return {f.get("table") or f"{f['name']}_emb" for f in features}
+
+
 _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]]] = {
     "deepfm": lambda m, g, f: _deepfm(m, g, f, wide=False), "wide_and_deep": _wide_and_deep, "dlrm": _dlrm,
     "dcn_v1": lambda m, g, f: _dcn(m, g, f, 1), "dcn_v2": lambda m, g, f: _dcn(m, g, f, 2), "mask_net": _mask_net,
     "wukong": _wukong,
-    "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "pepnet": _pepnet, "dssm": _dssm, "multi_tower_din": _din,
+    "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "pepnet": _pepnet, "dssm": _dssm,
+    "dssm_v2": lambda m, g, f: _dssm(m, g, f, v2=True), "multi_tower_din": _din,
     "multi_tower": _multi_tower,
 }
 
@@ -467,7 +485,7 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
     num_class = node.value("num_class", "int", 1)
     if num_class != 1:
         node.skip("num_class", f"{num_class}: tzrec-run's {name} outputs one logit per task")
-    if name == "dssm":
+    if name in ("dssm", "dssm_v2"):
         features = set(table["user_features"]) | set(table["item_features"])
     elif name in ("multi_tower_din", "multi_tower"):
         features = {n for tower in table.get("towers", ()) for n in tower["features"]}

@@ -154,7 +154,7 @@ def summary_lines(conversion: Conversion) -> list[str]:
 
 
 #: tzrec-run models named as TorchEasyRec names them.
-_SAME_MODELS = {n: n for n in ("deepfm", "dlrm", "dcn_v1", "dcn_v2", "mask_net", "wukong", "dssm", "mmoe", "ple", "dbmtl", "pepnet", "wide_and_deep", "multi_tower")} | {"multi_tower_din": "din"}
+_SAME_MODELS = {n: n for n in ("deepfm", "dlrm", "dcn_v1", "dcn_v2", "mask_net", "wukong", "dssm", "dssm_v2", "mmoe", "ple", "dbmtl", "pepnet", "wide_and_deep", "multi_tower")} | {"multi_tower_din": "din"}
 
 
 def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet) -> Optional[dict[str, Any]]:
@@ -167,7 +167,7 @@ def _model(node: Node, name: Optional[str], groups: Groups, features: FeatureSet
                                                                   for n in features.names.get(f, ())}
         dropped = features.keep(used)
         if dropped:
-            where = "the towers' feature groups" if name == "dssm" and converted is not None else "the feature groups"
+            where = "the towers' feature groups" if name in ("dssm", "dssm_v2") and converted is not None else "the feature groups"
             node.findings.not_converted.append(Finding("feature_configs", (
                 f"{', '.join(dropped)}: in none of {where}, so TorchEasyRec's model does not read them "
                 "(tzrec-run's model would); left out")))
