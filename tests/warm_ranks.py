@@ -363,7 +363,6 @@ def _run_forked(request: dict, fds: list[int], real_python: str, client: str) ->
     """In the fork: become the process the client would have started, run it, return its code."""
     import io
     import random
-    import runpy
 
     os.setsid()
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT, signal.SIGCHLD):
