@@ -11,7 +11,7 @@ Format (``"format": "tzrun-export/1"``)::
         "dense":  [{"name", "column", "fill_value", "log1p", "mean", "std"}],
         "sparse": [{"name", "column", "table", "num_buckets" | "hash_bucket_size" | "vocab" | "boundaries",
                     "separator", "weight_column", "pooling", "num_embeddings", "unpooled"}],
-        "sequence": [{"name", "max_len", "query": [...], "features": [<as in sparse>]}],
+        "sequence": [{"name", "max_len", "keep", "query": [...], "features": [<as in sparse>]}],
         "weighted": false
       },
       "programs": {"model": {"file": "model.pt2", "features": [...],
@@ -37,8 +37,10 @@ features: a group's query) come as (only when the program reads some):
 
 * ``sequence_lengths``: int64 ``[K, batch]``, ids per row, per unpooled key (``features``);
 * ``sequence_ids/<key>``: int64 ``[n_key]``, that key's ids, row after row. A group's features
-  are the row's **last** ``max_len`` ids of its column (a longer list is truncated at its
-  start), transformed like a sparse feature's; the program does not truncate.
+  are at most ``max_len`` ids of its column, as the group's ``keep`` says (``"last"``: a longer
+  list keeps its last ``max_len``; ``"first"``: its first; ``"all"``: a longer list is a bad row;
+  an export without ``keep`` is ``"last"``), transformed like a sparse feature's; the program
+  does not truncate.
 
 ``batch``, ``n`` and each ``n_key`` are dynamic. Outputs are float32: ``[batch]`` for a score, ``[batch, dim]``
 for an embedding, as its ``shape`` says (``"batch"`` the batch dimension: ``["batch"]`` is one
@@ -112,7 +114,7 @@ def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, An
     labels = {s.prediction: s.label for s in (*facts.metric_slots, *facts.loss_slots)}
     unpooled = {f.name for f in specs.unpooled}
     sparse = [{**_sparse_entry(f), "unpooled": f.name in unpooled} for f in specs.sparse]
-    sequence = [{"name": g.name, "max_len": g.max_len, "query": list(g.query),
+    sequence = [{"name": g.name, "max_len": g.max_len, "keep": g.keep, "query": list(g.query),
                  "features": [_sparse_entry(f) for f in g.features]} for g in specs.sequence_groups]
     return {
         "format": FORMAT,

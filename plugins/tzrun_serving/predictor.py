@@ -233,7 +233,7 @@ def _sparse_spec(entry: Mapping[str, Any]) -> SparseFeature:
 
 def _builder(manifest: Mapping[str, Any], features: list[str], on_bad_row: str) -> Any:
     """The core's batch builder for the manifest's features that a program reads (its
-    sequence groups truncated to their ``max_len`` as in training)."""
+    sequence groups truncated to their ``max_len`` as their ``keep`` says, as in training)."""
     from tzrun.batching import batch_builder
 
     wanted = set(features)
@@ -244,7 +244,8 @@ def _builder(manifest: Mapping[str, Any], features: list[str], on_bad_row: str) 
     unpooled = tuple(s["name"] for s in entries if s.get("unpooled"))
     tables = tuple(EmbeddingTable(s.name, s.num_embeddings, 0, (s.name,), s.pooling, bool(f["weighted"]))
                    for s in sparse if s.name not in unpooled)
-    groups = tuple(SequenceGroup(g["name"], g["max_len"], tuple(_sparse_spec(e) for e in g["features"]), tuple(g["query"]))
+    groups = tuple(SequenceGroup(g["name"], g["max_len"], tuple(_sparse_spec(e) for e in g["features"]), tuple(g["query"]),
+                                 g.get("keep", "last"))
                    for g in f.get("sequence", ()) if g["name"] in wanted)
     sequence_tables = (EmbeddingTable("unpooled", 1, 0, unpooled),) if unpooled else ()
     return batch_builder(dense, sparse, tables, groups, sequence_tables, group_by=(_ROW,), on_bad_row=on_bad_row)

@@ -202,8 +202,13 @@ class SequenceGroupConfig:
 
     Attributes:
         name: the group's name (models refer to it).
-        max_len: the longest sequence kept: a longer row keeps its LAST ``max_len`` ids (a
-            list's end is its most recent entry). TorchEasyRec's ``sequence_length``.
+        max_len: the longest sequence a row carries (the width of the padded ``[B, max_len, D]``
+            view). TorchEasyRec's ``sequence_length``.
+        keep: what a row longer than ``max_len`` keeps: ``"last"`` (the default) its last
+            ``max_len`` ids, a list's end being its most recent entry; ``"first"`` its first
+            ``max_len`` ids, a list's start being its most recent entry (TorchEasyRec's encoders'
+            ``max_seq_length``); ``"all"``: it is never truncated, a longer row is a bad row
+            (``data.on_bad_row``), and a list's end is its most recent entry.
         separator: a string column holds the ids separated by it (``"1;2;3"``); empty pieces
             are ignored. List columns need none.
         query: the candidate's ``[[features.sparse]]`` features, one per entry of
@@ -217,6 +222,7 @@ class SequenceGroupConfig:
     features: tuple[SequenceFeatureConfig, ...] = ()
     separator: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
     query: tuple[str, ...] = ()
+    keep: Literal["last", "first", "all"] = "last"
 
 
 @attrs.frozen

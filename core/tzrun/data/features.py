@@ -141,7 +141,8 @@ def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
         for n, (s, d, u, p) in tables.items() if n not in unpooled
     )
     groups = tuple(
-        SequenceGroup(group.name, group.max_len, tuple(s for g, s, _ in sequences if g == i), tuple(group.query))
+        SequenceGroup(group.name, group.max_len, tuple(s for g, s, _ in sequences if g == i), tuple(group.query),
+                      group.keep)
         for i, group in enumerate(cfg.sequence)
     )
     sequence_tables = tuple(EmbeddingTable(n, s, d, tuple(u)) for n, (s, d, u, _) in tables.items() if n in unpooled)
@@ -277,8 +278,9 @@ class BatchBuilder:
         ), bad.masks
 
     def _sequences(self, table: pa.Table | pa.RecordBatch, source: str, bad: BadRows) -> list[JaggedIds]:
-        """Each sequence's ids, truncated to its group's last ``max_len``; rows whose aligned
-        sequences differ in length are bad (reported before truncation)."""
+        """Each sequence's ids, truncated as its group's ``keep`` says; rows whose aligned
+        sequences differ in length, and with ``keep = "all"`` rows longer than ``max_len``, are
+        bad (reported before truncation)."""
         out = []
         for group in self.specs.sequence_groups:
             jagged = [read_ids(table, f, source, bad, self._dictionaries) for f in group.features]
@@ -294,7 +296,9 @@ class BatchBuilder:
                         f"'{group.name}') has {o.lengths[r]} id(s) where column '{first.column}' has {base[r]} "
                         f"({n} of {bad.rows} rows of this batch differ); a group's sequences must be aligned",
                     )
-            out += [_truncated(j, group.max_len) for j in jagged]
+            if group.keep == "all":
+                _longer_than_max_len(group, first, base, bad)
+            out += [_truncated(j, group.max_len, group.keep == "first") for j in jagged]
         return out
 
     def padding(self, skipped: "SkippedRows | None" = None) -> "Batch":
@@ -339,14 +343,28 @@ def _kjt_weights(jagged: JaggedIds, pooling: str) -> np.ndarray:
     return weights
 
 
-def _truncated(jagged: JaggedIds, max_len: int) -> JaggedIds:
-    """The last ``max_len`` ids of each row (a list's end is its most recent entry)."""
+def _longer_than_max_len(group: SequenceGroup, first: SparseFeature, lengths: np.ndarray, bad: BadRows) -> None:
+    """Rows of a ``keep = "all"`` group longer than its ``max_len`` are bad rows."""
+    longer = lengths > group.max_len
+    if longer.any():
+        row = int(np.flatnonzero(longer)[0])
+        bad.found(
+            f"{group.name}: longer than max_len",
+            longer,
+            lambda n: f"column '{first.column}' (sequence '{first.name}' of group '{group.name}') has {lengths[row]} "
+            f"ids, more than max_len = {group.max_len}, and keep = \"all\" truncates none ({n} of {bad.rows} rows "
+            "of this batch); raise max_len to the longest row, or set keep = \"last\" or \"first\"",
+        )
+
+
+def _truncated(jagged: JaggedIds, max_len: int, first: bool = False) -> JaggedIds:
+    """Each row's last ``max_len`` ids, or its first ``max_len`` with ``first``."""
     lengths = jagged.lengths
     if not lengths.size or int(lengths.max()) <= max_len:
         return jagged
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     position = np.arange(jagged.ids.size) - starts
-    keep = position >= np.repeat(lengths, lengths) - max_len
+    keep = position < max_len if first else position >= np.repeat(lengths, lengths) - max_len
     return JaggedIds(jagged.ids[keep], np.minimum(lengths, max_len).astype(np.int32))
 
 

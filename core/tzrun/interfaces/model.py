@@ -126,18 +126,27 @@ class SequenceGroup:
 
     Attributes:
         name: the group's name.
-        max_len: the longest sequence a row carries: a longer input row kept its last
-            ``max_len`` ids (the end of a list is its most recent entry).
+        max_len: the longest sequence a row carries (what a longer input row kept is ``keep``).
         features: the aligned sequences (each a key of ``batch.sequence``); ``separator`` is
             the group's and ``pooling`` means nothing here.
         query: the names of the candidate's ``[[features.sparse]]`` features, one per entry of
             ``features`` (same widths), or ``()``.
+        keep: the group's truncation rule: ``"last"`` (a longer input row kept its last
+            ``max_len`` ids; a row's last id is its most recent), ``"first"`` (its first
+            ``max_len``; a row's first id is its most recent) or ``"all"`` (no row was longer;
+            a row's last id is its most recent).
     """
 
     name: str
     max_len: int
     features: tuple[SparseFeature, ...]
     query: tuple[str, ...] = ()
+    keep: str = "last"
+
+    @property
+    def recent_first(self) -> bool:
+        """Whether a row's first id is its most recent (``keep = "first"``)."""
+        return self.keep == "first"
 
 
 @attrs.frozen

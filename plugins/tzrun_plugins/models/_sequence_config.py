@@ -125,8 +125,9 @@ def group_width(ctx: ModelContext, name: str) -> int:
     return sum(dims[f.name] for f in group.features)
 
 
-def build_encoder(cfg: SequenceEncoderConfig, dim: int, max_len: int) -> Any:
-    """The ``nn.Module`` of ``cfg`` for a group of width ``dim`` and ``max_len`` ids."""
+def build_encoder(cfg: SequenceEncoderConfig, dim: int, max_len: int, recent_first: bool = False) -> Any:
+    """The ``nn.Module`` of ``cfg`` for a group of width ``dim`` and ``max_len`` ids, whose rows'
+    most recent id is the first with ``recent_first`` (``keep = "first"``), else the last."""
     from tzrun_plugins.models import _sequence_layers as layers
 
     if cfg.type == "target_attention":
@@ -135,6 +136,6 @@ def build_encoder(cfg: SequenceEncoderConfig, dim: int, max_len: int) -> Any:
     if cfg.type == "self_attention":
         return layers.SelfAttentionEncoder(
             dim, max_len, num_heads=cfg.num_heads or 2, num_layers=cfg.num_layers or 1,
-            feedforward_dim=cfg.feedforward_dim or 64, dropout=cfg.dropout or 0.0,
+            feedforward_dim=cfg.feedforward_dim or 64, dropout=cfg.dropout or 0.0, recent_first=recent_first,
         )
     return layers.MeanEncoder()

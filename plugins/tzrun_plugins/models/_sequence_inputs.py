@@ -91,7 +91,8 @@ class SequenceInputs(nn.Module):
         self.queries = [encoders[n].type == "target_attention" for n in self.names]
         widths = [group_width(ctx, n) for n in self.names]
         self.encoders = nn.ModuleList(
-            build_encoder(encoders[n], width, groups[n].max_len) for n, width in zip(self.names, widths)
+            build_encoder(encoders[n], width, groups[n].max_len, groups[n].recent_first)
+            for n, width in zip(self.names, widths)
         )
         self.width = sum(widths)
 

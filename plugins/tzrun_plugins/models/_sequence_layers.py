@@ -89,10 +89,10 @@ class SelfAttentionEncoder(nn.Module):
     sequence, ``num_layers`` transformer encoder layers (multi-head self-attention over the real
     ids only, then a feed-forward block), and the mean of the real positions' outputs.
 
-    Position ``p`` is the distance from the row's most recent id (the last real one): 0 for the
-    most recent, so rows of different lengths share the meaning of a position. A row with no id
-    attends to its first (padded) position only, so no softmax runs over nothing, and its output
-    is zeros like every encoder's.
+    Position ``p`` is the distance from the row's most recent id (the last real one, or the first
+    with ``recent_first``): 0 for the most recent, so rows of different lengths share the
+    meaning of a position. A row with no id attends to its first (padded) position only, so no
+    softmax runs over nothing, and its output is zeros like every encoder's.
 
     Args:
         dim: the width ``D`` of the sequence (a multiple of ``num_heads``).
@@ -101,11 +101,13 @@ class SelfAttentionEncoder(nn.Module):
         num_layers: encoder layers.
         feedforward_dim: the width of each layer's feed-forward block.
         dropout: dropout in each layer (training only).
+        recent_first: a row's first id is its most recent (the group's ``keep = "first"``).
     """
 
     def __init__(self, dim: int, max_len: int, num_heads: int = 2, num_layers: int = 1,
-                 feedforward_dim: int = 64, dropout: float = 0.0) -> None:
+                 feedforward_dim: int = 64, dropout: float = 0.0, recent_first: bool = False) -> None:
         super().__init__()
+        self.recent_first = recent_first
         self.positions = nn.Embedding(max_len, dim)
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(dim, num_heads, dim_feedforward=feedforward_dim, dropout=dropout, batch_first=True)
@@ -115,7 +117,8 @@ class SelfAttentionEncoder(nn.Module):
     def forward(self, sequence: torch.Tensor, mask: torch.Tensor, query: Optional[torch.Tensor] = None) -> torch.Tensor:
         lengths = mask.sum(dim=1, keepdim=True)
         index = torch.arange(sequence.size(1), device=sequence.device).unsqueeze(0)
-        distance = (lengths - 1 - index).clamp(min=0)  # 0 = the most recent id; padding: 0, masked out
+        # 0 = the most recent id; padding: masked out
+        distance = index if self.recent_first else (lengths - 1 - index).clamp(min=0)
         x = sequence + self.positions(distance)
         # position 0 is real in every non-empty row (ids are left-aligned): unmasking it there
         # changes nothing, and gives an empty row one key to attend to
