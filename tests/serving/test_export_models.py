@@ -87,6 +87,8 @@ def _session(example: str, data: Path, model_dir: Path):
     base, _, variant = example.partition("+")
     if base in SEQUENCE_EXAMPLES:
         sets.append("features.sequence[0].max_len=7")  # shorter than some rows: the truncation is exported too
+    if example == "dssm_taobao+sequence":  # the other truncation rule: the predictor keeps each row's first 7 ids
+        sets.append('features.sequence[0].keep="first"')
     config = REPO / "examples" / f"{base}.toml"
     if variant:
         text = config.read_text()
@@ -152,6 +154,8 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
         assert "sequence_lengths" in inputs and "sequence_ids/click_seq__adgroup_id" in inputs
         longest = max(len(v) for v in table["click_50_seq"].to_pylist() if v)
         assert longest > session.specs.sequence_groups[0].max_len
+        manifest = manifest_of(session.facts, list(exported), {})["features"]["sequence"][0]
+        assert manifest["keep"] == ("first" if example == "dssm_taobao+sequence" else "last")
     compared = 0
     for program in exported:
         predictor = Predictor(tmp_path / "export", program=program.name)
