@@ -206,14 +206,14 @@ def test_a_model_that_reads_no_sequence_pools_them_as_its_encoder_says_and_share
 def test_a_dssm_sequence_group_with_a_mean_pooling_encoder_becomes_a_truncated_sequence_group(tzrun_pm):
     conversion = convert_pipeline_config(DSSM_TAOBAO, "dssm.config")
     assert conversion.tree["features"]["sequence"] == [{
-        "name": "click_50_seq", "max_len": 100, "separator": "|", "features": [
+        "name": "click_50_seq", "max_len": 100, "keep": "first", "separator": "|", "features": [
             {"name": "click_50_seq__adgroup_id", "column": "click_50_seq__adgroup_id", "num_buckets": 846812,
              "embedding_dim": 16},
             {"name": "click_50_seq__cate_id", "column": "click_50_seq__cate_id", "num_buckets": 12961,
              "embedding_dim": 16}]}]
     assert not any(f["name"].startswith("click_50_seq") for f in conversion.tree["features"]["sparse"])
     assert conversion.tree["model"]["sequence_encoders"] == [{"sequence": "click_50_seq", "type": "mean"}]
-    assert "a longer sequence keeps its last 100 ids" in \
+    assert 'max_len = 100, keep = "first": a longer row keeps its first 100 ids' in \
         noted(conversion)["model_config.feature_groups: sequence group 'click_50_seq'"]
     assert "feature_configs[6].sequence_feature.sequence_length" not in noted(conversion)  # it is applied now
     checked_with_sequences(conversion, tzrun_pm)
@@ -239,7 +239,7 @@ def test_multi_tower_din_becomes_din_with_a_sequence_group_whose_query_is_the_ca
         "final_hidden_units": [64]}
     (group,) = conversion.tree["features"]["sequence"]
     assert {k: v for k, v in group.items() if k != "features"} == {
-        "name": "seq", "max_len": 100, "separator": "|", "query": ["adgroup_id", "cate_id", "brand"]}
+        "name": "seq", "max_len": 100, "keep": "first", "separator": "|", "query": ["adgroup_id", "cate_id", "brand"]}
     assert [(f["name"], f["column"], f["num_buckets"]) for f in group["features"]] == [
         ("click_50_seq__adgroup_id", "click_50_seq__adgroup_id", 846812),
         ("click_50_seq__cate_id", "click_50_seq__cate_id", 12961), ("click_50_seq__brand", "click_50_seq__brand", 461498)]
@@ -274,7 +274,7 @@ def test_sequence_id_and_raw_features_and_id_features_with_a_sequence_length(tzr
              '"label" mlp { hidden_units: [4] } } }')
     conversion = convert_pipeline_config(config(features, model, groups), "m.config")
     sequences = {g["name"]: g for g in conversion.tree["features"]["sequence"]}
-    assert sequences["viewed"] == {"name": "viewed", "max_len": 30, "separator": ";", "features": [  # the default delim
+    assert sequences["viewed"] == {"name": "viewed", "max_len": 30, "keep": "first", "separator": ";", "features": [  # default delim
         {"name": "views", "column": "views", "num_buckets": 50, "embedding_dim": 8}]}
     clicked = sequences["clicked"]
     assert (clicked["max_len"], clicked["separator"]) == (20, "|")
@@ -286,6 +286,53 @@ def test_sequence_id_and_raw_features_and_id_features_with_a_sequence_length(tzr
     assert "a sequence of values has no equivalent" in reported(conversion)["feature_configs[4].sequence_raw_feature"]
     assert clicked["query"] == ["item", "price"]  # the group's candidate features, paired in order
     checked_with_sequences(conversion, tzrun_pm)
+
+
+def _mmoe_with_clicks(fg_mode: str, encoder: str, sequence_length: str = "sequence_length: 20") -> Any:
+    """An mmoe whose sequence group 'clicked' (a candidate 'item' and its clicks) has ``encoder``."""
+    features = ('feature_configs { id_feature { feature_name: "item" num_buckets: 50 embedding_dim: 8 } } '
+                f'feature_configs {{ sequence_id_feature {{ feature_name: "clicks" {sequence_length} '
+                'num_buckets: 50 embedding_dim: 8 } } ')
+    groups = ('feature_groups { group_name: "all" feature_names: "item" sequence_groups { group_name: "clicked" '
+              f'feature_names: "item" feature_names: "clicks" }} sequence_encoders {{ {encoder} }} group_type: DEEP }}')
+    model = ('mmoe { expert_mlp { hidden_units: [8] } num_expert: 2 task_towers { tower_name: "ctr" label_name: '
+             '"label" mlp { hidden_units: [4] } } }')
+    return convert_pipeline_config(config(features, model, groups, fg_mode), "m.config")
+
+
+DIN = 'din_encoder { input: "clicked" attn_mlp { hidden_units: [16] } %s }'
+MEAN = 'pooling_encoder { input: "clicked" %s }'
+
+
+@pytest.mark.parametrize(("fg_mode", "encoder", "max_len", "keep", "says"), [
+    # FG_NONE: TorchEasyRec truncates nothing but an encoder's max_seq_length (a row's first ids)
+    ("FG_NONE", DIN % "", 20, "all", "with fg_mode FG_NONE TorchEasyRec truncates no sequence"),
+    ("FG_NONE", MEAN % "", 20, "all", "a row longer than 20 is a bad row (data.on_bad_row), never cut"),
+    ("FG_NONE", DIN % "max_seq_length: 50", 50, "first", "its encoder's max_seq_length keeps a row's first 50 ids"),
+    ("FG_NONE", MEAN % "max_seq_length: 5", 5, "first", "its encoder's max_seq_length keeps a row's first 5 ids"),
+    # a feature generator cuts a row to sequence_length, then the encoder to max_seq_length
+    ("FG_DAG", DIN % "", 20, "first", "a longer row keeps its first 20 ids (sequence_length)"),
+    ("FG_DAG", DIN % "max_seq_length: 5", 5, "first", "keeps a row's first 5 ids"),
+    ("FG_DAG", MEAN % "max_seq_length: 50", 20, "first", "a longer row keeps its first 20 ids"),
+])
+def test_convert_writes_what_torcheasyrec_keeps_of_a_row(fg_mode, encoder, max_len, keep, says, tzrun_pm):
+    conversion = _mmoe_with_clicks(fg_mode, encoder)
+    (group,) = conversion.tree["features"]["sequence"]
+    assert (group["max_len"], group["keep"]) == (max_len, keep)
+    note = noted(conversion)["model_config.feature_groups: sequence group 'clicked'"]
+    assert note.startswith(f'max_len = {max_len}, keep = "{keep}": ') and says in note
+    assert not any("max_seq_length" in path for path in reported(conversion))  # applied, not reported
+    checked_with_sequences(conversion, tzrun_pm)
+
+
+def test_a_sequence_without_any_bound_is_reported_with_both_ways_to_bound_it():
+    conversion = _mmoe_with_clicks("FG_NONE", DIN % "", sequence_length="")
+    (group,) = conversion.tree["features"]["sequence"]
+    assert "max_len" not in group and "keep" not in group  # left for the user, as reported
+    message = reported(conversion)["model_config.feature_groups: sequence group 'clicked'"]
+    assert message.startswith("no sequence_length: TorchEasyRec keeps every id") and 'keep = \"all\"' in message
+    bounded = _mmoe_with_clicks("FG_NONE", DIN % "max_seq_length: 7", sequence_length="")
+    assert {k: bounded.tree["features"]["sequence"][0][k] for k in ("max_len", "keep")} == {"max_len": 7, "keep": "first"}
 
 
 def test_features_in_no_group_are_left_out_and_reported():

@@ -150,7 +150,7 @@ def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
                 _not_truncated(node, seq, names, out)
         else:
             _placeholder(kind, node, out, _NO_FG)
-    gather_sequences(groups, out, root.findings)
+    gather_sequences(groups, out, root.findings, encoded)
     for node, length, names in out.untruncated:
         if any(n in out.sequences for n in names):
             node.note("sequence_length", f"sequences are not truncated to {length} ids here: every id of a row is "

@@ -37,12 +37,14 @@ class Group(NamedTuple):
 
 class SequenceGroupSpec(NamedTuple):
     """A TorchEasyRec sequence group: its name, its features (sequence features and, for a query,
-    candidate features) and the ``[[model.sequence_encoders]]`` table of its encoder (``None``:
-    a ``SEQUENCE`` feature group, which a DIN tower reads)."""
+    candidate features), the ``[[model.sequence_encoders]]`` table of its encoder (``None``:
+    a ``SEQUENCE`` feature group, which a DIN tower reads) and the encoder's ``max_seq_length``
+    (0: none; the encoder keeps a row's first ``max_seq_length`` ids)."""
 
     name: str
     features: list[str]
     encoder: Optional[dict[str, Any]]
+    max_seq_length: int = 0
 
 
 class Groups:
@@ -109,8 +111,9 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups, attends: 
     if not source and len(sequences) == 1:  # TorchEasyRec takes the group's only sequence
         source = next(iter(sequences))
     members = sequences.get(source, [])
+    cut = encoder.value("max_seq_length", "int", 0)  # a sequence group's max_len and keep (convert.sequences)
     if kind == "din_encoder" and attends:
-        out.sequences[source] = SequenceGroupSpec(source, members, _din_encoder(encoder))
+        out.sequences[source] = SequenceGroupSpec(source, members, _din_encoder(encoder), cut)
         return
     if kind != "pooling_encoder":
         encoder.used.update(encoder.fields)
@@ -122,7 +125,8 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups, attends: 
         out.refused.update((f, reason) for f in members)
         return
     pooling = encoder.value("pooling_type", "str", "mean")
-    if encoder.value("max_seq_length", "int", 0):
+    grouped = pooling == "mean" and attends is not None
+    if cut and not grouped:
         encoder.skip("max_seq_length", "sequences are not truncated here; every id of a row is pooled")
     encoder.values("name", "str")  # a label only: each sequence feature is pooled on its own here
     encoder.rest()
@@ -130,8 +134,8 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups, attends: 
         encoder.skip_value(encoder.at("pooling_type"), pooling, "'sum' or 'mean'")
         return
     out.pooling.update((f, pooling) for f in members)
-    if pooling == "mean" and attends is not None:
-        out.sequences[source] = SequenceGroupSpec(source, members, {"type": "mean"})
+    if grouped:
+        out.sequences[source] = SequenceGroupSpec(source, members, {"type": "mean"}, cut)
 
 
 def _din_encoder(encoder: Node) -> dict[str, Any]:
@@ -144,8 +148,5 @@ def _din_encoder(encoder: Node) -> dict[str, Any]:
     if units:
         table["attention_hidden_units"] = units
     encoder.values("name", "str")  # a label only
-    if encoder.value("max_seq_length", "int", 0):
-        encoder.skip("max_seq_length", "a sequence is truncated to its group's max_len here (the features' "
-                                       "sequence_length)")
     encoder.rest()
     return table

@@ -7,8 +7,11 @@ A sequence group that the model reads (:attr:`Groups.sequences`: a ``SEQUENCE`` 
 * its sequence features (the sub-features of a ``sequence_feature``, named
   ``<sequence>__<feature>``, and ``sequence_id_feature``/``sequence_raw_feature`` with
   ``boundaries``) become its ``[[features.sequence.features]]``, with their ids, width and table;
-* ``max_len`` is their ``sequence_length`` (here a longer sequence keeps its last ``max_len`` ids,
-  a list's end being the most recent: the note this writes says so);
+* ``max_len`` and ``keep`` say what TorchEasyRec keeps of a row (:func:`truncation`): with an
+  encoder's ``max_seq_length`` its first ``max_seq_length`` ids (``keep = "first"``); with
+  ``fg_mode: FG_NONE`` and none, every id (``keep = "all"``, ``max_len`` the features'
+  ``sequence_length``: a longer row is a bad row here, never cut); under a feature generator,
+  its first ``sequence_length`` ids (``keep = "first"``). The note this writes says which;
 * its other features (the candidate's, which a DIN attends with) become its ``query``, one per
   sequence feature and in order, as TorchEasyRec pairs them.
 
@@ -26,17 +29,18 @@ from tzrun_tools.convert.nodes import Finding, Findings
 if TYPE_CHECKING:
     from tzrun_tools.convert.features import FeatureSet
 
-__all__ = ["gather_sequences"]
+__all__ = ["gather_sequences", "truncation"]
 
 #: Keys of a sparse feature that a sequence feature has not (a sequence is not pooled here).
 _POOLED_ONLY = ("pooling", "separator", "weight_column")
 
 
-def gather_sequences(groups: Groups, feats: "FeatureSet", findings: Findings) -> None:
-    """Move the members of each sequence group the model reads into ``feats.sequence``."""
+def gather_sequences(groups: Groups, feats: "FeatureSet", findings: Findings, encoded: bool = True) -> None:
+    """Move the members of each sequence group the model reads into ``feats.sequence``;
+    ``encoded``: the input holds the feature generator's output (``fg_mode: FG_NONE``)."""
     taken: dict[str, str] = {}
     for spec in groups.sequences.values():
-        table = _group(spec, feats, taken, findings)
+        table = _group(spec, feats, taken, findings, encoded)
         if table is None:
             continue
         members = [f["name"] for f in table["features"]]
@@ -48,7 +52,7 @@ def gather_sequences(groups: Groups, feats: "FeatureSet", findings: Findings) ->
 
 
 def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
-           findings: Findings) -> Optional[dict[str, Any]]:
+           findings: Findings, encoded: bool) -> Optional[dict[str, Any]]:
     """The ``[[features.sequence]]`` table of ``spec`` (``None`` when it has no sequence feature)."""
     where = f"model_config.feature_groups: sequence group '{spec.name}'"
     sparse = {f["name"]: f for f in feats.sparse}
@@ -67,7 +71,7 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
             "rename the group")))
         return None
     table: dict[str, Any] = {"name": spec.name}
-    _max_len(spec, members, feats, table, findings, where)
+    _max_len(spec, [feats.lengths.get(n) or 0 for n in members], encoded, table, findings, where)
     separators = list(dict.fromkeys(sparse[n]["separator"] for n in members if "separator" in sparse[n]))
     if separators:
         table["separator"] = separators[0]
@@ -84,22 +88,51 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
     return table
 
 
-def _max_len(spec: SequenceGroupSpec, members: list[str], feats: "FeatureSet", table: dict[str, Any],
+def _max_len(spec: SequenceGroupSpec, lengths: list[int], encoded: bool, table: dict[str, Any],
              findings: Findings, where: str) -> None:
-    lengths = sorted({feats.lengths.get(n) or 0 for n in members})
-    if lengths[-1] == 0:
+    """``max_len`` and ``keep`` of ``table`` from its features' ``sequence_length`` (``lengths``)."""
+    longest = max(lengths)
+    if len(set(lengths) - {0}) > 1:
+        findings.notes.append(Finding(where, (
+            f"its features' sequence_length differ ({', '.join(str(n) for n in sorted(set(lengths)))}): the group "
+            f"takes {longest}")))
+    rule = truncation(longest, spec.max_seq_length, encoded)
+    if rule is None:
         findings.not_converted.append(Finding(where, (
             "no sequence_length: TorchEasyRec keeps every id; set max_len of the group to the longest sequence "
-            "(or the number of most recent ids to keep)")))
+            "with keep = \"all\" (or to the number of ids to keep, with keep = \"first\")")))
         return
-    table["max_len"] = max(lengths)
-    if len(lengths) > 1:
-        findings.notes.append(Finding(where, (
-            f"its features' sequence_length differ ({', '.join(str(n) for n in lengths)}): the group keeps "
-            f"{max(lengths)} ids of each")))
-    findings.notes.append(Finding(where, (
-        f"max_len = {max(lengths)} (sequence_length): a longer sequence keeps its last {max(lengths)} ids here, "
-        "a list's end being the most recent; store each sequence oldest first")))
+    table["max_len"], table["keep"], why = rule
+    findings.notes.append(Finding(where, f"max_len = {rule[0]}, keep = \"{rule[1]}\": {why}"))
+
+
+def truncation(sequence_length: int, max_seq_length: int, encoded: bool) -> Optional[tuple[int, str, str]]:
+    """``(max_len, keep, why)`` giving what TorchEasyRec keeps of a row of a sequence group whose
+    features' ``sequence_length`` is ``sequence_length`` and whose encoder's ``max_seq_length``
+    is ``max_seq_length`` (0: none), or ``None`` when nothing bounds a row here.
+
+    With ``fg_mode: FG_NONE`` (``encoded``) TorchEasyRec truncates nothing but what an encoder's
+    ``max_seq_length`` cuts (a row's first ids); under a feature generator, the generator cuts a
+    row to ``sequence_length`` before that.
+    """
+    if encoded and max_seq_length:
+        return max_seq_length, "first", (
+            f"its encoder's max_seq_length keeps a row's first {max_seq_length} ids, and with fg_mode FG_NONE "
+            "nothing else truncates")
+    if encoded and sequence_length:
+        return sequence_length, "all", (
+            "with fg_mode FG_NONE TorchEasyRec truncates no sequence (sequence_length only bounds what its feature "
+            f"generator wrote); here a row is at most max_len ids wide, so a row longer than {sequence_length} is a "
+            "bad row (data.on_bad_row), never cut: raise max_len if your data holds longer rows")
+    if max_seq_length and (not sequence_length or max_seq_length < sequence_length):
+        return max_seq_length, "first", (
+            f"its encoder's max_seq_length keeps a row's first {max_seq_length} ids (of at most the feature "
+            "generator's sequence_length)")
+    if not sequence_length:
+        return None
+    return sequence_length, "first", (
+        f"a longer row keeps its first {sequence_length} ids (sequence_length), as TorchEasyRec's encoders keep "
+        "the first ids; its feature generator is not run here, so the column holds the raw sequence")
 
 
 def _query(query: list[str], members: list[str], table: dict[str, Any], findings: Findings, where: str) -> None:
