@@ -10,6 +10,9 @@ The table's rows are written by hand; these tests make each kind of drift fail:
   option the code accepts with that value;
 * **sections**: every section of the other pages whose heading talks of differing is linked
   from the table, or links to it;
+* **mentions**: every section of the other pages that names TorchEasyRec is linked from the
+  table, links to it, or is in :data:`SAME_AS_TORCHEASYREC` with the reason it states no
+  difference; so a page cannot state a new difference in a new section the table does not know;
 * **compatibility options**: every option of a first-party component that its documentation
   ties to TorchEasyRec is named in the table (or in :data:`NOT_DIFFERENCES`, with the reason);
 * **convert**: every option ``tzrec-run convert`` writes to keep TorchEasyRec's behaviour (a
@@ -49,6 +52,44 @@ NOT_DIFFERENCES: Mapping[tuple[str, str], str] = {
     ("exponential_decay", "decay_size"): "in the table as 'schedule checks' (no option gives the crash)",
     ("pareto", "min_weights"): "TorchEasyRec's pareto_min_loss_weight, with the same meaning",
     ("negative", "item_id"): "TorchEasyRec's item_id_field, with the same meaning",
+}
+
+#: Sections (``page#anchor``) that name TorchEasyRec without stating a difference, with the reason.
+SAME_AS_TORCHEASYREC: Mapping[str, str] = {
+    "data.md#cost-aware-batches": "TorchEasyRec's batch_cost_size with sample_cost_field, the same rule",
+    "howto/criteo_text.md#point-it-at-the-real-files": "TorchEasyRec's table sizes, as data",
+    "howto/fine_tuning.md#fine-tune-from-another-run": "TorchEasyRec's fine_tune_ckpt_param_map format, the same",
+    "howto/sparse_optimizers_cpu_gpu.md#on-gpu": "TorchEasyRec's Criteo tables, as data",
+    "plan.md#torcheasyrecs-criteo-at-full-size-on-8-gpus": "TorchEasyRec's Criteo config at its real scale",
+    "models.md#din-against-a-pooled-model": "TorchEasyRec's Criteo table sizes, as data",
+    "models.md#quality-on-the-synthetic-data": "TorchEasyRec's example widths, as data",
+    "install.md#extras": "what convert writes for TorchEasyRec's TensorBoard default (its row links migration.md)",
+    "losses.md#jrc-joint-ranking-and-calibration": "TorchEasyRec's jrc_loss, the same value with less memory",
+    "metrics.md#metrics": "TorchEasyRec's name for the similarity output",
+    "metrics.md#grouped_auc": "TorchEasyRec's GroupedAUC, the same mean",
+    "metrics.md#relative_l1-and-unique_ratio": "TorchEasyRec's RelativeL1 and UniqueRatio, the same definitions",
+    "models.md#models": "examples modelled on TorchEasyRec's",
+    "models.md#deepfm": "TorchEasyRec's deepfm, the same network",
+    "models.md#dlrm": "TorchEasyRec's dlrm, the same network",
+    "models.md#wide_and_deep": "TorchEasyRec's wide_and_deep, the same network",
+    "models.md#dcn_v2": "the option table against TorchEasyRec's fields (differences: the dcn rows)",
+    "models.md#dcn_v1": "the option table and TorchEasyRec's initialization, the same (differences: the dcn rows)",
+    "models.md#mmoe": "TorchEasyRec's mmoe, the same network",
+    "models.md#multi_tower": "TorchEasyRec's multi_tower, the same network and groups",
+    "models.md#din": "TorchEasyRec's multi_tower_din with its softmax default, the same network",
+    "retrieval.md#retrieval-with-sampled-negatives": "TorchEasyRec's negative_sampler, the same draws",
+    "retrieval.md#negative": "TorchEasyRec's item_id_field, batch exclusion and no logQ: the same",
+    "retrieval.md#in-batch-or-sampled-recall-on-the-synthetic-data": "TorchEasyRec's batch exclusion, the same",
+    "schedules.md#manual_step": "points to its own 'Differences from TorchEasyRec' section, which the table links",
+    "serving.md#how-a-model-leaves-torchrec": "two towers exported as TorchEasyRec exports them, the same",
+    "migration.md#migrating-from-torcheasyrec": "the page's introduction",
+    "migration.md#convert-a-torcheasyrec-config": "how to run convert",
+    "migration.md#command-line": "the commands side by side",
+    "migration.md#losses": "the loss mapping; its differences are in the loss and Pareto rows",
+    "migration.md#multi-task-towers": "the tower mapping, the same towers",
+    "migration.md#eval_config-and-export_config": "the evaluation mapping, the same behaviour",
+    "migration.md#a-worked-example": "a conversion, shown",
+    "migration.md#a-worked-example-din-over-a-click-sequence": "a conversion, shown",
 }
 
 _OPTION = re.compile(
@@ -184,6 +225,8 @@ def _schema_class(path: str) -> type | None:
         if not attrs.has(cls) or part not in attrs.fields_dict(cls):
             return None
         cls, _ = unwrap_optional(field_hints(cls)[part])
+        if typing.get_origin(cls) is tuple:  # an array of tables ([[features.sequence]]): its element
+            cls = typing.get_args(cls)[0]
     return cls if attrs.has(cls) else None
 
 
@@ -250,6 +293,24 @@ def test_every_section_about_differences_is_in_the_table() -> None:
                     f"docs/{rel}: the section '{heading}' is about differences but is not linked from "
                     f"docs/{PAGE}, and does not link to it: add a row, or point the section to the table"
                 )
+
+
+def test_every_section_naming_torcheasyrec_is_in_the_table_or_says_why_not() -> None:
+    linked = {(page, anchor) for row in _rows() for page, anchor in _links(row)}
+    seen = set()
+    for page in _pages():
+        rel = page.relative_to(DOCS).as_posix()
+        for anchor, (heading, text) in _sections(page).items():
+            where = f"{rel}#{anchor}"
+            if "TorchEasyRec" not in text or (rel, anchor) in linked or "differences.md" in text:
+                continue
+            seen.add(where)
+            assert where in SAME_AS_TORCHEASYREC, (
+                f"docs/{where} ('{heading}') names TorchEasyRec but is not linked from docs/{PAGE}: add a row for "
+                "the difference it states, or, if it states none, an entry of SAME_AS_TORCHEASYREC with the reason"
+            )
+    stale = set(SAME_AS_TORCHEASYREC) - seen
+    assert not stale, f"SAME_AS_TORCHEASYREC names sections that are linked, gone or silent on TorchEasyRec: {stale}"
 
 
 def test_every_compatibility_option_is_in_the_table() -> None:

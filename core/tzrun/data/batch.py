@@ -88,7 +88,7 @@ class Batch(Pipelineable):
         skipped: input rows left out of this batch for bad values (none unless
             ``data.on_bad_row = "skip"``); not counted in ``num_rows``.
         sequence: the ids looked up unpooled, one key per sequence of every
-            ``[[features.sequence]]`` group (each row's last ``max_len`` ids, oldest first),
+            ``[[features.sequence]]`` group (at most ``max_len`` ids a row, as its ``keep`` says),
             then one per sparse feature of ``ModelContext.unpooled_sparse_features()``; one row
             per row of ``weights``. An empty KeyedJaggedTensor when the run has no sequences.
             :class:`tzrun.sequence.SequenceEmbeddings` looks it up.

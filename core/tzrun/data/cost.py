@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 @attrs.frozen
 class SequenceCost:
     """How one sequence group adds to a row's cost: the length of ``column`` (a list column, or
-    a string column of ids split on ``separator``, empty pieces ignored), at most ``max_len``."""
+    a string column of ids split on ``separator``, empty pieces ignored), at most ``max_len``
+    (what every ``keep`` rule leaves: a longer row under ``keep = "all"`` is a bad row)."""
 
     column: str
     max_len: int
