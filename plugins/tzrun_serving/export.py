@@ -14,7 +14,10 @@ with a dynamic batch dimension and a dynamic id count per feature, and saved wit
 
 A model chooses its serving programs with an attribute ``serving_programs``: ``{name:
 {"outputs": [...], "features": [...]}}`` (the features a program reads; the others are fed as
-empty inside it). Without it there is one program, ``"model"``, of every output and feature.
+empty inside it). Without it there is one program, ``"model"``, of every output and feature. A model with a method
+``serving_model()`` has the module it returns traced in its place (the same ``forward(batch)``,
+its own modules shared, not copied): a model that serves a part of itself, as
+``rocket_launching``'s light net, exports that part's weights alone.
 """
 
 from __future__ import annotations
@@ -269,9 +272,10 @@ def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[S
         with torch.no_grad():
             outputs = list(model(ServingModule(model, specs, everything).batch(_example_inputs(specs, everything))))
     programs = serving_programs(model, outputs, specs)
+    served = model.serving_model() if callable(getattr(model, "serving_model", None)) else model
     exported = {}
     for program in programs:
-        module = ServingModule(model, specs, program).eval()
+        module = ServingModule(served, specs, program).eval()
         inputs = _example_inputs(specs, program)
         with torch.no_grad():
             ep = torch.export.export(module, (inputs,), dynamic_shapes=_dynamic_shapes(inputs), strict=False)

@@ -18,8 +18,13 @@ from tzrun.runner.weighting import LossWeighting, build_loss_weighting, weigh_lo
 
 torch.fx.wrap("weigh_losses")  # a leaf of TorchRec's tracing: a weighting may take gradients
 
-__all__ = ["StepOutput", "call_loss", "TrainModel", "build_model", "embedding_modules", "embedding_tables",
+__all__ = ["MODEL_LOSS_PREFIX", "StepOutput", "split_model_losses", "call_loss", "TrainModel", "build_model", "embedding_modules", "embedding_tables",
            "dense_parameter_names"]
+
+
+#: A model output named ``loss/<name>`` is a loss term of the model's own (a scalar): added to
+#: the training loss as it is, outside the loss weighting, and logged as ``loss/<name>``.
+MODEL_LOSS_PREFIX = "loss/"
 
 
 class StepOutput(NamedTuple):
@@ -57,8 +62,29 @@ def call_loss(loss: nn.Module, prediction: torch.Tensor, label: torch.Tensor, we
     return loss(prediction, label, weight, group=group)
 
 
+def split_model_losses(outputs: Mapping[str, torch.Tensor],
+                       slots: Sequence[LossSlot]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``(outputs, terms)``: the model's outputs without its own loss terms, and those terms
+    (``loss/<name>`` outputs) by ``<name>``.
+
+    Raises:
+        ConfigError: when a term has the name of a ``[[losses]]`` entry.
+    """
+    terms = {k[len(MODEL_LOSS_PREFIX):]: v for k, v in outputs.items() if k.startswith(MODEL_LOSS_PREFIX)}
+    taken = sorted(set(terms) & {slot.name for slot in slots})
+    if taken:
+        raise ConfigError("losses", [ConfigProblem(
+            "losses", f"the model adds its own loss {', '.join(taken)}: give the [[losses]] entry another name")])
+    rest = {k: v for k, v in outputs.items() if not k.startswith(MODEL_LOSS_PREFIX)}
+    return rest, terms
+
+
 class TrainModel(nn.Module):
     """The module DMP wraps: the user's model plus its losses.
+
+    The training loss is the loss weighting's total of the ``[[losses]]`` plus the model's own
+    loss terms, the outputs named ``loss/<name>`` (:data:`MODEL_LOSS_PREFIX`), which are
+    reported with the losses and never reach metrics or predictions.
 
     ``forward(batch)`` returns ``(loss_for_backward, StepOutput)``, the ``(loss, output)`` pair
     TorchRec's train pipelines expect; everything in the :class:`StepOutput` is detached. In
@@ -101,7 +127,7 @@ class TrainModel(nn.Module):
                                     loss_weights)
 
     def _forward(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor], Any]:
-        outputs = self.model(batch)
+        outputs, terms = split_model_losses(self.model(batch), self.slots)
         weighted = {}
         values = {}
         for slot in self.slots:
@@ -112,7 +138,12 @@ class TrainModel(nn.Module):
             values[slot.name] = value.detach()
             weighted[slot.name] = value * slot.weight
         result = weigh_losses(self.loss_weighting, self.model, weighted, self.training)
-        return outputs, result[0], values, result[1]
+        total = result[0]
+        for name, term in terms.items():
+            term = term.float()
+            values[name] = term.detach()
+            total = total + term
+        return outputs, total, values, result[1]
 
 
 def embedding_modules(model: nn.Module) -> list[nn.Module]:

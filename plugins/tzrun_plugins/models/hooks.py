@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import tzrun
 from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, dssm_v2, mask_net, mmoe, multi_tower, pepnet,
-                                  ple, wide_and_deep, wukong)
+                                  ple, rocket_launching, wide_and_deep, wukong)
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
     return ("logits", "probs")
+
+
+def _light_and_booster(cfg: object) -> tuple[str, ...]:
+    return ("logits", "probs", "logits_booster", "probs_booster")
 
 
 def _per_task(cfg: mmoe.MMoEConfig) -> tuple[str, ...]:
@@ -42,6 +46,10 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
                          "blocks, final MLP")
     register("wide_and_deep", config=wide_and_deep.WideAndDeepConfig, build=wide_and_deep.build_wide_and_deep, outputs=_binary,
              description="Wide & Deep: a linear model over the ids plus a deep MLP")
+    register("rocket_launching", config=rocket_launching.RocketLaunchingConfig,
+             build=rocket_launching.build_rocket_launching, outputs=_light_and_booster,
+             description="Rocket Launching: a light net and a booster net over a shared MLP, the light net "
+                         "distilled from the booster (logits, hint losses); export serves the light net")
     register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,
              description="MMoE: shared experts, per-task gates and towers (logits/<task>, probs/<task>)")
     register("ple", config=ple.PLEConfig, build=ple.build_ple, outputs=_per_task,
