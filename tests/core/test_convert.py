@@ -567,7 +567,7 @@ def test_convert_never_imports_torch(tmp_path):
 
 #: The examples written for a GPU cluster: Criteo Terabyte's 40M-row tables do not fit this host's memory (check's
 #: memory estimate refuses them on CPU).
-_GPU_EXAMPLES = {"wukong_criteo"}
+_GPU_EXAMPLES = {"wukong_criteo", "rocket_launching_criteo"}
 
 #: The examples whose conversion reads sequence groups (``[[features.sequence]]``, the din model).
 _SEQUENCE_EXAMPLES = {"dssm_taobao", "dssm_v2_taobao", "multi_tower_din_taobao"}

@@ -2130,10 +2130,404 @@ model_config {
 }
 """
 
+#: TorchEasyRec's examples/rocket_launching_criteo.config, copied verbatim (Apache-2.0, Alibaba Group; commit 54cac31).
+ROCKET_LAUNCHING_CRITEO = """train_input_path: "odps://{PROJECT}/tables/criteo_terabyte_train_hashed_v1"
+eval_input_path: "odps://{PROJECT}/tables/criteo_terabyte_val_test_hashed_v1"
+model_dir: "experiments/rocket_launch_criteo"
+train_config {
+    sparse_optimizer {
+        adagrad_optimizer {
+            lr: 0.001
+        }
+        constant_learning_rate {
+        }
+    }
+    dense_optimizer {
+        adam_optimizer {
+            lr: 0.001
+        }
+        constant_learning_rate {
+        }
+    }
+    num_epochs: 1
+}
+eval_config {
+    num_steps: 100
+}
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_DAG
+    odps_data_quota_name: ""
+    label_fields: "label"
+    num_workers: 8
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_0"
+        expression: "user:int_0"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_1"
+        expression: "user:int_1"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_2"
+        expression: "user:int_2"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_3"
+        expression: "user:int_3"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_4"
+        expression: "user:int_4"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_5"
+        expression: "user:int_5"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_6"
+        expression: "user:int_6"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_7"
+        expression: "user:int_7"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_8"
+        expression: "user:int_8"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_9"
+        expression: "user:int_9"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_10"
+        expression: "user:int_10"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_11"
+        expression: "user:int_11"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    raw_feature {
+        feature_name: "int_12"
+        expression: "user:int_12"
+        normalizer: "method=expression,expr=log(x+3)"
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_0"
+        expression: "user:cat_0"
+        num_buckets: 40000000
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_1"
+        expression: "user:cat_1"
+        num_buckets: 39060
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_2"
+        expression: "user:cat_2"
+        num_buckets: 17295
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_3"
+        expression: "user:cat_3"
+        num_buckets: 7424
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_4"
+        expression: "user:cat_4"
+        num_buckets: 20265
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_5"
+        expression: "user:cat_5"
+        num_buckets: 3
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_6"
+        expression: "user:cat_6"
+        num_buckets: 7122
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_7"
+        expression: "user:cat_7"
+        num_buckets: 1543
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_8"
+        expression: "user:cat_8"
+        num_buckets: 63
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_9"
+        expression: "user:cat_9"
+        num_buckets: 40000000
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_10"
+        expression: "user:cat_10"
+        num_buckets: 3067956
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_11"
+        expression: "user:cat_11"
+        num_buckets: 405282
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_12"
+        expression: "user:cat_12"
+        num_buckets: 10
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_13"
+        expression: "user:cat_13"
+        num_buckets: 2209
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_14"
+        expression: "user:cat_14"
+        num_buckets: 11938
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_15"
+        expression: "user:cat_15"
+        num_buckets: 155
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_16"
+        expression: "user:cat_16"
+        num_buckets: 4
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_17"
+        expression: "user:cat_17"
+        num_buckets: 976
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_18"
+        expression: "user:cat_18"
+        num_buckets: 14
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_19"
+        expression: "user:cat_19"
+        num_buckets: 40000000
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_20"
+        expression: "user:cat_20"
+        num_buckets: 40000000
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_21"
+        expression: "user:cat_21"
+        num_buckets: 40000000
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_22"
+        expression: "user:cat_22"
+        num_buckets: 590152
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_23"
+        expression: "user:cat_23"
+        num_buckets: 12973
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_24"
+        expression: "user:cat_24"
+        num_buckets: 108
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cat_25"
+        expression: "user:cat_25"
+        num_buckets: 36
+        embedding_dim: 16
+    }
+}
+model_config {
+    feature_groups {
+        group_name: "deep"
+        feature_names: "int_0"
+        feature_names: "int_1"
+        feature_names: "int_2"
+        feature_names: "int_3"
+        feature_names: "int_4"
+        feature_names: "int_5"
+        feature_names: "int_6"
+        feature_names: "int_7"
+        feature_names: "int_8"
+        feature_names: "int_9"
+        feature_names: "int_10"
+        feature_names: "int_11"
+        feature_names: "int_12"
+        feature_names: "cat_0"
+        feature_names: "cat_1"
+        feature_names: "cat_2"
+        feature_names: "cat_3"
+        feature_names: "cat_4"
+        feature_names: "cat_5"
+        feature_names: "cat_6"
+        feature_names: "cat_7"
+        feature_names: "cat_8"
+        feature_names: "cat_9"
+        feature_names: "cat_10"
+        feature_names: "cat_11"
+        feature_names: "cat_12"
+        feature_names: "cat_13"
+        feature_names: "cat_14"
+        feature_names: "cat_15"
+        feature_names: "cat_16"
+        feature_names: "cat_17"
+        feature_names: "cat_18"
+        feature_names: "cat_19"
+        feature_names: "cat_20"
+        feature_names: "cat_21"
+        feature_names: "cat_22"
+        feature_names: "cat_23"
+        feature_names: "cat_24"
+        feature_names: "cat_25"
+        group_type: DEEP
+    }
+    rocket_launching {
+        booster_mlp {
+            hidden_units: [256, 128, 64, 32]
+        }
+        light_mlp {
+            hidden_units: [96, 64, 32]
+        }
+        feature_based_distillation: true
+    }
+    num_class: 2
+    metrics {
+        auc {}
+    }
+    losses {
+        softmax_cross_entropy {}
+    }
+}
+"""
+
 #: name -> config text, as TorchEasyRec names the example.
 EXAMPLES = {"deepfm_criteo": DEEPFM_CRITEO, "dlrm_criteo": DLRM_CRITEO, "mmoe_taobao": MMOE_TAOBAO,
             "dssm_taobao": DSSM_TAOBAO, "multi_tower_din_taobao": MULTI_TOWER_DIN_TAOBAO,
             "multi_tower_taobao": MULTI_TOWER_TAOBAO, "dcn_v2_criteo": DCN_V2_CRITEO,
             "masknet_criteo": MASKNET_CRITEO, "ple_taobao": PLE_TAOBAO, "dbmtl_taobao": DBMTL_TAOBAO,
             "wukong_criteo": WUKONG_CRITEO, "pepnet_taobao": PEPNET_TAOBAO,
-            "dssm_v2_taobao": DSSM_V2_TAOBAO}
+            "dssm_v2_taobao": DSSM_V2_TAOBAO, "rocket_launching_criteo": ROCKET_LAUNCHING_CRITEO}

@@ -36,6 +36,7 @@ EXAMPLES = {
     "dcn_v2_criteo": "criteo",
     "mask_net_criteo": "criteo",
     "wukong_criteo": "criteo",
+    "rocket_launching_criteo": "criteo",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
     "dbmtl_taobao": "taobao",

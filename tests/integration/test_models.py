@@ -32,6 +32,9 @@ EXAMPLES = {
                                  ("model.wukong_layers=[{lcb_feature_num=4, fmb_feature_num=4, compressed_feature_num=4, "
                                   "feature_num_hidden_units=[16]}, {lcb_feature_num=4, fmb_feature_num=4, "
                                   "compressed_feature_num=2, feature_num_hidden_units=[8]}]")], ["auc"]),
+    "rocket_launching_criteo": ("criteo", ["model.share_hidden_units=[16]", "model.booster_hidden_units=[16, 8]",
+                                           "model.light_hidden_units=[8]"],
+                                ["auc", "auc_booster", "loss/binary_cross_entropy", "loss/binary_cross_entropy_booster"]),
     "deepfm_criteo_text": ("criteo_text", ["model.deep_hidden_units=[16]", "model.final_hidden_units=[8]"], ["auc"]),
     "mmoe_taobao": (
         "taobao",

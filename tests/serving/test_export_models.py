@@ -26,6 +26,7 @@ EXAMPLES = {
     "dcn_v2_criteo": "criteo",
     "mask_net_criteo": "criteo",
     "wukong_criteo": "criteo",
+    "rocket_launching_criteo": "criteo",
     "deepfm_criteo_text": "criteo_text",
     "mmoe_taobao": "taobao",
     "ple_taobao": "taobao",
@@ -149,6 +150,10 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
         assert features == {"user_tower": set(cfg.user_features), "item_tower": set(cfg.item_features)}
     else:
         assert names == {"model"}
+    if example.startswith("rocket_launching"):  # serving runs the light net: its outputs and weights alone
+        (program, ep), = exported.items()
+        assert program.outputs == ("logits", "probs") and ep.state_dict
+        assert not any("booster" in k for k in ep.state_dict) and any("light" in k for k in ep.state_dict)
     if session.specs.sequence_groups:  # the sequences are inputs, longer lists truncated to max_len as in training
         inputs = [i["name"] for p in manifest_of(session.facts, list(exported), {})["programs"].values() for i in p["inputs"]]
         assert "sequence_lengths" in inputs and "sequence_ids/click_seq__adgroup_id" in inputs

@@ -31,6 +31,7 @@ class _Task(NamedTuple):
     weight: float = 1.0
     match: bool = False
     num_class: Optional[int] = None
+    net: Optional[str] = None  # rocket_launching: "" (light) or "_booster", a suffix of the name and output read
 
 
 class Outputs:
@@ -46,7 +47,7 @@ class Outputs:
 
 def _placed(entry: dict[str, Any], task: _Task, name: str, prediction: str, taken: list[dict[str, Any]]) -> dict[str, Any]:
     """``entry`` with name, prediction and label set for its task."""
-    base = name + task.suffix
+    base = name + (task.suffix if task.net is None else task.net)
     unique, n = base, 2
     while any(other.get("name", other["type"]) == unique for other in taken):
         unique, n = f"{base}_{n}", n + 1
@@ -55,6 +56,8 @@ def _placed(entry: dict[str, Any], task: _Task, name: str, prediction: str, take
         head["name"] = unique
     if task.tower is not None:
         head["prediction"] = f"{prediction}/{task.tower}"
+    elif task.net:
+        head["prediction"] = prediction + task.net
     if task.label is not None:
         head["label"] = task.label
     return {**head, **entry}
@@ -79,6 +82,10 @@ def _loss(node: Node, task: _Task, outputs: Outputs) -> None:
         loss.skip("label_smoothing", "ignored by TorchEasyRec's matching models too")
         node.note(name, "matching model: in_batch_softmax over the batch's other items (sampled negatives: "
                         "[data.sampler] and sampled_softmax: tzrec-run help retrieval)")
+    elif name == "softmax_cross_entropy" and task.net is not None and task.num_class == 2:
+        out = {"type": "binary_cross_entropy"}
+        loss.copy(out, {"label_smoothing": ("label_smoothing", _F)})
+        node.note(name, "two classes: binary_cross_entropy on the one logit of each net here")
     elif name == "softmax_cross_entropy":
         out = {"type": "softmax_cross_entropy"}
         if task.num_class:
@@ -212,6 +219,11 @@ def convert_model(node: Node, outputs: Outputs) -> Optional[str]:
     model_name = model_names[-1] if model_names else None
     num_class = node.fields.get("num_class", [None])[-1]
     task = _Task(match=model_name in _MATCH_MODELS, num_class=num_class if isinstance(num_class, int) else None)
+    if model_name == "rocket_launching":  # TorchEasyRec applies each loss and metric to both nets
+        for suffix, net in (("_light", ""), ("_booster", "_booster")):
+            _task_outputs(node, task._replace(suffix=suffix, net=net), outputs)
+        node.findings.notes[:] = list(dict.fromkeys(node.findings.notes))  # each note once, not once per net
+        return model_name
     _task_outputs(node, task, outputs)
     if model_name is not None:
         model = Node(node.fields[model_name][-1], node.at(model_name), node.findings)

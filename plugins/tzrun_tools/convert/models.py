@@ -1,6 +1,6 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``,
-``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``dssm_v2``, ``multi_tower`` and ``multi_tower_din``
-(``din``), and which of the converted features it reads.
+``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``dssm_v2``, ``multi_tower``, ``multi_tower_din``
+(``din``) and ``rocket_launching``, and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -350,6 +350,35 @@ def _pepnet(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str
     return table
 
 
+_SIMILARITY = {"COSINE": "cosine", "EUCLID": "euclid", "INNER_PRODUCT": "euclid"}
+
+
+def _rocket_launching(model: Node, groups: Groups, feats: FeatureSet) -> dict[str, Any]:
+    """``rocket_launching { share_mlp booster_mlp light_mlp feature_based_distillation feature_distillation_function }``."""
+    table: dict[str, Any] = {"type": "rocket_launching"}
+    share = _mlp(model, "share_mlp")
+    if share:
+        table["share_hidden_units"] = share
+    table["booster_hidden_units"] = _mlp(model, "booster_mlp") or []
+    table["light_hidden_units"] = _mlp(model, "light_mlp") or []
+    distill = model.value("feature_based_distillation", "bool", False)
+    table["feature_based_distillation"] = distill
+    function = model.value("feature_distillation_function", "str", "COSINE")
+    if function not in _SIMILARITY:
+        model.skip("feature_distillation_function", f"{function!r} is none of COSINE, EUCLID, INNER_PRODUCT")
+    elif distill:
+        table["feature_distillation_function"] = _SIMILARITY[function]
+        if function == "INNER_PRODUCT":
+            model.note("feature_distillation_function", "TorchEasyRec computes INNER_PRODUCT as EUCLID (the square "
+                                                        "root of the summed squared distances): written \"euclid\"")
+    elif model.has("feature_distillation_function"):
+        model.skip("feature_distillation_function", "used only with feature_based_distillation: true")
+    model.findings.notes.append(Finding(model.path, "each loss and metric is written for both nets: the light net's read logits/probs "
+                                   "(what export serves), the booster's logits_booster/probs_booster; the model adds "
+                                   "its hint losses itself (loss/hint_l2_loss, loss/similarity_<i>_<j>)"))
+    return _every_feature(model, groups, feats, table, "shared input")
+
+
 def _encoders(groups: Groups, feats: FeatureSet, names: list[str]) -> list[dict[str, Any]]:
     """The ``[[model.sequence_encoders]]`` of the sequence groups among ``names``."""
     converted = {g["name"] for g in feats.sequence}
@@ -462,7 +491,7 @@ _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]
     "wukong": _wukong,
     "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "pepnet": _pepnet, "dssm": _dssm,
     "dssm_v2": lambda m, g, f: _dssm(m, g, f, v2=True), "multi_tower_din": _din,
-    "multi_tower": _multi_tower,
+    "multi_tower": _multi_tower, "rocket_launching": _rocket_launching,
 }
 
 
@@ -483,7 +512,11 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
     model.rest()
     node.used.add(name)
     num_class = node.value("num_class", "int", 1)
-    if num_class != 1:
+    if num_class == 2 and name == "rocket_launching":
+        node.used.add("num_class")
+        node.note("num_class", "2: one logit per net here, with binary losses (a two-class softmax is the sigmoid "
+                               "of the difference of its two logits)")
+    elif num_class != 1:
         node.skip("num_class", f"{num_class}: tzrec-run's {name} outputs one logit per task")
     if name in ("dssm", "dssm_v2"):
         features = set(table["user_features"]) | set(table["item_features"])
