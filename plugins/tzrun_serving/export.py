@@ -272,7 +272,8 @@ def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[S
         with torch.no_grad():
             outputs = list(model(ServingModule(model, specs, everything).batch(_example_inputs(specs, everything))))
     programs = serving_programs(model, outputs, specs)
-    served = model.serving_model() if callable(getattr(model, "serving_model", None)) else model
+    serving_model = getattr(model, "serving_model", None)
+    served: nn.Module = serving_model() if callable(serving_model) else model
     exported = {}
     for program in programs:
         module = ServingModule(served, specs, program).eval()

@@ -151,7 +151,8 @@ def build_rocket_launching(cfg: RocketLaunchingConfig, ctx: ModelContext) -> Any
             self.width = out_width(width, cfg.share_hidden_units)
 
         def forward(self, batch: Batch) -> torch.Tensor:
-            return self.share(read_inputs(self, batch))
+            s: torch.Tensor = self.share(read_inputs(self, batch))
+            return s
 
     class RocketLaunching(nn.Module):
         """A shared part, a booster net over it and a light net over its stopped gradient."""
@@ -161,7 +162,8 @@ def build_rocket_launching(cfg: RocketLaunchingConfig, ctx: ModelContext) -> Any
             self.shared = Shared()
             self.booster = Net(self.shared.width, cfg.booster_hidden_units)
             self.light = Net(self.shared.width, cfg.light_hidden_units)
-            features = [f.name for f in (*ctx.dense_features, *ctx.sparse_features, *ctx.sequence_groups)]
+            features = [f.name for f in ctx.dense_features] + [f.name for f in ctx.sparse_features]
+            features += [g.name for g in ctx.sequence_groups]
             # what `tzrec-run export` writes: the light net (serving_model), its two outputs
             self.serving_programs = {"model": {"outputs": ["logits", "probs"], "features": features}}
 
