@@ -570,7 +570,7 @@ def test_convert_never_imports_torch(tmp_path):
 _GPU_EXAMPLES = {"wukong_criteo", "rocket_launching_criteo"}
 
 #: The examples whose conversion reads sequence groups (``[[features.sequence]]``, the din model).
-_SEQUENCE_EXAMPLES = {"dssm_taobao", "dssm_v2_taobao", "multi_tower_din_taobao"}
+_SEQUENCE_EXAMPLES = {"dssm_taobao", "dssm_v2_taobao", "mind_taobao", "multi_tower_din_taobao"}
 
 
 def _sequences_built() -> bool:

@@ -74,6 +74,12 @@ EXAMPLES = {
         ["model.user_hidden_units=[16]", "model.item_hidden_units=[16]", "model.output_dim=8", "train.num_epochs=1"],
         ["recall_at_5", "recall_at_50", "loss/in_batch_softmax"],
     ),
+    "mind_taobao": (
+        "taobao",
+        ["model.user_hidden_units=[16]", "model.history_hidden_units=[16]", "model.max_k=3", "model.high_dim=8",
+         "model.concat_hidden_units=[16]", "model.item_hidden_units=[16]", "model.output_dim=8", "train.num_epochs=1"],
+        ["recall_at_5", "recall_at_50", "loss/in_batch_softmax"],
+    ),
 }
 #: the other shipped examples (trained by the matrix below only; test_sequence_models.py,
 #: test_sampled_negatives.py and test_real_formats.py train them on their own data as well)
@@ -162,7 +168,7 @@ def test_example_with_the_options_users_combine_trains_under_the_default_pipelin
         example, precision, datasets, tmp_path):
     """The defaults users get (``train.pipeline`` unset: sparse_dist) with mixed precision and
     gradient accumulation on, the sequence groups of the examples that have them (din_taobao,
-    dssm_taobao, dssm_taobao_sampled, dssm_v2_taobao), then an export that scores rows."""
+    dssm_taobao, dssm_taobao_sampled, dssm_v2_taobao, mind_taobao), then an export that scores rows."""
     config = REPO / "examples" / f"{example}.toml"
     assert "pipeline" not in config.read_text()  # the default pipeline, as users get it
     model_dir = tmp_path / "run"
@@ -175,7 +181,7 @@ def test_example_with_the_options_users_combine_trains_under_the_default_pipelin
     exported = cli(["export", str(config), *sets, "--out", str(tmp_path / "export")])
     assert exported.returncode == 0, exported.stderr[-4000:]
     manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
-    if example.startswith("dssm"):  # a retrieval model's two programs, each served on its own
+    if example.startswith(("dssm", "mind")):  # a retrieval model's two programs, each served on its own
         assert sorted(manifest["programs"]) == ["item_tower", "user_tower"]
         return
     data = {**EXAMPLES, **MATRIX_ONLY}[example][0]

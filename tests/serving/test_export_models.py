@@ -34,6 +34,7 @@ EXAMPLES = {
     "dbmtl_taobao": "taobao",
     "dssm_taobao": "taobao",
     "dssm_v2_taobao": "taobao",
+    "mind_taobao": "taobao",
     "din_taobao": "taobao",
     "multi_tower_taobao": "taobao",
     "dssm_taobao+sequence": "taobao",
@@ -53,7 +54,7 @@ column = "click_50_seq"
 table = "adgroup_id_emb"
 '''
 #: the shipped examples with a [[features.sequence]] group of their own (its first feature click_seq__adgroup_id)
-SEQUENCE_EXAMPLES = ("din_taobao", "dssm_v2_taobao")
+SEQUENCE_EXAMPLES = ("din_taobao", "dssm_v2_taobao", "mind_taobao")
 #: "<example>+sequence": the example with a sequence group and a [[model.sequence_encoders]] table
 SEQUENCE_VARIANTS = {
     "dssm_taobao": lambda text: text.replace(
@@ -143,11 +144,12 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
     with torch.no_grad():
         eager = model(BatchBuilder(session.specs, (), None)(table, "eval"))
     names = {p.name for p in exported}
-    if example.startswith("dssm"):
+    if example.startswith(("dssm", "mind")):
         assert names == {"user_tower", "item_tower"}  # retrieval: two towers, each alone
         cfg = session.cfg.model.config
         features = {p.name: set(p.features) for p in exported}
-        assert features == {"user_tower": set(cfg.user_features), "item_tower": set(cfg.item_features)}
+        history = {cfg.history} if example.startswith("mind") else set()  # mind's behaviour sequence
+        assert features == {"user_tower": set(cfg.user_features) | history, "item_tower": set(cfg.item_features)}
     else:
         assert names == {"model"}
     if example.startswith("rocket_launching"):  # serving runs the light net: its outputs and weights alone

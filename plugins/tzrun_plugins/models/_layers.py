@@ -35,13 +35,14 @@ def each_once(field: str, what: str) -> Any:
     return check
 
 
-def mlp(in_features: int, units: Sequence[int]) -> Any:
-    """``Linear -> ReLU`` per width of ``units`` (an identity when ``units`` is empty)."""
+def mlp(in_features: int, units: Sequence[int], *, bias: bool = True) -> Any:
+    """``Linear -> ReLU`` per width of ``units`` (an identity when ``units`` is empty); without
+    ``bias``, the linear layers have none."""
     from torch import nn
 
     layers: list[nn.Module] = []
     for width in units:
-        layers += [nn.Linear(in_features, width), nn.ReLU()]
+        layers += [nn.Linear(in_features, width, bias=bias), nn.ReLU()]
         in_features = width
     return nn.Sequential(*layers)
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import tzrun
-from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, dssm_v2, mask_net, mmoe, multi_tower, pepnet,
-                                  ple, rocket_launching, wide_and_deep, wukong)
+from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, dssm_v2, mask_net, mind, mmoe, multi_tower,
+                                  pepnet, ple, rocket_launching, wide_and_deep, wukong)
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -67,3 +67,6 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("dssm_v2", config=dssm_v2.DSSMV2Config, build=dssm_v2.build_dssm_v2, outputs=_towers,
              description="DSSM-v2 two-tower retrieval: dssm with one embedding lookup read by both towers, a "
                          "feature allowed in both (TorchEasyRec's dssm_v2)")
+    register("mind", config=mind.MINDConfig, build=mind.build_mind, outputs=mind.mind_outputs,
+             description="MIND multi-interest retrieval: capsule interests of the behaviour sequence by dynamic "
+                         "routing, label-aware attention, item tower; DSSM's similarities")

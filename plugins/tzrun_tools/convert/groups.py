@@ -37,14 +37,18 @@ class Group(NamedTuple):
 
 class SequenceGroupSpec(NamedTuple):
     """A TorchEasyRec sequence group: its name, its features (sequence features and, for a query,
+    """A TorchEasyRec sequence group: its name, its features (sequence features and, for a query,
     candidate features), the ``[[model.sequence_encoders]]`` table of its encoder (``None``:
-    a ``SEQUENCE`` feature group, which a DIN tower reads) and the encoder's ``max_seq_length``
-    (0: none; the encoder keeps a row's first ``max_seq_length`` ids)."""
+    a ``SEQUENCE`` feature group, which a DIN tower reads), the encoder's ``max_seq_length``
+    (0: none; the encoder keeps a row's first ``max_seq_length`` ids) and ``query``: whether the
+    group needs the candidate's features (``False`` for MIND's history, which its capsules read
+    without one)."""
 
     name: str
     features: list[str]
     encoder: Optional[dict[str, Any]]
     max_seq_length: int = 0
+    query: bool = True
 
 
 class Groups:
@@ -87,8 +91,8 @@ def read_groups(model: Node, model_name: Optional[str] = None) -> Groups:
         kind = node.value("group_type", "str", "DEEP")
         if kind in ("SEQUENCE", "JAGGED_SEQUENCE"):
             sequences[name] = node.values("feature_names", "str")
-            if kind == "SEQUENCE" and model_name == "multi_tower_din":
-                out.sequences[name] = SequenceGroupSpec(name, sequences[name], None)
+            if kind == "SEQUENCE" and model_name in ("multi_tower_din", "mind"):
+                out.sequences[name] = SequenceGroupSpec(name, sequences[name], None, query=model_name != "mind")
         for encoder in node.indexed_children("sequence_encoders"):
             _encoder(encoder, sequences, out, attends)
         node.skip("embedding_name_suffix", "independent tables per group have no equivalent: set table on the "

@@ -1,6 +1,6 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``,
-``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``dssm_v2``, ``multi_tower``, ``multi_tower_din``
-(``din``) and ``rocket_launching``, and which of the converted features it reads.
+``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``dssm_v2``, ``mind``, ``multi_tower``,
+``multi_tower_din`` (``din``) and ``rocket_launching``, and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -33,8 +33,9 @@ class ConvertedModel(NamedTuple):
     features: set[str]
 
 
-def _mlp(node: Node, name: str) -> Optional[list[int]]:
-    """The layer widths of the MLP message ``name`` of ``node`` (``None`` when it is unset)."""
+def _mlp(node: Node, name: str, bias: bool = False) -> Optional[list[int]]:
+    """The layer widths of the MLP message ``name`` of ``node`` (``None`` when it is unset). ``bias``: the model
+    has an option of its own for the MLP's biases (the caller reads it), so ``bias: false`` is not reported."""
     mlp = node.child(name)
     if mlp is None:
         return None
@@ -46,7 +47,7 @@ def _mlp(node: Node, name: str) -> Optional[list[int]]:
     for flag, reason in (("use_bn", "batch normalization"), ("use_ln", "layer normalization")):
         if mlp.value(flag, "bool", False):
             mlp.skip(flag, f"{reason} has no equivalent in tzrec-run's MLPs")
-    if mlp.value("bias", "bool", True) is False:
+    if mlp.value("bias", "bool", True) is False and not bias:
         mlp.skip("bias", "tzrec-run's MLP layers always have a bias")
     mlp.rest()
     return units
@@ -382,8 +383,8 @@ def _rocket_launching(model: Node, groups: Groups, feats: FeatureSet) -> dict[st
 def _encoders(groups: Groups, feats: FeatureSet, names: list[str]) -> list[dict[str, Any]]:
     """The ``[[model.sequence_encoders]]`` of the sequence groups among ``names``."""
     converted = {g["name"] for g in feats.sequence}
-    return [{"sequence": n, **groups.sequences[n].encoder} for n in names
-            if n in converted and groups.sequences[n].encoder is not None]
+    return [{"sequence": n, **encoder} for n in names
+            if n in converted and (encoder := groups.sequences[n].encoder) is not None]
 
 
 def _towers_of(model: Node, groups: Groups, feats: FeatureSet) -> list[dict[str, Any]]:
@@ -476,6 +477,67 @@ def _dssm(model: Node, groups: Groups, feats: FeatureSet, v2: bool = False) -> O
     return table
 
 
+def _mind(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``mind``: the user tower's group, its history group (a ``[[features.sequence]]`` group here), the item tower's
+    group, each MLP's widths, the capsule options and the similarity."""
+    table: dict[str, Any] = {"type": "mind"}
+    user = model.child("user_tower") or Node({}, model.at("user_tower"), model.findings)
+    item = model.child("item_tower") or Node({}, model.at("item_tower"), model.findings)
+    table["user_features"] = _names(groups, feats, user.value("input", "str", ""))
+    history = user.value("history_input", "str", "")
+    if history not in {g["name"] for g in feats.sequence}:
+        model.findings.not_converted.append(Finding(user.at("history_input"), (
+            f"'{history}' is no SEQUENCE group with converted features, so the model is not converted")))
+        return None
+    table["history"] = history
+    table["item_features"] = _names(groups, feats, item.value("input", "str", ""))
+    for side, names in (("user", table["user_features"]), ("item", table["item_features"])):
+        if not names:
+            node = user if side == "user" else item
+            model.findings.not_converted.append(Finding(node.at("input"), (
+                f"group '{node.value('input', 'str', '')}' has no converted feature, so the model is not converted")))
+            return None
+    table["user_hidden_units"] = _mlp(user, "user_mlp") or []
+    # TorchEasyRec's hist_seq_mlp has no biases, whatever its bias says; tzrec-run's history MLP neither
+    table["history_hidden_units"] = _mlp(user, "hist_seq_mlp", bias=True) or []
+    concat = user.child("concat_mlp")
+    table["concat_bias"] = concat.value("bias", "bool", True) if concat is not None else True
+    table["concat_hidden_units"] = _mlp(user, "concat_mlp", bias=True) or []
+    user.skip("user_seq_combine", "TorchEasyRec's MIND does not read it")
+    _capsule(user, table)
+    user.rest()
+    table["item_hidden_units"] = _mlp(item, "mlp") or []
+    item.rest()
+    table["output_dim"] = model.value("output_dim", "int", 64)
+    table["simi_pow"] = model.value("simi_pow", _F, 10.0)
+    similarity = model.value("similarity", "str", "COSINE")
+    if similarity not in ("COSINE", "INNER_PRODUCT"):
+        model.skip("similarity", f"{similarity}: tzrec-run's mind offers cosine and inner_product; the model is not converted")
+        return None
+    table["similarity"] = similarity.lower()
+    table["temperature"] = model.value("temperature", _F, 1.0)
+    if not model.value("in_batch_negative", "bool", False):
+        model.note("in_batch_negative", "false: TorchEasyRec scores each user against its negative sampler's "
+                                        "items; here against the other items of the batch (in-batch negatives)")
+    return table
+
+
+def _capsule(user: Node, table: dict[str, Any]) -> None:
+    """``capsule_config`` (TorchEasyRec's B2ICapsule) onto ``mind``'s options; its ``max_seq_len`` is the history
+    group's ``max_len`` here."""
+    capsule = user.child("capsule_config") or Node({}, user.at("capsule_config"), user.findings)
+    for name, kind, default in (("max_k", "int", 5), ("high_dim", "int", 64), ("num_iters", "int", 3),
+                                ("routing_logits_scale", _F, 20.0), ("routing_logits_stddev", _F, 1.0),
+                                ("squash_pow", _F, 1.0), ("const_caps_num", "bool", False)):
+        table[name] = capsule.value(name, kind, default)
+    table["routing_init"] = capsule.value("routing_init_method", "str", "normal")
+    length = capsule.value("max_seq_len", "int", 0)
+    if length:
+        capsule.note("max_seq_len", f"{length}: the capsules read the history group's max_len ids here "
+                                    "([[features.sequence]] max_len, from its features' sequence_length)")
+    capsule.rest()
+
+
 def _tables(feats: FeatureSet, names: list[str]) -> set[str]:
     """The tables the id features (and sequence groups' features) among ``names`` look up (``table``, by default
     ``<name>_emb``)."""
@@ -490,7 +552,7 @@ _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]
     "dcn_v1": lambda m, g, f: _dcn(m, g, f, 1), "dcn_v2": lambda m, g, f: _dcn(m, g, f, 2), "mask_net": _mask_net,
     "wukong": _wukong,
     "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "pepnet": _pepnet, "dssm": _dssm,
-    "dssm_v2": lambda m, g, f: _dssm(m, g, f, v2=True), "multi_tower_din": _din,
+    "dssm_v2": lambda m, g, f: _dssm(m, g, f, v2=True), "mind": _mind, "multi_tower_din": _din,
     "multi_tower": _multi_tower, "rocket_launching": _rocket_launching,
 }
 
@@ -520,6 +582,8 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
         node.skip("num_class", f"{num_class}: tzrec-run's {name} outputs one logit per task")
     if name in ("dssm", "dssm_v2"):
         features = set(table["user_features"]) | set(table["item_features"])
+    elif name == "mind":
+        features = set(table["user_features"]) | set(table["item_features"]) | {table["history"]}
     elif name in ("multi_tower_din", "multi_tower"):
         features = {n for tower in table.get("towers", ()) for n in tower["features"]}
         for din in table.get("din_towers", ()):

@@ -80,7 +80,7 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
             f"its features split their ids on {', '.join(repr(s) for s in separators)}: one separator per group "
             f"here ({separators[0]!r} written); store the columns with one")))
     query = [n for n in spec.features if n not in feats.sequences and n in sparse and n not in members]
-    if spec.encoder is None or spec.encoder["type"] == "target_attention":
+    if spec.query and (spec.encoder is None or spec.encoder["type"] == "target_attention"):
         _query(query, members, table, findings, where)
     table["features"] = [{"name": n, "column": sparse[n].get("column", n),
                           **{k: v for k, v in sparse[n].items() if k not in ("name", "column", *_POOLED_ONLY)}}
