@@ -37,7 +37,6 @@ class Group(NamedTuple):
 
 class SequenceGroupSpec(NamedTuple):
     """A TorchEasyRec sequence group: its name, its features (sequence features and, for a query,
-    """A TorchEasyRec sequence group: its name, its features (sequence features and, for a query,
     candidate features), the ``[[model.sequence_encoders]]`` table of its encoder (``None``:
     a ``SEQUENCE`` feature group, which a DIN tower reads), the encoder's ``max_seq_length``
     (0: none; the encoder keeps a row's first ``max_seq_length`` ids) and ``query``: whether the
