@@ -81,7 +81,6 @@ SAME_AS_TORCHEASYREC: Mapping[str, str] = {
     "retrieval.md#negative": "TorchEasyRec's item_id_field, batch exclusion and no logQ: the same",
     "retrieval.md#in-batch-or-sampled-recall-on-the-synthetic-data": "TorchEasyRec's batch exclusion, the same",
     "schedules.md#manual_step": "points to its own 'Differences from TorchEasyRec' section, which the table links",
-    "serving.md#how-a-model-leaves-torchrec": "two towers exported as TorchEasyRec exports them, the same",
     "migration.md#migrating-from-torcheasyrec": "the page's introduction",
     "migration.md#convert-a-torcheasyrec-config": "how to run convert",
     "migration.md#command-line": "the commands side by side",
