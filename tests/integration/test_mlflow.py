@@ -6,6 +6,7 @@ and a server that is not there is one warning, not a dead run."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -29,7 +30,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def tracking_uri(tmp_path_factory) -> Iterator[str]:
-    """``mlflow server`` on a free loopback port, with a SQLite backend store in a temp dir."""
+    """``mlflow server`` on a free loopback port, with a SQLite backend store in a temp dir, and
+    without MLflow 3's job executor (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION``: its start held the
+    server's for 50 s on 2 cores; the stage runs no server jobs)."""
     pytest.importorskip("mlflow", reason="the mlflow stage's test needs MLflow (the test extra installs it)")
     pytest.importorskip("sqlalchemy", reason="the MLflow tracking server needs SQLAlchemy (the test extra)")
     home = tmp_path_factory.mktemp("mlflow")
@@ -39,9 +42,9 @@ def tracking_uri(tmp_path_factory) -> Iterator[str]:
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}", "--default-artifact-root", str(home / "artifacts")],
-        stdout=log, stderr=subprocess.STDOUT, cwd=home,
+        stdout=log, stderr=subprocess.STDOUT, cwd=home, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
-    if not wait_until_answered(f"{uri}/health", server, 180):  # its first start takes a minute on 2 cores
+    if not wait_until_answered(f"{uri}/health", server, 180):
         server.kill()
         raise RuntimeError(f"mlflow server did not start: {(home / 'server.log').read_text()[-3000:]}")
     yield uri
