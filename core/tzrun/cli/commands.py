@@ -205,7 +205,49 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _synth_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``data synth``'s arguments, or None."""
+    if args.like is not None:
+        if args.out is not None and args.dataset is not None:
+            return "--like takes OUT_DIR or --out, not both"
+        if (args.out or args.dataset) is None:
+            return "--like CONFIG needs an output directory: data synth --like CONFIG OUT_DIR"
+        return "--format text is for criteo only" if args.format != "parquet" else None
+    if args.dataset not in ("criteo", "taobao"):
+        return f"DATASET must be criteo or taobao (or use --like CONFIG OUT_DIR), got {args.dataset!r}"
+    if args.overrides:
+        return "--set is for --like CONFIG"
+    missing = [flag for flag, value in (("--rows", args.rows), ("--out", args.out)) if value is None]
+    return f"{' and '.join(missing)} required for {args.dataset}" if missing else None
+
+
+def cmd_synth_like(args: argparse.Namespace) -> int:
+    """``data synth --like CONFIG OUT_DIR``: data shaped like a checked config's inputs."""
+    from tzrun_tools.synth_like import synth_like
+
+    session = prepare(args.like, args.overrides, False)
+    session.check()
+    out = args.out or args.dataset
+    report = synth_like(session.facts, args.like, out, rows=10_000 if args.rows is None else args.rows,
+                        eval_rows=args.eval_rows, seed=args.seed)
+    if args.json:
+        return _print_synth_json(args, {**report.to_json(), "dataset": "like"})
+    aucs = ", ".join(f"{label} {value:.4f}" for label, value in report.bayes_auc.items())
+    means = ", ".join(f"{label} {value:.3f}" for label, value in report.label_means.items())
+    print(f"wrote {report.train_rows} train and {report.eval_rows} eval rows shaped like {args.like} to {out} "
+          f"(label means: {means}){f'; Bayes-optimal eval AUC {aucs}' if aucs else ''}")
+    print("train on it with:")
+    print(" ".join(f"--set '{line}'" for line in report.overrides))
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
+    problem = _synth_usage(args)
+    if problem is not None:
+        print(f"tzrec-run data synth: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.like is not None:
+        return cmd_synth_like(args)
     if args.dataset == "taobao" and args.format != "parquet":
         print("tzrec-run data synth: --format text is for criteo only", file=sys.stderr)
         return EXIT_USAGE

@@ -221,11 +221,17 @@ def build_parser(plugin_commands: Sequence[Any] = ()) -> argparse.ArgumentParser
 
     data = sub.add_parser("data", help="data utilities")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
-    synth = data_sub.add_parser("synth", help="generate a synthetic dataset with a known best AUC")
-    synth.add_argument("dataset", choices=["criteo", "taobao"], help="which shape of data")
-    synth.add_argument("--rows", type=int, required=True, help="training rows")
+    synth = data_sub.add_parser("synth", help="generate a synthetic dataset with a known best AUC: criteo, taobao, "
+                                              "or shaped like a config's inputs (--like CONFIG OUT_DIR)")
+    synth.add_argument("dataset", nargs="?", metavar="DATASET|OUT_DIR",
+                       help="which shape of data: criteo or taobao; with --like, the output directory")
+    synth.add_argument("--like", metavar="CONFIG", help="draw every input the config reads (features, sequences, "
+                       "labels, sample weight, a sampler's item table) and print the --set lines that point it there")
+    synth.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="with --like: override a key of CONFIG first, as train --set does (repeatable)")
+    synth.add_argument("--rows", type=int, help="training rows (required for criteo and taobao; --like: 10000)")
     synth.add_argument("--eval-rows", type=int, help="evaluation rows (default rows/10, at least 1000)")
-    synth.add_argument("--out", required=True, help="output directory")
+    synth.add_argument("--out", help="output directory (with --like, OUT_DIR may be given instead)")
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--json", action="store_true", help="print what was written as JSON (tzrec-run help json)")
     synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
