@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from tzrun_tools.synth_like_plan import MULTI_VALUED_MAX, ColumnPlan, SynthPlan
 
-__all__ = ["TOPICS", "POOL", "OWNED", "OOV_TOKEN", "Params", "Drawn", "make_params", "draw_rows"]
+__all__ = ["TOPICS", "POOL", "OWNED", "OOV_TOKEN", "Params", "Drawn", "make_params", "item_popularity", "draw_rows"]
 
 TOPICS = 16
 POOL = 4096
@@ -63,7 +63,7 @@ class Drawn:
 def _pool(num_ids: int, rng: np.random.Generator) -> np.ndarray:
     if num_ids <= POOL:
         return rng.permutation(num_ids).astype(np.int64)
-    return rng.choice(num_ids, POOL, replace=False).astype(np.int64)
+    return np.asarray(rng.choice(num_ids, POOL, replace=False), dtype=np.int64)
 
 
 def make_params(plan: SynthPlan, rng: np.random.Generator) -> Params:
@@ -96,7 +96,7 @@ def item_popularity(params: Params) -> np.ndarray:
     """The probability that a row's item is each item of the catalogue."""
     topics = params.catalogue_topics
     per_topic = np.bincount(topics, minlength=TOPICS)
-    return _ITEM_ON_TOPIC / TOPICS / per_topic[topics] + (1 - _ITEM_ON_TOPIC) / topics.size
+    return np.asarray(_ITEM_ON_TOPIC / TOPICS / per_topic[topics] + (1 - _ITEM_ON_TOPIC) / topics.size, dtype=np.float64)
 
 
 def _ids(column: str, params: Params, topics: np.ndarray, rng: np.random.Generator, num_ids: int) -> np.ndarray:
@@ -127,7 +127,7 @@ def _as_values(c: ColumnPlan, ids: np.ndarray, rng: np.random.Generator) -> pa.A
 def _dense(c: ColumnPlan, params: Params, topics: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Values whose model input (after log1p, mean and std) is ``N(shift[z], 0.8^2)``."""
     scaled = c.mean + c.std * (params.shift[c.column][topics] + 0.8 * rng.standard_normal(topics.size))
-    return np.expm1(np.maximum(scaled, 0.0)) if c.log1p else scaled
+    return np.asarray(np.expm1(np.maximum(scaled, 0.0)) if c.log1p else scaled, dtype=np.float64)
 
 
 def _scalar(c: ColumnPlan, params: Params, topics: np.ndarray, rng: np.random.Generator) -> pa.Array:

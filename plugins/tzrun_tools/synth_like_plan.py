@@ -169,7 +169,7 @@ def _owner(column: str, readers: list[_Reader], source: str) -> _Reader:
 
 def _column_plan(column: str, r: _Reader) -> ColumnPlan:
     spec = r.spec
-    common = {"column": column, "path": r.path, "shape": r.shape, "group": r.group, "max_len": r.max_len}
+    common: dict[str, Any] = {"column": column, "path": r.path, "shape": r.shape, "group": r.group, "max_len": r.max_len}
     if r.kind == "dense":
         return ColumnPlan(kind="dense", log1p=spec.log1p, mean=spec.mean, std=spec.std, **common)
     if r.kind == "weights":
@@ -197,7 +197,7 @@ def _item_table(facts: Any, columns: dict[str, ColumnPlan]) -> Optional[ItemTabl
     column, and the scalar columns of the model's ``item_features`` (a two-tower model's item
     tower), so the sampled items carry every feature of that tower."""
     sampler = facts.cfg.data.sampler
-    options = getattr(sampler, "config", None)
+    options: Any = getattr(sampler, "config", None)
     if sampler is None or not getattr(options, "item_table", None) or not getattr(options, "item_id", None):
         return None
     specs = facts.specs

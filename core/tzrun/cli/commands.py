@@ -205,6 +205,10 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The data sets ``data synth DATASET`` writes (``--like CONFIG OUT_DIR`` takes a directory in their place).
+SYNTH_DATASETS = ("criteo", "taobao")
+
+
 def _synth_usage(args: argparse.Namespace) -> str | None:
     """What is wrong with ``data synth``'s arguments, or None."""
     if args.like is not None:
@@ -213,7 +217,7 @@ def _synth_usage(args: argparse.Namespace) -> str | None:
         if (args.out or args.dataset) is None:
             return "--like CONFIG needs an output directory: data synth --like CONFIG OUT_DIR"
         return "--format text is for criteo only" if args.format != "parquet" else None
-    if args.dataset not in ("criteo", "taobao"):
+    if args.dataset not in SYNTH_DATASETS:
         return f"DATASET must be criteo or taobao (or use --like CONFIG OUT_DIR), got {args.dataset!r}"
     if args.overrides:
         return "--set is for --like CONFIG"
@@ -386,7 +390,8 @@ def cmd_completion(args: argparse.Namespace) -> int:
     from tzrun.cli.plugin_commands import plugin_commands
 
     parser = build_parser(plugin_commands())
-    sys.stdout.write(completion_script(args.shell, parser, {"topic": lambda: list(topics())}))
+    dynamic = {"topic": lambda: list(topics()), "dataset": lambda: list(SYNTH_DATASETS)}
+    sys.stdout.write(completion_script(args.shell, parser, dynamic))
     return 0
 
 
