@@ -138,7 +138,8 @@ def run_example(name: str, text: str, work: Path, args: argparse.Namespace) -> R
         row.note = "no model: convert leaves [model] to write (the model is not built here yet)"
         return row
     data = work / "data"
-    inputs = [f'data.train_input="{data}/train"', f'data.eval_input="{data}/eval"']  # those convert leaves empty
+    inputs = [f'model_dir="{work / "run"}"', f'data.train_input="{data}/train"',  # those TorchEasyRec's
+              f'data.eval_input="{data}/eval"']  # command line may give: convert then leaves them unset
     device = ["--device", "cuda"] if name in GPU_EXAMPLES else []
     if _step(row, "check", ["check", str(toml), *device, *_sets(inputs)], args.timeout) is None:
         return row
