@@ -90,6 +90,10 @@ def _block(model: _Model, seed: int, split: int, index: int) -> tuple[pa.Table, 
     values, truth = draw_labels(model.plan.labels, model.own, drawn.score, drawn.topics, rng)
     columns: dict[str, pa.Array] = {}
     for label in model.plan.labels:
+        if label.from_feature:  # the feature's column, as drawn
+            values[label.name] = drawn.columns[label.column].to_numpy().astype(np.float32)
+            truth.pop(label.name, None)
+            continue
         if label.column in columns:
             continue
         value = values[label.name]

@@ -87,6 +87,7 @@ class LabelPlan:
     num_classes: Optional[int] = None
     derived: Any = None  # tzrun.data.labels.DerivedLabel
     path: str = "data.labels"
+    from_feature: bool = False
 
 
 @attrs.frozen
@@ -179,7 +180,9 @@ def _column_plan(column: str, r: _Reader) -> ColumnPlan:
                       boundaries=spec.boundaries, **common)
 
 
-def _label_plans(facts: Any) -> list[LabelPlan]:
+def _label_plans(facts: Any, columns: dict[str, ColumnPlan], source: str) -> list[LabelPlan]:
+    """Each label: a column of its own, or a feature's column read as a label too (as a domain
+    column TorchEasyRec keeps among the labels); a label nothing reads is drawn as 0/1."""
     derived = {d.name: (i, d) for i, d in enumerate(facts.derived_labels)}
     plans = []
     for k, name in enumerate(facts.cfg.data.labels):
@@ -187,9 +190,31 @@ def _label_plans(facts: Any) -> list[LabelPlan]:
         domain = domains[0] if domains else None
         i, d = derived.get(name, (None, None))
         path = f"data.derived_labels[{i}]" if d is not None else f"data.labels[{k}]"
-        plans.append(LabelPlan(name, d.source if d is not None else name, domain.domain if domain else "binary",
-                               domain.num_classes if domain else None, d, path))
+        column = d.source if d is not None else name
+        feature = columns.get(column)
+        if feature is not None:
+            _check_feature_label(feature, domain, path, source)
+        kind = domain.domain if domain else ("finite" if feature is not None else "binary")
+        plans.append(LabelPlan(name, column, kind, domain.num_classes if domain else None, d, path,
+                               from_feature=feature is not None))
     return plans
+
+
+def _check_feature_label(feature: ColumnPlan, domain: Any, path: str, source: str) -> None:
+    """A feature's column read as a label: numbers its losses and metrics accept.
+
+    Raises:
+        SynthLikeError: it is not, so no value fits both.
+    """
+    numeric = feature.shape == "scalar" and feature.kind in ("num_buckets", "dense", "boundaries")
+    ids = feature.num_ids if feature.kind == "num_buckets" else None
+    fits = numeric and (domain is None or domain.domain == "finite" or (ids is not None and (
+        domain.domain == "non_negative" or (domain.domain == "binary" and ids <= 2)
+        or (domain.domain == "class_index" and (domain.num_classes is None or ids <= domain.num_classes)))))
+    if not fits:
+        raise SynthLikeError(f"{source}: {path}: label column '{feature.column}' is also read by {feature.path}, "
+                             f"and what that feature reads does not fit {domain.describe() if domain else 'a label'}; "
+                             "give the label its own column")
 
 
 def _item_table(facts: Any, columns: dict[str, ColumnPlan]) -> Optional[ItemTablePlan]:
@@ -220,12 +245,7 @@ def plan_synth(facts: Any, source: str) -> SynthPlan:
     """
     readers = _readers(facts.specs)
     columns = {c: _column_plan(c, _owner(c, rs, source)) for c, rs in readers.items()}
-    labels = _label_plans(facts)
-    for label in labels:
-        if label.column in columns:
-            raise SynthLikeError(f"{source}: {label.path}: label column '{label.column}' is also a feature's input "
-                                 f"({columns[label.column].path}); data synth --like draws labels from the features, "
-                                 "so give the label its own column")
+    labels = _label_plans(facts, columns, source)
     weight = facts.cfg.data.sample_weight
     label_columns = {label.column for label in labels}
     extra = [*facts.group_columns, weight] if weight and weight not in label_columns else list(facts.group_columns)

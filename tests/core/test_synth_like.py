@@ -114,3 +114,11 @@ def test_a_config_that_does_not_check_writes_nothing(tmp_path):
 def test_usage_errors_are_one_line(args, message):
     proc = cli(["data", "synth", *args])
     assert proc.returncode == EXIT_USAGE and message in proc.stderr
+
+
+def test_a_feature_column_kept_among_the_labels_is_the_feature_as_drawn(tmp_path):
+    """TorchEasyRec's pepnet_taobao keeps its domain column among the labels, read by no loss."""
+    _synth(REPO / "examples" / "mmoe_taobao.toml", tmp_path / "out", "--set", 'data.labels=["click", "buy", "occupation"]')
+    table = _read(tmp_path / "out" / "train")
+    assert table.column_names.count("occupation") == 1 and table.column("occupation").type == pa.int64()
+    assert "occupation" not in json.loads((tmp_path / "out" / "synth.json").read_text())["bayes_auc"]
