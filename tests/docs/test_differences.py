@@ -59,6 +59,8 @@ SAME_AS_TORCHEASYREC: Mapping[str, str] = {
     "data.md#cost-aware-batches": "TorchEasyRec's batch_cost_size with sample_cost_field, the same rule",
     "data.md#data-shaped-like-a-config-like": "TorchEasyRec's example configs as synth --like's inputs; value_dim > 1 "
                                               "is migration.md's not-converted row",
+    "migration.md#before-the-real-data-end-to-end-on-synthetic-data": "TorchEasyRec's example configs run end to end "
+                                                                      "on synthetic data, as inputs",
     "howto/criteo_text.md#point-it-at-the-real-files": "TorchEasyRec's table sizes, as data",
     "howto/fine_tuning.md#fine-tune-from-another-run": "TorchEasyRec's fine_tune_ckpt_param_map format, the same",
     "howto/sparse_optimizers_cpu_gpu.md#on-gpu": "TorchEasyRec's Criteo tables, as data",
