@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tzrun
 from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, dssm_v2, mask_net, mind, mmoe, multi_tower,
-                                  pepnet, ple, rocket_launching, wide_and_deep, wukong)
+                                  pepnet, ple, rocket_launching, tdm, wide_and_deep, wukong)
 
 
 def _binary(cfg: object) -> tuple[str, ...]:
@@ -50,6 +50,9 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
              build=rocket_launching.build_rocket_launching, outputs=_light_and_booster,
              description="Rocket Launching: a light net and a booster net over a shared MLP, the light net "
                          "distilled from the booster (logits, hint losses); export serves the light net")
+    register("tdm", config=tdm.TDMConfig, build=tdm.build_tdm, outputs=_binary,
+             description="TDM's ranking network: multi-window attention of the tree node over the behaviour "
+                         "sequence, final MLP (the tree: tzrec-run tdm-tree)")
     register("mmoe", config=mmoe.MMoEConfig, build=mmoe.build_mmoe, outputs=_per_task,
              description="MMoE: shared experts, per-task gates and towers (logits/<task>, probs/<task>)")
     register("ple", config=ple.PLEConfig, build=ple.build_ple, outputs=_per_task,
