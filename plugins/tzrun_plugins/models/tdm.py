@@ -138,7 +138,6 @@ def build_tdm(cfg: TDMConfig, ctx: ModelContext) -> Any:
     features, more = _mlp_features(cfg, ctx, history)
     if problems or more:
         raise ConfigError("model", problems + more)
-    assert history is not None
     group = next(g for g in ctx.sequence_groups if g.name == history)
 
     class TDM(nn.Module):
@@ -146,11 +145,13 @@ def build_tdm(cfg: TDMConfig, ctx: ModelContext) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self.history = history
+            self.history = group.name
             self.ebc = bag_collection(ctx)
-            self.sequences = sequence_embeddings(ctx)
+            sequences = sequence_embeddings(ctx)
+            assert sequences is not None  # the history group's tables
+            self.sequences = sequences
             self.inputs = FeatureInputs(ctx, features)
-            width = group_width(ctx, history)
+            width = group_width(ctx, group.name)
             self.attention = MultiWindowAttention(width, group.max_len, cfg.windows_len, cfg.attention_hidden_units,
                                                   cfg.attention_activation, recent_first=group.recent_first)
             in_width = self.attention.width + self.inputs.width
