@@ -40,7 +40,7 @@ def test_first_party_plugins_load_from_entry_points_with_their_distribution(tzru
         "sgd", "adagrad", "rowwise_adagrad", "adam", "lamb", "lars_sgd", "partial_rowwise_adam", "partial_rowwise_lamb"
     }
     assert set(optim.components["dense_optimizer"]) == {"sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta"}
-    assert infos["tzrun_plugins.models"].components == {"model": ("dbmtl", "dcn_v1", "dcn_v2", "deepfm", "din", "dlrm", "dssm", "dssm_v2", "mask_net", "mind", "mmoe", "multi_tower", "pepnet", "ple", "rocket_launching", "wide_and_deep", "wukong")}
+    assert infos["tzrun_plugins.models"].components == {"model": ("dbmtl", "dcn_v1", "dcn_v2", "deepfm", "din", "dlrm", "dssm", "dssm_v2", "mask_net", "mind", "mmoe", "multi_tower", "pepnet", "ple", "rocket_launching", "tdm", "wide_and_deep", "wukong")}
     serving = infos["tzrun_serving"]  # the way out of a run: a first-party plugin like the others
     assert serving.distribution == "tzrec-run"
     assert serving.components == {"stage": ("embedding_deltas", "export"), "command": ("ckpt apply_deltas", "export")}

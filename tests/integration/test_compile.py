@@ -54,6 +54,7 @@ EXAMPLES = {
     "dssm_taobao": "taobao",
     "dssm_v2_taobao": "taobao",
     "mind_taobao": "taobao",
+    "tdm_taobao": "taobao",
     "din_taobao": "taobao",
 }
 #: small layers (those of test_models.py): inductor's C++ costs seconds per kernel on a cold

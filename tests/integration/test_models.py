@@ -74,6 +74,8 @@ EXAMPLES = {
         ["model.user_hidden_units=[16]", "model.item_hidden_units=[16]", "model.output_dim=8", "train.num_epochs=1"],
         ["recall_at_5", "recall_at_50", "loss/in_batch_softmax"],
     ),
+    "tdm_taobao": ("taobao", ["model.attention_hidden_units=[8]", "model.final_hidden_units=[16, 8]",
+                              "model.windows_len=[1, 2, 4]"], ["auc"]),
     "mind_taobao": (
         "taobao",
         ["model.user_hidden_units=[16]", "model.history_hidden_units=[16]", "model.max_k=3", "model.high_dim=8",

@@ -35,6 +35,7 @@ EXAMPLES = {
     "dssm_taobao": "taobao",
     "dssm_v2_taobao": "taobao",
     "mind_taobao": "taobao",
+    "tdm_taobao": "taobao",
     "din_taobao": "taobao",
     "multi_tower_taobao": "taobao",
     "dssm_taobao+sequence": "taobao",
@@ -54,7 +55,7 @@ column = "click_50_seq"
 table = "adgroup_id_emb"
 '''
 #: the shipped examples with a [[features.sequence]] group of their own (its first feature click_seq__adgroup_id)
-SEQUENCE_EXAMPLES = ("din_taobao", "dssm_v2_taobao", "mind_taobao")
+SEQUENCE_EXAMPLES = ("din_taobao", "dssm_v2_taobao", "mind_taobao", "tdm_taobao")
 #: "<example>+sequence": the example with a sequence group and a [[model.sequence_encoders]] table
 SEQUENCE_VARIANTS = {
     "dssm_taobao": lambda text: text.replace(
