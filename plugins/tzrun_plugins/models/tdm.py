@@ -52,8 +52,8 @@ class TDMConfig:
         windows_len: ids per window, most recent first (``multiwindow_din.windows_len``).
         attention_hidden_units: layer widths of the attention MLP over ``[s, q * s, q]``
             (``multiwindow_din.attn_mlp.hidden_units``).
-        attention_activation: the attention MLP's activation, ``relu`` (TorchEasyRec's default)
-            or ``prelu`` (one parameter per layer, its example's ``nn.PReLU``).
+        attention_activation: the attention MLP's activation, ``relu``
+            or ``prelu`` (one parameter per layer, as ``nn.PReLU()``).
         final_hidden_units: layer widths of the final MLP (``final.hidden_units``); a linear
             layer to one logit follows.
         final_batch_norm: batch normalisation after each linear layer of the final MLP
