@@ -48,6 +48,7 @@ PAGE = "differences.md"
 
 #: Options whose documentation names TorchEasyRec but that are no difference, with the reason.
 NOT_DIFFERENCES: Mapping[tuple[str, str], str] = {
+    ("tdm_tree", "item_id"): "TorchEasyRec's --item_id_field, the same column named by another flag",
     ("relative_l1", "eps"): "the same default as TorchEasyRec's epsilon",
     ("exponential_decay", "decay_size"): "in the table as 'schedule checks' (no option gives the crash)",
     ("pareto", "min_weights"): "TorchEasyRec's pareto_min_loss_weight, with the same meaning",

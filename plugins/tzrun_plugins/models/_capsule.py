@@ -34,7 +34,8 @@ def fixed_noise(init: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
 def squash(x: torch.Tensor, power: float) -> torch.Tensor:
     """``(|x|² / (1 + |x|²))^power / |x| * x`` over the last dimension, ``|x|`` floored at 1e-7."""
     norm = torch.linalg.norm(x, dim=-1, keepdim=True).clamp(min=1e-7)
-    return torch.pow(norm.square() / (1 + norm.square()), power) / norm * x
+    squashed: torch.Tensor = torch.pow(norm.square() / (1 + norm.square()), power) / norm * x
+    return squashed
 
 
 def interest_mask(lengths: torch.Tensor, max_k: int, const: bool) -> torch.Tensor:
