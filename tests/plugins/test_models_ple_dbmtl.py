@@ -159,6 +159,64 @@ def test_dbmtl_equals_torcheasyrecs_formula(registries, options):  # noqa: F811
     assert all(p.grad is None for p in model.outputs[1].parameters())  # but not its logit
 
 
+def _din_encoder_reference(encoder: nn.Module, query: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
+    """TorchEasyRec's ``DINEncoder``: zero-padded ``[B, T, D]`` sequences, scores
+    ``linear(mlp([q, s, q - s, q * s]))`` with ``-(2**31) + 1`` at padded positions, softmax over
+    the positions, the weighted sum of the (padded) sequence."""
+    longest = max(1, max(len(r) for r in rows))
+    sequence = torch.stack([torch.cat([r, torch.zeros(longest - len(r), query.shape[1])]) for r in rows])
+    mask = torch.arange(longest).unsqueeze(0) < torch.tensor([len(r) for r in rows]).unsqueeze(1)
+    queries = query.unsqueeze(1).expand(-1, longest, -1)
+    layers = _layers(encoder)
+    hidden = _mlp(torch.cat([queries, sequence, queries - sequence, queries * sequence], dim=-1), layers[:-1])
+    scores = _linear(hidden, layers[-1]).transpose(1, 2)  # [B, 1, T]
+    scores = torch.where(mask.unsqueeze(1), scores, torch.ones_like(scores) * (-(2**31) + 1))
+    return torch.matmul(torch.softmax(scores, dim=-1), sequence).squeeze(1)
+
+
+def test_dbmtl_with_a_sequence_group_and_two_classes_equals_torcheasyrecs_formula(registries):  # noqa: F811
+    """TorchEasyRec's dbmtl_taobao_seq.config and dbmtl_taobao_jrc.config, small: the group read
+    through a DIN encoder of its query, appended to x; cvr of two classes (``num_class: 2``), its
+    ``probs`` TorchEasyRec's ``probs1`` (the softmax's class 1)."""
+    from tests.plugins import test_sequence_models as seq
+    from tzrun_plugins.models._sequence_config import SequenceEncoderConfig
+    from tzrun_plugins.models.dbmtl import DBMTLConfig, DBMTLTaskConfig
+
+    torch.manual_seed(5)
+    tasks = (DBMTLTaskConfig("ctr", (4, 3)),
+             DBMTLTaskConfig("cvr", (4, 3), relation_tasks=("ctr",), relation_hidden_units=(3,), num_classes=2))
+    encoders = (SequenceEncoderConfig("clicks", "target_attention", attention_hidden_units=(6, 5)),)
+    cfg = DBMTLConfig(tasks=tasks, bottom_hidden_units=(8,), sequence_encoders=encoders)
+    model = _build(registries, "dbmtl", seq._ctx(), **attrs.asdict(cfg, recurse=False))
+    batch = seq._batch()
+    out = model(batch)
+    user = model.ebc.embedding_bags["user_emb"].weight.detach()[torch.tensor([0, 1, 2, 3])]
+    items = model.sequences.collections[f"dim_{seq.DIM}"].embeddings["item_emb"].weight.detach()
+    query = items[torch.tensor([1, 2, 3, 4])]
+    clicks = _din_encoder_reference(model.sequence_inputs.encoders[0], query,
+                                    [items[torch.tensor(row, dtype=torch.long)] for row in seq.CLICKS])
+    x = torch.cat([batch.dense, user, query, clicks], dim=1)
+    ctr, cvr = _dbmtl_reference(model, x, cfg)
+    torch.testing.assert_close(out["logits/ctr"], ctr)
+    torch.testing.assert_close(out["probs/ctr"], torch.sigmoid(ctr))
+    assert cvr.shape == (seq.ROWS, 2) and "class_logits/ctr" not in out
+    torch.testing.assert_close(out["class_logits/cvr"], cvr)
+    torch.testing.assert_close(out["probs/cvr"], torch.softmax(cvr, dim=1)[:, 1])
+    torch.testing.assert_close(out["logits/cvr"], cvr[:, 1] - cvr[:, 0])
+    out["probs/ctr"].sum().backward()
+    assert all(p.grad is not None for p in model.sequence_inputs.parameters())  # the attention trains
+
+
+def test_dbmtl_tasks_have_one_or_two_classes_and_declare_their_outputs(registries):  # noqa: F811
+    from tzrun_plugins.models.dbmtl import DBMTLConfig, DBMTLTaskConfig
+
+    with pytest.raises(ValueError, match=r"must be 1 \(one logit\) or 2 \(two logits, class_logits/ctr, for jrc"):
+        DBMTLTaskConfig("ctr", num_classes=3)
+    cfg = DBMTLConfig(tasks=(DBMTLTaskConfig("ctr", num_classes=2), DBMTLTaskConfig("cvr")))
+    declared = registries["model"].get("dbmtl", "model.type").extras["outputs"](cfg)
+    assert sorted(declared) == ["class_logits/ctr", "logits/ctr", "logits/cvr", "probs/ctr", "probs/cvr"]
+
+
 @pytest.mark.parametrize("tasks, message", [
     ((("ctr", ("cvr",)), ("cvr", ())), "task 'ctr' relates to 'cvr', which is listed after it"),
     ((("ctr", ("ctr",)),), "task 'ctr' relates to itself"),

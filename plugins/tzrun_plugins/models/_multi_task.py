@@ -53,13 +53,22 @@ def unique_tasks(model: str) -> Any:
     return check
 
 
-def per_task_outputs(names: Sequence[str], logits: Sequence[Any]) -> dict[str, Any]:
-    """``logits/<task>`` (each ``[B, 1]`` squeezed to ``[B]``) and ``probs/<task>`` (their sigmoid)."""
+def per_task_outputs(names: Sequence[str], logits: Sequence[Any],
+                     two_classes: Sequence[bool] = ()) -> dict[str, Any]:
+    """Each task's outputs from its ``[B, 1]`` logits: ``logits/<task>`` ``[B]`` and ``probs/<task>``
+    ``[B]`` (their sigmoid). A task marked in ``two_classes`` (decided when the model is built, so
+    that a traced forward has no branch on shapes) has ``[B, 2]`` logits ``z = [z0, z1]``: they are
+    its ``class_logits/<task>``, and its ``logits/<task>`` is ``z1 - z0``, so that ``probs/<task>``
+    is ``softmax(z)[:, 1]``, the probability of class 1."""
     import torch
 
     outputs: dict[str, torch.Tensor] = {}
-    for name, logit in zip(names, logits):
-        logit = logit.squeeze(-1)
+    for i, (name, logit) in enumerate(zip(names, logits)):
+        if i < len(two_classes) and two_classes[i]:
+            outputs[f"class_logits/{name}"] = logit
+            logit = logit[:, 1] - logit[:, 0]
+        else:
+            logit = logit.squeeze(-1)
         outputs[f"logits/{name}"] = logit
         outputs[f"probs/{name}"] = torch.sigmoid(logit)
     return outputs

@@ -6,8 +6,9 @@ gate per task) that gives each task its own input; without it every task reads t
 output. Each task's tower MLP reads its input; a task with ``relation_hidden_units`` then feeds
 ``[its tower's output, the relation outputs of its relation_tasks]`` (in that order) to its
 relation MLP, so a task conditions on the tasks it depends on (the Bayesian chain, e.g.
-``cvr`` on ``ctr``). A linear layer to one logit follows. The outputs are ``logits/<task>`` and
-``probs/<task>`` for each task.
+``cvr`` on ``ctr``). A linear layer to one logit (two with ``num_classes = 2``) follows. The
+outputs are ``logits/<task>`` and ``probs/<task>`` for each task, and ``class_logits/<task>``
+for a task of two classes (TorchEasyRec's ``num_class: 2``, which its ``jrc_loss`` needs).
 
 With ``[[features.sequence]]`` groups, each group is encoded into one vector by its
 ``[[model.sequence_encoders]]`` table (as ``mmoe``'s) and appended to ``x``.
@@ -40,13 +41,23 @@ class DBMTLTaskConfig:
         relation_tasks: tasks, listed before this one, whose relation outputs this task's relation
             MLP reads after its own tower's output (``relation_tower_names``).
         relation_hidden_units: layer widths of its relation MLP (``relation_mlp``; empty: none,
-            and then ``relation_tasks`` must be empty). A linear layer to one logit follows.
+            and then ``relation_tasks`` must be empty). A linear layer to the logits follows.
+        num_classes: 1 (one logit) or 2 (two logits ``z``, output as ``class_logits/<name>``,
+            for ``jrc`` or ``softmax_cross_entropy``; ``logits/<name>`` is then ``z1 - z0`` and
+            ``probs/<name>`` the probability of class 1) (``num_class``).
     """
 
     name: str = attrs.field(validator=task_name)
     hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64), validator=positive_units)
     relation_tasks: tuple[str, ...] = ()
     relation_hidden_units: tuple[int, ...] = attrs.field(default=(), validator=positive_units)
+    num_classes: int = attrs.field(default=1)
+
+    @num_classes.validator
+    def _one_or_two(self, attribute: Any, value: int) -> None:
+        if value not in (1, 2):
+            raise ValueError(f"must be 1 (one logit) or 2 (two logits, class_logits/{self.name}, for jrc or "
+                             f"softmax_cross_entropy), got {value}", attribute)
 
     @relation_hidden_units.validator
     def _relation_needs_mlp(self, attribute: Any, value: tuple[int, ...]) -> None:
@@ -138,7 +149,8 @@ def build_dbmtl(cfg: DBMTLConfig, ctx: ModelContext) -> Any:
                 relation_mlps.append(mlp(relation_in, task.relation_hidden_units))
                 widths.append(out_width(relation_in, task.relation_hidden_units))
             self.relation_mlps = nn.ModuleList(relation_mlps)
-            self.outputs = nn.ModuleList(nn.Linear(w, 1) for w in widths)
+            self.outputs = nn.ModuleList(nn.Linear(w, t.num_classes) for w, t in zip(widths, cfg.tasks))
+            self.two_classes = [t.num_classes == 2 for t in cfg.tasks]
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
             x = read_inputs(self, batch)
@@ -151,6 +163,6 @@ def build_dbmtl(cfg: DBMTLConfig, ctx: ModelContext) -> Any:
             related: list[torch.Tensor] = []
             for tower, relation_mlp, relations, task_input in zip(self.towers, self.relation_mlps, self.relations, inputs):
                 related.append(relation_mlp(torch.cat([tower(task_input)] + [related[i] for i in relations], dim=1)))
-            return per_task_outputs(self.task_names, [out(r) for out, r in zip(self.outputs, related)])
+            return per_task_outputs(self.task_names, [out(r) for out, r in zip(self.outputs, related)], self.two_classes)
 
     return DBMTL()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import tzrun
 from tzrun_plugins.models import (dbmtl, dcn, deepfm, din, dlrm, dssm, dssm_v2, mask_net, mind, mmoe, multi_tower,
                                   pepnet, ple, rocket_launching, tdm, wide_and_deep, wukong)
@@ -15,8 +17,13 @@ def _light_and_booster(cfg: object) -> tuple[str, ...]:
     return ("logits", "probs", "logits_booster", "probs_booster")
 
 
-def _per_task(cfg: mmoe.MMoEConfig) -> tuple[str, ...]:
+def _per_task(cfg: Any) -> tuple[str, ...]:  # any model with tasks
     return tuple(f"{kind}/{task.name}" for task in cfg.tasks for kind in ("logits", "probs"))
+
+
+def _dbmtl_outputs(cfg: dbmtl.DBMTLConfig) -> tuple[str, ...]:
+    two = tuple(f"class_logits/{task.name}" for task in cfg.tasks if task.num_classes == 2)
+    return _per_task(cfg) + two
 
 
 def _towers(cfg: object) -> tuple[str, ...]:
@@ -58,9 +65,9 @@ def tzrun_register_models(register: tzrun.RegisterModels) -> None:
     register("ple", config=ple.PLEConfig, build=ple.build_ple, outputs=_per_task,
              description="PLE: levels of task and shared experts with gates (CGC), per-task towers "
                          "(logits/<task>, probs/<task>)")
-    register("dbmtl", config=dbmtl.DBMTLConfig, build=dbmtl.build_dbmtl, outputs=_per_task,
+    register("dbmtl", config=dbmtl.DBMTLConfig, build=dbmtl.build_dbmtl, outputs=_dbmtl_outputs,
              description="DBMTL: bottom MLP, optional MMoE, task towers and relation MLPs over the towers "
-                         "each task depends on (logits/<task>, probs/<task>)")
+                         "each task depends on (logits/<task>, probs/<task>; class_logits/<task> with num_classes = 2)")
     register("pepnet", config=pepnet.PEPNetConfig, build=pepnet.build_pepnet, outputs=_per_task,
              description="PEPNet: EPNet's gate over the shared input from domain features, per-task PPNet layers "
                          "gated by user/item features, task towers (logits/<task>, probs/<task>)")
