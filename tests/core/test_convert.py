@@ -570,7 +570,7 @@ def test_convert_never_imports_torch(tmp_path):
 _GPU_EXAMPLES = {"wukong_criteo", "rocket_launching_criteo"}
 
 #: The examples whose conversion reads sequence groups (``[[features.sequence]]``, the din model).
-_SEQUENCE_EXAMPLES = {"dssm_taobao", "dssm_v2_taobao", "mind_taobao", "multi_tower_din_taobao"}
+_SEQUENCE_EXAMPLES = {"dssm_taobao", "dssm_v2_taobao", "mind_taobao", "multi_tower_din_taobao", "dbmtl_taobao_seq"}
 
 
 def _sequences_built() -> bool:
@@ -597,7 +597,8 @@ def test_torcheasyrec_example_converts_into_a_file_that_passes_check_unedited(na
         assert f"wrote {out}" in proc.stderr and "field(s) not converted:\n  train_input_path: " in proc.stderr
         check = cli(["check", str(out), "--device", "cuda"]) if name in _GPU_EXAMPLES else _check(out)
     assert check.returncode == 0, check.stderr
-    model = {"multi_tower_din": "din", "masknet": "mask_net"}.get(name.rsplit("_", 1)[0], name.rsplit("_", 1)[0])
+    base = name.removesuffix("_seq").removesuffix("_jrc").rsplit("_", 1)[0]  # dbmtl_taobao_seq: dbmtl
+    model = {"multi_tower_din": "din", "masknet": "mask_net"}.get(base, base)
     assert f"{out}: ok (model {model};" in check.stdout
 
 

@@ -2823,6 +2823,476 @@ model_config {
 }
 """
 
+#: TorchEasyRec's examples/dbmtl_taobao_seq.config, copied verbatim (Apache-2.0, Alibaba Group; commit 54cac31).
+DBMTL_TAOBAO_SEQ = """train_input_path: "odps://{PROJECT}/tables/taobao_multitask_sample_bucketized_train"
+eval_input_path: "odps://{PROJECT}/tables/taobao_multitask_sample_bucketized_v1/ds=20170513"
+model_dir: "experiments/taobao/dbmtl_seq"
+train_config {
+    sparse_optimizer {
+        adagrad_optimizer {
+            lr: 0.001
+        }
+        constant_learning_rate {
+        }
+    }
+    dense_optimizer {
+        adam_optimizer {
+            lr: 0.001
+        }
+        constant_learning_rate {
+        }
+    }
+    num_epochs: 1
+}
+eval_config {
+}
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_NONE
+    label_fields: "clk"
+    label_fields: "buy"
+    num_workers: 8
+}
+feature_configs {
+    id_feature {
+        feature_name: "user_id"
+        num_buckets: 1141730
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cms_segid"
+        num_buckets: 98
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cms_group_id"
+        num_buckets: 14
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "final_gender_code"
+        num_buckets: 3
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "age_level"
+        num_buckets: 8
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "pvalue_level"
+        num_buckets: 5
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "shopping_level"
+        num_buckets: 5
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "occupation"
+        num_buckets: 3
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "new_user_class_level"
+        num_buckets: 6
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "adgroup_id"
+        num_buckets: 846812
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cate_id"
+        num_buckets: 12961
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "campaign_id"
+        num_buckets: 423438
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "customer"
+        num_buckets: 255877
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "brand"
+        num_buckets: 461498
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "price"
+        num_buckets: 101
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "pid"
+        num_buckets: 2
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    sequence_feature {
+        sequence_name: "click_50_seq",
+        sequence_length: 100
+        sequence_delim: "|"
+        features {
+            id_feature {
+                feature_name: "adgroup_id"
+                num_buckets: 846812
+                embedding_dim: 16
+            }
+        }
+        features {
+            id_feature {
+                feature_name: "cate_id"
+                num_buckets: 12961
+                embedding_dim: 16
+            }
+        }
+        features {
+            id_feature {
+                feature_name: "brand"
+                num_buckets: 461498
+                embedding_dim: 16
+            }
+        }
+    }
+}
+model_config {
+    feature_groups {
+        group_name: "all"
+        feature_names: "user_id"
+        feature_names: "cms_segid"
+        feature_names: "cms_group_id"
+        feature_names: "final_gender_code"
+        feature_names: "age_level"
+        feature_names: "pvalue_level"
+        feature_names: "shopping_level"
+        feature_names: "occupation"
+        feature_names: "new_user_class_level"
+        feature_names: "pid"
+        feature_names: "adgroup_id"
+        feature_names: "cate_id"
+        feature_names: "campaign_id"
+        feature_names: "customer"
+        feature_names: "brand"
+        feature_names: "price"
+        group_type: DEEP
+        sequence_groups {
+            group_name: "click_50_seq"
+            feature_names: "adgroup_id"
+            feature_names: "cate_id"
+            feature_names: "brand"
+            feature_names: "click_50_seq__adgroup_id"
+            feature_names: "click_50_seq__cate_id"
+            feature_names: "click_50_seq__brand"
+        }
+        sequence_encoders {
+            din_encoder {
+                attn_mlp {
+                    hidden_units: [32, 8]
+                }
+            }
+        }
+        # sequence_encoders {
+        #     simple_attention {
+        #     }
+        # }
+    }
+    dbmtl {
+        bottom_mlp {
+            hidden_units: [512]
+        }
+
+        # expert_mlp {
+        #     hidden_units: [512, 256, 128]
+        # }
+        # num_expert: 3
+
+        task_towers {
+            tower_name: "ctr"
+            label_name: "clk"
+            mlp {
+                hidden_units: [256, 128, 64]
+            }
+            metrics {
+                auc {}
+            }
+            losses {
+                binary_cross_entropy {}
+            }
+        }
+        task_towers {
+            tower_name: "cvr"
+            label_name: "buy"
+            mlp {
+                hidden_units: [256, 128, 64]
+            }
+            metrics {
+                auc {
+                    thresholds: 10000
+                }
+            }
+            losses {
+                binary_cross_entropy {}
+            }
+            relation_tower_names: "ctr"
+            relation_mlp {
+                hidden_units: [64]
+            }
+        }
+    }
+
+}
+"""
+
+#: TorchEasyRec's examples/dbmtl_taobao_jrc.config, copied verbatim (Apache-2.0, Alibaba Group; commit 54cac31).
+DBMTL_TAOBAO_JRC = """train_input_path: "odps://{PROJECT}/tables/taobao_multitask_sample_bucketized_train_jrc"
+eval_input_path: "odps://{PROJECT}/tables/taobao_multitask_sample_bucketized_v1/ds=20170513"
+model_dir: "experiments/taobao/dbmtl_jrc"
+train_config {
+    sparse_optimizer {
+        adagrad_optimizer {
+            lr: 0.001
+        }
+        constant_learning_rate {
+        }
+    }
+    dense_optimizer {
+        adam_optimizer {
+            lr: 0.001
+        }
+        constant_learning_rate {
+        }
+    }
+    num_epochs: 1
+}
+eval_config {
+}
+data_config {
+    batch_size: 8192
+    dataset_type: OdpsDataset
+    fg_mode: FG_NONE
+    label_fields: "clk"
+    label_fields: "buy"
+    num_workers: 8
+}
+feature_configs {
+    id_feature {
+        feature_name: "user_id"
+        num_buckets: 1141730
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cms_segid"
+        num_buckets: 98
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cms_group_id"
+        num_buckets: 14
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "final_gender_code"
+        num_buckets: 3
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "age_level"
+        num_buckets: 8
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "pvalue_level"
+        num_buckets: 5
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "shopping_level"
+        num_buckets: 5
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "occupation"
+        num_buckets: 3
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "new_user_class_level"
+        num_buckets: 6
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "adgroup_id"
+        num_buckets: 846812
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "cate_id"
+        num_buckets: 12961
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "campaign_id"
+        num_buckets: 423438
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "customer"
+        num_buckets: 255877
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "brand"
+        num_buckets: 461498
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "price"
+        num_buckets: 101
+        embedding_dim: 16
+    }
+}
+feature_configs {
+    id_feature {
+        feature_name: "pid"
+        num_buckets: 2
+        embedding_dim: 16
+    }
+}
+model_config {
+    feature_groups {
+        group_name: "all"
+        feature_names: "user_id"
+        feature_names: "cms_segid"
+        feature_names: "cms_group_id"
+        feature_names: "final_gender_code"
+        feature_names: "age_level"
+        feature_names: "pvalue_level"
+        feature_names: "shopping_level"
+        feature_names: "occupation"
+        feature_names: "new_user_class_level"
+        feature_names: "pid"
+        feature_names: "adgroup_id"
+        feature_names: "cate_id"
+        feature_names: "campaign_id"
+        feature_names: "customer"
+        feature_names: "brand"
+        feature_names: "price"
+        group_type: DEEP
+    }
+    dbmtl {
+        bottom_mlp {
+            hidden_units: [512]
+        }
+        task_towers {
+            tower_name: "ctr"
+            label_name: "clk"
+            num_class: 2
+            mlp {
+                hidden_units: [256, 128, 64]
+            }
+            metrics {
+                auc {}
+            }
+            losses {
+                jrc_loss {
+                    session_name: "user_id"
+                }
+            }
+        }
+        task_towers {
+            tower_name: "cvr"
+            label_name: "buy"
+            num_class: 2
+            mlp {
+                hidden_units: [256, 128, 64]
+            }
+            metrics {
+                auc {
+                    thresholds: 10000
+                }
+            }
+            losses {
+                jrc_loss {
+                    session_name: "user_id"
+                }
+            }
+            relation_tower_names: "ctr"
+            relation_mlp {
+                hidden_units: [64]
+            }
+        }
+    }
+
+}
+"""
+
 #: name -> config text, as TorchEasyRec names the example.
 EXAMPLES = {"deepfm_criteo": DEEPFM_CRITEO, "dlrm_criteo": DLRM_CRITEO, "mmoe_taobao": MMOE_TAOBAO,
             "dssm_taobao": DSSM_TAOBAO, "multi_tower_din_taobao": MULTI_TOWER_DIN_TAOBAO,
@@ -2830,4 +3300,4 @@ EXAMPLES = {"deepfm_criteo": DEEPFM_CRITEO, "dlrm_criteo": DLRM_CRITEO, "mmoe_ta
             "masknet_criteo": MASKNET_CRITEO, "ple_taobao": PLE_TAOBAO, "dbmtl_taobao": DBMTL_TAOBAO,
             "wukong_criteo": WUKONG_CRITEO, "pepnet_taobao": PEPNET_TAOBAO,
             "dssm_v2_taobao": DSSM_V2_TAOBAO, "rocket_launching_criteo": ROCKET_LAUNCHING_CRITEO,
-            "mind_taobao": MIND_TAOBAO}
+            "mind_taobao": MIND_TAOBAO, "dbmtl_taobao_seq": DBMTL_TAOBAO_SEQ, "dbmtl_taobao_jrc": DBMTL_TAOBAO_JRC}

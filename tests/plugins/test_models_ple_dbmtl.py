@@ -259,3 +259,25 @@ def test_convert_maps_dbmtl_s_mmoe_and_relations_and_reports_what_torcheasyrec_i
     assert "model" not in bottom.tree
     skipped = {f.path: f.message for f in bottom.not_converted}
     assert "MaskNet bottom has no equivalent" in skipped["model_config.dbmtl.mask_net"]
+
+
+def test_convert_maps_dbmtl_s_two_classes_to_jrc_on_class_logits_and_its_sequence_group_to_din_attention():
+    from tests.core.torcheasyrec_examples import DBMTL_TAOBAO_JRC, DBMTL_TAOBAO_SEQ
+    from tzrun_tools.convert import convert_pipeline_config
+
+    jrc = convert_pipeline_config(DBMTL_TAOBAO_JRC, "dbmtl_taobao_jrc.config").tree
+    assert [t.get("num_classes") for t in jrc["model"]["tasks"]] == [2, 2]
+    assert [(loss["type"], loss["prediction"], loss["label"], loss["group_by"]) for loss in jrc["losses"]] == [
+        ("jrc", "class_logits/ctr", "clk", "user_id"), ("jrc", "class_logits/cvr", "buy", "user_id")]
+    assert [m["prediction"] for m in jrc["metrics"]] == ["probs/ctr", "probs/cvr"]  # TorchEasyRec's probs1
+    three = convert_pipeline_config(DBMTL_TAOBAO_JRC.replace("num_class: 2", "num_class: 3", 1), "jrc.config")
+    assert "num_classes" not in three.tree["model"]["tasks"][0]
+    skipped = {f.path: f.message for f in three.not_converted}
+    assert skipped["model_config.dbmtl.task_towers[0].num_class"] == (
+        "tzrec-run's dbmtl outputs one logit per task (or two, num_classes = 2)")
+    seq = convert_pipeline_config(DBMTL_TAOBAO_SEQ, "dbmtl_taobao_seq.config").tree
+    assert seq["model"]["sequence_encoders"] == [
+        {"sequence": "click_50_seq", "type": "target_attention", "attention_hidden_units": [32, 8]}]
+    group = seq["features"]["sequence"][0]
+    assert group["query"] == ["adgroup_id", "cate_id", "brand"] and len(group["features"]) == 3
+    assert all("num_classes" not in t for t in seq["model"]["tasks"])

@@ -6,7 +6,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 
 from tzrun_tools.convert.nodes import Finding, Node
 
-__all__ = ["Outputs", "convert_model", "convert_eval", "convert_export"]
+__all__ = ["Outputs", "TWO_CLASS_TASKS", "convert_model", "convert_eval", "convert_export"]
 
 _F = "float"
 
@@ -14,6 +14,11 @@ _F = "float"
 _MODEL_LEVEL = {"feature_groups", "metrics", "losses", "train_metrics", "num_class", "use_pareto_loss_weight",
                 "variational_dropout", "kd"}
 _MATCH_MODELS = {"dssm", "dssm_v2", "mind", "dat", "match_model"}
+#: The multi-task models whose task towers may have ``num_class: 2`` (a task's ``num_classes = 2``):
+#: their losses of two logits read ``class_logits/<task>``.
+TWO_CLASS_TASKS = frozenset({"dbmtl"})
+#: The losses that read a task's two logits when it has two classes.
+_TWO_LOGIT_LOSSES = {"jrc", "softmax_cross_entropy"}
 _TOWER_NOT_CONVERTED = {
     "sample_weight_name": "one sample weight column per run here: data.sample_weight",
     "task_space_indicator_label": "task-space loss weights have no equivalent",
@@ -32,6 +37,7 @@ class _Task(NamedTuple):
     match: bool = False
     num_class: Optional[int] = None
     net: Optional[str] = None  # rocket_launching: "" (light) or "_booster", a suffix of the name and output read
+    two_logits: bool = False  # a task of two classes: its two logits are class_logits/<tower>
 
 
 class Outputs:
@@ -106,7 +112,8 @@ def _loss(node: Node, task: _Task, outputs: Outputs) -> None:
         loss.copy(out, {"gamma": ("gamma", _F), "alpha": ("alpha", _F)})
     loss.rest()
     node.rest()
-    placed = _placed(out, task, out["type"], "similarity" if task.match else "logits", outputs.losses)
+    reads = "class_logits" if task.two_logits and out["type"] in _TWO_LOGIT_LOSSES else "logits"
+    placed = _placed(out, task, out["type"], "similarity" if task.match else reads, outputs.losses)
     if task.weight != 1.0:
         placed["weight"] = task.weight
     outputs.losses.append(placed)
@@ -229,8 +236,10 @@ def convert_model(node: Node, outputs: Outputs) -> Optional[str]:
         model = Node(node.fields[model_name][-1], node.at(model_name), node.findings)
         for i, tower in enumerate(model.indexed_children("task_towers")):
             name = tower.value("tower_name", "str") or f"task_{i}"
+            tower_class = tower.fields.get("num_class", [None])[-1]
             tower_task = _Task(suffix=f"_{name}", tower=name, label=tower.value("label_name", "str"),
-                               weight=tower.value("weight", _F, 1.0), num_class=tower.fields.get("num_class", [None])[-1])
+                               weight=tower.value("weight", _F, 1.0), num_class=tower_class,
+                               two_logits=model_name in TWO_CLASS_TASKS and tower_class == 2)
             before = len(outputs.losses)
             _task_outputs(tower, tower_task, outputs)
             min_weight = tower.value("pareto_min_loss_weight", _F)

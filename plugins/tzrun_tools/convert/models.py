@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Optional
 
+from tzrun_tools.convert.evaluation import TWO_CLASS_TASKS
 from tzrun_tools.convert.features import FeatureSet
 from tzrun_tools.convert.groups import Groups
 from tzrun_tools.convert.nodes import Finding, Node
@@ -142,10 +143,17 @@ def _tasks(model: Node, name: str,
     tasks = []
     for i, tower in enumerate(model.indexed_children("task_towers")):
         tower.used.update(_TOWER_OUTPUTS)
-        if tower.value("num_class", "int", 1) != 1:
-            tower.skip("num_class", f"tzrec-run's {name} outputs one logit per task")
+        num_class = tower.value("num_class", "int", 1)
+        if num_class != 1 and not (num_class == 2 and name in TWO_CLASS_TASKS):
+            tower.skip("num_class", f"tzrec-run's {name} outputs one logit per task"
+                       + (" (or two, num_classes = 2)" if name in TWO_CLASS_TASKS else ""))
         units = _mlp(tower, "mlp")
         tasks.append({"name": tower.value("tower_name", "str") or f"task_{i}", "hidden_units": units or []})
+        if num_class == 2 and name in TWO_CLASS_TASKS:
+            tasks[-1]["num_classes"] = 2
+            tower.note("num_class", f"2: two logits, class_logits/{tasks[-1]['name']}, which jrc and "
+                                    f"softmax_cross_entropy read; probs/{tasks[-1]['name']}, which the metrics read, "
+                                    "is TorchEasyRec's probs1 (the softmax's class 1)")
         if more is not None:
             more(tower, tasks[-1])
         tower.rest()
