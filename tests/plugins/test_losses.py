@@ -136,9 +136,68 @@ def test_jrc_matches_the_session_softmax_written_as_a_loop(registries, alpha):
     assert torch.isfinite(logits.grad).all()
 
 
+def torcheasyrec_jrc(logits, labels, session_ids, alpha, weights=None):
+    """TorchEasyRec's ``JRCLoss.forward`` (tzrec/loss/jrc_loss.py, 54cac31) restated: ``[B, B]``
+    session and diagonal masks added as ``-1e9``, one cross entropy over the positive rows (on
+    ``z1``) and one over the negative rows (on ``z0``); with ``weights``, its ``reduction="none"``
+    path and its model's ``mean(loss * w / mean(w))``."""
+    from torch.nn import functional as F
+
+    labels = labels.long()
+    reduction = "mean" if weights is None else "none"
+    ce = F.cross_entropy(logits, labels, reduction=reduction)
+    batch_size = labels.shape[0]
+    mask = torch.eq(session_ids.unsqueeze(1), session_ids.unsqueeze(0)).float()
+    diag_index = torch.arange(batch_size)
+    diag = torch.eye(batch_size, dtype=torch.int64)
+    pos_num = int(labels.sum())
+    neg_num = batch_size - pos_num
+    parts = []
+    for rows_of, column, y_other, num in ((labels == 1, 1, labels, pos_num), (labels == 0, 0, 1 - labels, neg_num)):
+        index = torch.where(rows_of)[0]
+        z = logits[:, column].unsqueeze(0).tile([num, 1])
+        z = z + ((1 - mask.index_select(0, index)) + (1 - diag.index_select(0, index)) * y_other.unsqueeze(0).tile([num, 1])) * -1e9
+        parts.append((index, F.cross_entropy(z, diag_index.index_select(0, index), reduction=reduction), num))
+    if weights is None:
+        ge = sum(loss * num / batch_size for _, loss, num in parts)
+        return alpha * ce + (1 - alpha) * ge
+    ge = torch.zeros(batch_size, dtype=logits.dtype)
+    for index, loss, _ in parts:
+        ge[index] = loss
+    return torch.mean((alpha * ce + (1 - alpha) * ge) * weights / weights.mean())
+
+
+def test_jrc_equals_torcheasyrecs_own_test_value(registries):
+    """tzrec/loss/jrc_loss_test.py: two sessions of four rows, alpha 0.5, 0.7199."""
+    loss = build(registries, '{type="jrc", group_by="session"}')
+    logits = torch.tensor([[0.9, 0.1], [0.5, 0.5], [0.3, 0.7], [0.2, 0.8], [0.8, 0.2], [0.55, 0.45], [0.33, 0.67],
+                           [0.55, 0.45]])
+    labels = torch.tensor([0, 0, 1, 1, 0, 0, 1, 1], dtype=torch.float32)
+    sessions = torch.tensor([1, 1, 1, 1, 2, 2, 2, 2])
+    assert round(float(loss(logits, labels, torch.ones(8), group=sessions)), 4) == 0.7199
+    assert round(float(torcheasyrec_jrc(logits, labels, sessions, 0.5)), 4) == 0.7199
+
+
+@pytest.mark.parametrize("alpha, weighted", [(0.5, False), (0.3, False), (0.8, True)])
+def test_jrc_equals_torcheasyrecs_masked_formula_on_fixed_inputs(registries, alpha, weighted):
+    loss = build(registries, f'{{type="jrc", alpha={alpha}, group_by="session"}}')
+    gen = torch.Generator().manual_seed(8)
+    logits = torch.randn(40, 2, generator=gen, dtype=torch.float64) * 2
+    labels = torch.randint(0, 2, (40,), generator=gen).double()
+    sessions = torch.randint(0, 7, (40,), generator=gen)  # sessions of several rows, some of one class only
+    sessions[0] = 99  # and one row alone
+    weights = torch.rand(40, generator=gen, dtype=torch.float64) + 0.5 if weighted else torch.ones(40, dtype=torch.float64)
+    expected = torcheasyrec_jrc(logits, labels, sessions, alpha, weights if weighted else None)
+    torch.testing.assert_close(loss(logits, labels, weights, group=sessions), expected, rtol=1e-10, atol=1e-12)
+    merged = loss(logits, labels, weights, group=torch.zeros(40, dtype=torch.int64))  # the session grouping counts
+    assert abs(float(merged) - float(expected)) > 1e-3
+
+
 def test_jrc_needs_two_logits_and_a_group_key(registries):
     loss = build(registries, '{type="jrc", group_by="session"}')
-    with pytest.raises(ValueError, match=r"jrc needs two logits per row \(shape \[B, 2\]\), got \[4\]"):
+    with pytest.raises(ValueError, match=r"jrc needs two logits per row \(shape \[B, 2\]\), got \[4\]: read a model "
+                                         r"output of two classes \(dbmtl: num_classes = 2 and prediction = "
+                                         r"\"class_logits/<task>\"\)"):
         loss(torch.zeros(4), torch.zeros(4), torch.ones(4), group=torch.zeros(4, dtype=torch.int64))
     with pytest.raises(ConfigError, match=r"losses\[0\].group_by: 'jrc' groups rows: name the column"):
         build(registries, '{type="jrc"}')

@@ -103,7 +103,9 @@ def build_jrc(cfg: JRCConfig) -> Any:
     class JRC(torch.nn.Module):
         def forward(self, logits: torch.Tensor, label: torch.Tensor, weight: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
             if logits.dim() != 2 or logits.shape[1] != 2:
-                raise ValueError(f"jrc needs two logits per row (shape [B, 2]), got {list(logits.shape)}")
+                raise ValueError(f"jrc needs two logits per row (shape [B, 2]), got {list(logits.shape)}: read a "
+                                 "model output of two classes (dbmtl: num_classes = 2 and prediction = "
+                                 "\"class_logits/<task>\")")
             calibration = weighted_mean(F.cross_entropy(logits, label.long(), reduction="none"), weight)
             generative = weighted_mean(jrc_generative(logits, label, group), weight)
             return cfg.alpha * calibration + (1 - cfg.alpha) * generative
