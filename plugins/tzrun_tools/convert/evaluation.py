@@ -130,7 +130,7 @@ def _metric(node: Node, task: _Task, outputs: Outputs, into: list[dict[str, Any]
              "grouped_auc", "xauc", "grouped_xauc", "normalized_entropy"]
     name = node.which(names)
     if train:
-        decay = {}
+        decay: dict[str, Any] = {}
         node.copy(decay, {"decay_rate": ("decay_rate", _F), "decay_step": ("decay_step", "int")})
     if name is None:
         node.rest()
