@@ -141,7 +141,7 @@ def test_dssm_refuses_target_attention_and_needs_each_group_in_a_tower(registrie
         _build(registries, "dssm", _ctx(), user_features=("user", "d0"), item_features=("item", "d1"),
                sequence_encoders=(SequenceEncoderConfig("clicks", "target_attention"),))
     text = _problems(excinfo)
-    assert "model.sequence_encoders[0].type: dssm cannot use target_attention" in text and 'use "mean" or "self_attention"' in text
+    assert "model.sequence_encoders[0].type: dssm cannot use target_attention" in text and 'use "mean", "self_attention" or "self_attention_tzrec"' in text
     assert "features.sequence[0]: 'clicks' is in neither tower" in text
 
 
@@ -152,7 +152,8 @@ def test_encoder_options_must_fit_their_type_and_group(registries):
     with pytest.raises(ConfigError) as excinfo:
         _build(registries, "mmoe", _ctx(query=()), tasks=(MMoETaskConfig("ctr"),), sequence_encoders=encoders)
     text = _problems(excinfo)
-    assert 'model.sequence_encoders[0].num_heads: only for type = "self_attention" (this encoder is "mean"); remove it' in text
+    assert ('model.sequence_encoders[0].num_heads: only for type = "self_attention" or type = "self_attention_tzrec" '
+            '(this encoder is "mean"); remove it') in text
     assert "model.sequence_encoders[1].sequence: no [[features.sequence]] group named 'clics' (groups: clicks); did you mean 'clicks'?" in text
     with pytest.raises(ConfigError) as excinfo:
         _build(registries, "mmoe", _ctx(query=()), tasks=(MMoETaskConfig("ctr"),),
@@ -209,7 +210,7 @@ def test_check_refuses_dssm_with_target_attention_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.splitlines()[1:] == [
         '  model.sequence_encoders[0].type: dssm cannot use target_attention: its towers never see the candidate item '
-        'together with the user\'s sequence; use "mean" or "self_attention"'
+        'together with the user\'s sequence; use "mean", "self_attention" or "self_attention_tzrec"'
     ]
 
 

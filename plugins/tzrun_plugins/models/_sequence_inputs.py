@@ -16,7 +16,7 @@ from torch import nn
 
 from tzrun import ModelContext
 from tzrun_plugins.models import _order
-from tzrun_plugins.models._sequence_config import SequenceEncoderConfig, build_encoder, group_width
+from tzrun_plugins.models._sequence_config import QUERY_TYPES, SequenceEncoderConfig, build_encoder, encoder_width, group_width
 
 __all__ = ["FeatureInputs", "SequenceInputs", "bag_collection", "sequence_embeddings"]
 
@@ -88,13 +88,13 @@ class SequenceInputs(nn.Module):
         super().__init__()
         groups = {g.name: g for g in ctx.sequence_groups}
         self.names = list(encoders)
-        self.queries = [encoders[n].type == "target_attention" for n in self.names]
+        self.queries = [encoders[n].type in QUERY_TYPES for n in self.names]
         widths = [group_width(ctx, n) for n in self.names]
         self.encoders = nn.ModuleList(
             build_encoder(encoders[n], width, groups[n].max_len, groups[n].recent_first)
             for n, width in zip(self.names, widths)
         )
-        self.width = sum(widths)
+        self.width = sum(encoder_width(encoders[n], width) for n, width in zip(self.names, widths))
 
     def forward(self, sequences: Any) -> torch.Tensor:
         """``[B, width]``: each group encoded, concatenated. One tensor, not a list: TorchRec's

@@ -10,7 +10,7 @@ layer to one logit: the outputs are ``logits`` and ``probs``, as the other ranki
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -38,11 +38,14 @@ class DINAttentionConfig:
         attention_hidden_units: layer widths of the attention MLP over ``[q, s, q - s, q * s]``.
         softmax: normalise the attention weights with a softmax over the real ids
             (TorchEasyRec's ``DINEncoder``); false: the DIN paper's raw weights.
+        attention_activation: the attention MLP's activation, ``"relu"`` or ``"dice"``
+            (TorchEasyRec's ``attn_mlp`` ``activation: "Dice"``).
     """
 
     sequence: str
     attention_hidden_units: tuple[int, ...] = attrs.field(default=(256, 64), validator=positive_units)
     softmax: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    attention_activation: Literal["relu", "dice"] = "relu"
 
 
 @attrs.frozen
@@ -118,7 +121,8 @@ def build_din(cfg: DINConfig, ctx: ModelContext) -> Any:
             self.groups = [t.sequence for t in attention]
             widths = [group_width(ctx, name) for name in self.groups]
             self.attention = nn.ModuleList(
-                TargetAttention(w, t.attention_hidden_units, softmax=t.softmax) for w, t in zip(widths, attention)
+                TargetAttention(w, t.attention_hidden_units, softmax=t.softmax, activation=t.attention_activation)
+                for w, t in zip(widths, attention)
             )
             width = sum(out_width(i.width, t.hidden_units) for i, t in zip(inputs, cfg.towers)) + sum(widths)
             self.final = mlp(width, cfg.final_hidden_units)
