@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tzrun_plugins.models._sequence_layers import MeanEncoder, SelfAttentionEncoder, TargetAttention, masked_softmax
+from tzrun_plugins.models._sequence_layers import (
+    MeanEncoder, MultiWindowDIN, SelfAttentionEncoder, SimpleAttention, TargetAttention, TorchEasyRecSelfAttention, masked_softmax,
+)
 
 B, L, D = 4, 6, 8
 
@@ -21,7 +23,13 @@ def _padded(lengths=(0, 1, 3, L), seed=0) -> tuple[torch.Tensor, torch.Tensor]:
 def _encoders() -> list[torch.nn.Module]:
     torch.manual_seed(0)
     return [MeanEncoder(), TargetAttention(D, (16, 8)), TargetAttention(D, (16,), softmax=False),
-            SelfAttentionEncoder(D, max_len=L, num_heads=2, num_layers=2, feedforward_dim=16)]
+            SelfAttentionEncoder(D, max_len=L, num_heads=2, num_layers=2, feedforward_dim=16),
+            TargetAttention(D, (16, 8), activation="dice"), SimpleAttention(), TorchEasyRecSelfAttention(D, D, num_heads=2),
+            MultiWindowDIN(D, (1, 2, 2), (8,), "dice"), MultiWindowDIN(D, (2, 3), (8,), recent_first=True)]
+
+
+#: the encoders whose output is not one [B, D] vector: multi-window DIN's windows, then the query
+WINDOWS = {7: 3, 8: 2}
 
 
 def test_target_attention_weights_follow_the_candidate_and_skip_padding():
@@ -68,7 +76,7 @@ def test_masked_softmax_of_a_row_with_no_real_position_is_zeros():
     assert torch.all(weights[1] == 0.0)
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(9))
 @pytest.mark.parametrize("train", [True, False])
 def test_every_encoder_gives_zeros_for_an_empty_row_and_ignores_padding(index, train):
     encoder = _encoders()[index].train(train)
@@ -77,8 +85,11 @@ def test_every_encoder_gives_zeros_for_an_empty_row_and_ignores_padding(index, t
     query = torch.randn(B, D)
     with torch.set_grad_enabled(train):
         out = encoder(sequence, mask, query)
-        assert out.shape == (B, D) and torch.isfinite(out).all()
-        assert torch.all(out[0] == 0.0)
+        windows = WINDOWS.get(index, 0)
+        assert out.shape == (B, (windows + 1) * D if windows else D) and torch.isfinite(out).all()
+        assert torch.all(out[0, :windows * D or D] == 0.0)  # multi-window DIN: zero windows, then the query
+        if windows:
+            torch.testing.assert_close(out[:, windows * D:], query)
         noisy = sequence + torch.randn(B, L, D) * (~mask).unsqueeze(-1)  # garbage in the padding
         torch.testing.assert_close(encoder(noisy, mask, query), out)
     if train:
@@ -86,7 +97,7 @@ def test_every_encoder_gives_zeros_for_an_empty_row_and_ignores_padding(index, t
         assert torch.all(sequence.grad[~mask] == 0.0)  # nothing flows into the padding
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(9))
 def test_encoders_take_any_length_up_to_max_len(index):
     encoder = _encoders()[index].eval()
     sequence, mask = _padded(lengths=(0, 1, 2, 3))
@@ -94,7 +105,7 @@ def test_encoders_take_any_length_up_to_max_len(index):
     full = encoder(sequence, mask, query)
     short = encoder(sequence[:, :3], mask[:, :3], query)  # a batch padded only to its longest row
     torch.testing.assert_close(short, full)
-    assert encoder(sequence[:, :1], mask[:, :1], query).shape == (B, D)
+    assert encoder(sequence[:, :1], mask[:, :1], query).shape == full.shape
 
 
 def test_mean_encoder_is_the_mean_of_the_real_ids():

@@ -89,6 +89,28 @@ def test_din_attention_weights_respond_to_the_candidate_inside_the_model(registr
     assert not torch.allclose(weights[(1, 2, 3, 4)][2:], weights[(9, 9, 9, 9)][2:])
 
 
+def test_din_with_dice_learns_running_statistics_in_training_and_uses_them_in_evaluation(registries):
+    torch.manual_seed(0)
+    model = _build(registries, "din", _ctx(), towers=(DINTowerConfig(hidden_units=(8,)),), final_hidden_units=(4,),
+                   din_towers=(DINAttentionConfig("clicks", attention_hidden_units=(8,), attention_activation="dice"),))
+    dice = model.attention[0].mlp[1]
+    assert type(dice).__name__ == "Dice" and dice.running_mean.shape == (8,)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        out = model(_batch())
+        out["logits"].sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not torch.all(dice.running_mean == 0.0) and dice.alpha.abs().sum() > 0  # statistics and alpha learned
+    trained = model(_batch())["logits"]  # training: this batch's statistics (and one more update)
+    model.eval()
+    frozen = dice.running_mean.clone()
+    evaluated = model(_batch())["logits"]
+    torch.testing.assert_close(dice.running_mean, frozen)  # evaluation moves nothing
+    assert not torch.allclose(evaluated, trained)  # and normalises with the running statistics
+    assert "mlp.1.running_var" in {k.partition("attention.0.")[2] for k in model.state_dict()}  # saved with the weights
+
+
 def test_din_needs_a_sequence_group_with_a_query(registries):
     with pytest.raises(ConfigError) as excinfo:
         _build(registries, "din", _ctx(groups=False))
@@ -109,14 +131,20 @@ def test_din_towers_name_known_groups_and_features(registries):
     assert "model.towers[0].features[1]: no feature named 'usr' in [[features.dense]] or [[features.sparse]]; did you mean 'user'?" in text
 
 
-@pytest.mark.parametrize("encoder", ["mean", "target_attention", "self_attention"])
-def test_mmoe_reads_a_sequence_group_through_each_encoder(registries, encoder):
+@pytest.mark.parametrize(("encoder", "options", "width"), [
+    ("mean", {}, DIM), ("target_attention", {}, DIM), ("self_attention", {}, DIM),
+    ("target_attention", {"attention_activation": "dice"}, DIM),
+    ("multi_window_din", {"window_lengths": (1, 2), "attention_activation": "dice"}, 3 * DIM),  # two windows, the query
+    ("simple_attention", {}, DIM),
+    ("self_attention_tzrec", {"attention_dim": 12, "num_heads": 3}, 12),
+])
+def test_mmoe_reads_a_sequence_group_through_each_encoder(registries, encoder, options, width):
     from tzrun_plugins.models.mmoe import MMoETaskConfig
 
     torch.manual_seed(0)
     model = _build(registries, "mmoe", _ctx(), tasks=(MMoETaskConfig("ctr", (4,)),), num_experts=2,
-                   expert_hidden_units=(8,), sequence_encoders=(SequenceEncoderConfig("clicks", encoder),))
-    assert model.inputs.width + model.sequence_inputs.width == 2 + 3 * DIM
+                   expert_hidden_units=(8,), sequence_encoders=(SequenceEncoderConfig("clicks", encoder, **options),))
+    assert model.inputs.width == 2 + 2 * DIM and model.sequence_inputs.width == width
     out = model(_batch())
     assert out["logits/ctr"].shape == (ROWS,)
     out["logits/ctr"].sum().backward()
@@ -170,6 +198,7 @@ def test_encoder_options_must_fit_their_type_and_group(registries):
     [
         ('model.din_towers=[{sequence = "click_seq"}, {sequence = "click_seq"}]', "model.din_towers: one attention tower per sequence group; click_seq has several"),
         ('model.din_towers=[{sequence = "click_seq", softmax = 1}]', "model.din_towers[0].softmax:"),
+        ('model.din_towers=[{sequence = "click_seq", attention_activation = "prelu"}]', "model.din_towers[0].attention_activation:"),
         ("model.towers=[{hidden_units = [0]}]", "model.towers[0].hidden_units: every layer needs at least 1 unit"),
     ],
 )
@@ -185,11 +214,36 @@ def test_encoder_option_errors_name_the_option():
     for override, message in [
         ('model.sequence_encoders=[{sequence = "s", type = "lstm"}]', "model.sequence_encoders[0].type:"),
         ('model.sequence_encoders=[{sequence = "s", dropout = 1.0}]', "model.sequence_encoders[0].dropout: must be in [0, 1), got 1.0"),
+        ('model.sequence_encoders=[{sequence = "s", type = "multi_window_din", window_lengths = [2, 0]}]',
+         "model.sequence_encoders[0].window_lengths: needs at least one window, each at least 1 id long, got [2, 0]"),
+        ('model.sequence_encoders=[{sequence = "s", attention_activation = "Dice"}]', "model.sequence_encoders[0].attention_activation:"),
         ('model.sequence_encoders=[{sequence = "s"}, {sequence = "s"}]', "model.sequence_encoders: one encoder per sequence group; s has several"),
     ]:
         with pytest.raises(ConfigError) as excinfo:
             load_config_text(text, overrides=[override])
         assert message in str(excinfo.value), override
+
+
+def test_new_encoder_options_are_checked(registries):
+    from tzrun_plugins.models.mmoe import MMoETaskConfig
+
+    encoders = (SequenceEncoderConfig("clicks", "multi_window_din", num_layers=2),)
+    with pytest.raises(ConfigError) as excinfo:
+        _build(registries, "mmoe", _ctx(query=()), tasks=(MMoETaskConfig("ctr"),), sequence_encoders=encoders)
+    text = _problems(excinfo)
+    assert ("model.sequence_encoders[0].window_lengths: multi_window_din needs the windows' lengths in ids, most recent "
+            "first: set window_lengths (e.g. [1, 3, 10])") in text
+    assert 'model.sequence_encoders[0].num_layers: only for type = "self_attention" (this encoder is "multi_window_din")' in text
+    assert ("model.sequence_encoders[0].type: multi_window_din needs the candidate: set query on the [[features.sequence]] "
+            "group 'clicks'") in text
+    with pytest.raises(ConfigError) as excinfo:
+        _build(registries, "mmoe", _ctx(), tasks=(MMoETaskConfig("ctr"),),
+               sequence_encoders=(SequenceEncoderConfig("clicks", "self_attention_tzrec", attention_dim=12),))
+    assert "model.sequence_encoders[0].num_heads: 8 heads do not divide attention_dim 12; pick a divisor" in _problems(excinfo)
+    with pytest.raises(ConfigError) as excinfo:
+        _build(registries, "dssm", _ctx(), user_features=("user", "d0", "clicks"), item_features=("item", "d1"),
+               sequence_encoders=(SequenceEncoderConfig("clicks", "simple_attention"),))
+    assert "model.sequence_encoders[0].type: dssm cannot use simple_attention" in _problems(excinfo)
 
 
 def test_din_example_passes_check():
