@@ -1,6 +1,8 @@
 """The sequence models train end to end through `tzrec-run train` on `data synth taobao`'s
-`click_50_seq`: the shipped DIN example, and DSSM with its user tower's sequence encoded by
-self-attention (mmoe's encoders are covered in process: tests/plugins/test_sequence_models.py).
+`click_50_seq`: the shipped DIN example (and with Dice in its attention MLP), DSSM with its user
+tower's sequence encoded by self-attention, and mmoe with the encoders taken from TorchEasyRec
+(multi_window_din with Dice, simple_attention, self_attention_tzrec; every encoder is covered in
+process too: tests/plugins/test_sequence_models.py).
 
 Small data and small layers: these runs check that the models build, shard, trace under
 TorchRec's TrainPipelineSparseDist, train and evaluate, not how well they learn.
@@ -106,3 +108,50 @@ def test_din_whose_id_features_are_all_queries_trains_in_bf16_and_exports(taobao
     probs = predictor.predict(rows)["probs"]
     assert probs.shape == (7,) and ((probs > 0) & (probs < 1)).all()
     assert abs(predictor.predict(rows.slice(0, 1))["probs"][0] - probs[0]) <= 1e-6  # one row: the batch dimension is free
+
+
+#: three groups over the same clicks, one per encoder TorchEasyRec has and tzrec-run had not
+TORCHEASYREC_ENCODERS = '''
+[[model.sequence_encoders]]
+sequence = "windows"
+type = "multi_window_din"
+window_lengths = [1, 2, 4]
+attention_hidden_units = [8]
+attention_activation = "dice"
+
+[[model.sequence_encoders]]
+sequence = "dot"
+type = "simple_attention"
+
+[[model.sequence_encoders]]
+sequence = "projected"
+type = "self_attention_tzrec"
+attention_dim = 16
+num_heads = 4
+''' + "".join(f'''
+[[features.sequence]]
+name = "{name}"
+max_len = 10
+query = ["adgroup_id"]
+
+[[features.sequence.features]]
+name = "{name}__adgroup_id"
+column = "click_50_seq"
+table = "adgroup_id_emb"
+''' for name in ("windows", "dot", "projected"))
+
+
+def test_mmoe_with_torcheasyrecs_encoders_trains(taobao, tmp_path):
+    config = tmp_path / "mmoe_encoders.toml"
+    config.write_text((REPO / "examples" / "mmoe_taobao.toml").read_text() + TORCHEASYREC_ENCODERS)
+    result = _train(config, taobao, tmp_path / "run", "model.expert_hidden_units=[16]", "model.num_experts=2",
+                    "model.tasks[0].hidden_units=[8]", "model.tasks[1].hidden_units=[8]", "train.num_epochs=1")
+    assert result["step"] == 8 and result["rows"] == 1024
+    assert 0.0 <= result["ctr_auc"] <= 1.0 and result["loss/ctr_bce"] > 0.0
+
+
+def test_din_with_dice_trains(taobao, tmp_path):
+    result = _train(REPO / "examples" / "din_taobao.toml", taobao, tmp_path / "run",
+                    "model.towers=[{hidden_units=[16]}]", "model.final_hidden_units=[8]",
+                    'model.din_towers=[{sequence="click_seq", attention_hidden_units=[8, 4], attention_activation="dice"}]')
+    assert result["step"] == 8 and 0.0 <= result["auc"] <= 1.0 and result["loss/binary_cross_entropy"] > 0.0

@@ -40,6 +40,10 @@ EXAMPLES = {
     "multi_tower_taobao": "taobao",
     "dssm_taobao+sequence": "taobao",
     "mmoe_taobao+sequence": "taobao",
+    "mmoe_taobao+multi_window_din": "taobao",
+    "mmoe_taobao+simple_attention": "taobao",
+    "mmoe_taobao+self_attention_tzrec": "taobao",
+    "din_taobao+dice": "taobao",
 }
 BOUND = 1e-5
 #: the target-attention sequence of examples/din_taobao.toml (its candidate ad as the query)
@@ -56,17 +60,28 @@ table = "adgroup_id_emb"
 '''
 #: the shipped examples with a [[features.sequence]] group of their own (its first feature click_seq__adgroup_id)
 SEQUENCE_EXAMPLES = ("din_taobao", "dssm_v2_taobao", "mind_taobao", "tdm_taobao")
-#: "<example>+sequence": the example with a sequence group and a [[model.sequence_encoders]] table
+#: mmoe_taobao's [[model.sequence_encoders]] table of each "mmoe_taobao+<variant>"
+MMOE_ENCODERS = {
+    "sequence": 'type = "target_attention"\n',
+    "multi_window_din": 'type = "multi_window_din"\nwindow_lengths = [1, 2, 3]\nattention_activation = "dice"\n',
+    "simple_attention": 'type = "simple_attention"\n',
+    "self_attention_tzrec": 'type = "self_attention_tzrec"\nattention_dim = 16\nnum_heads = 4\n',
+}
+#: "<example>+<variant>": the example with a sequence group and a [[model.sequence_encoders]] table
 SEQUENCE_VARIANTS = {
-    "dssm_taobao": lambda text: text.replace(
+    "dssm_taobao+sequence": lambda text: text.replace(
         "[[features.sparse]]\nname = \"click_50_seq\"\nnum_buckets = 6000\nembedding_dim = 16\ntable = \"adgroup_id_emb\"\n"
         "pooling = \"mean\"\n", CLICK_SEQ.replace('query = ["adgroup_id"]\n', "")).replace(
         '"click_50_seq", "user_pv_7d"', '"click_seq", "user_pv_7d"').replace(
         "[[losses]]", '[[model.sequence_encoders]]\nsequence = "click_seq"\ntype = "self_attention"\nnum_heads = 2\n'
         "feedforward_dim = 16\n\n[[losses]]", 1),
-    "mmoe_taobao": lambda text: text.replace(
-        "[[losses]]", '[[model.sequence_encoders]]\nsequence = "click_seq"\ntype = "target_attention"\n\n[[losses]]', 1)
-    + CLICK_SEQ,
+    **{f"mmoe_taobao+{variant}": (lambda text, encoder=encoder: text.replace(
+        "[[losses]]", f'[[model.sequence_encoders]]\nsequence = "click_seq"\n{encoder}\n[[losses]]', 1) + CLICK_SEQ)
+       for variant, encoder in MMOE_ENCODERS.items()},
+}
+#: "<example>+<variant>": the example with --set overrides
+OVERRIDE_VARIANTS = {
+    "din_taobao+dice": ['model.din_towers=[{sequence = "click_seq", attention_activation = "dice"}]'],
 }
 
 
@@ -93,9 +108,10 @@ def _session(example: str, data: Path, model_dir: Path):
     if example == "dssm_taobao+sequence":  # the other truncation rule: the predictor keeps each row's first 7 ids
         sets.append('features.sequence[0].keep="first"')
     config = REPO / "examples" / f"{base}.toml"
-    if variant:
+    sets += OVERRIDE_VARIANTS.get(example, [])
+    if example in SEQUENCE_VARIANTS:
         text = config.read_text()
-        changed = SEQUENCE_VARIANTS[base](text)
+        changed = SEQUENCE_VARIANTS[example](text)
         assert changed.count("[[features.sequence]]") == 1 and changed.count("sequence_encoders") == 1, example
         config = model_dir.parent / f"{base}_{variant}.toml"
         config.write_text(changed)
@@ -157,6 +173,9 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
         (program, ep), = exported.items()
         assert program.outputs == ("logits", "probs") and ep.state_dict
         assert not any("booster" in k for k in ep.state_dict) and any("light" in k for k in ep.state_dict)
+    if example in ("din_taobao+dice", "mmoe_taobao+multi_window_din"):  # Dice's running statistics are exported
+        (program, ep), = exported.items()
+        assert any(k.endswith("mlp.1.running_var") for k in ep.state_dict), list(ep.state_dict)
     if session.specs.sequence_groups:  # the sequences are inputs, longer lists truncated to max_len as in training
         inputs = [i["name"] for p in manifest_of(session.facts, list(exported), {})["programs"].values() for i in p["inputs"]]
         assert "sequence_lengths" in inputs and "sequence_ids/click_seq__adgroup_id" in inputs
