@@ -222,8 +222,8 @@ def test_a_dssm_sequence_group_with_a_mean_pooling_encoder_becomes_a_truncated_s
     din = din.replace('group_name: "click_50_seq"', 'group_name: "click_50_seq" feature_names: "adgroup_id"')  # a query
     refused = convert_pipeline_config(din, "din.config")
     assert "adgroup_id" in {f["name"] for f in refused.tree["features"]["sparse"]}
-    assert "din_encoder over sequence group 'click_50_seq' has no equivalent here (this model's towers encode a " \
-           "sequence with mean or self_attention)" in \
+    assert "din_encoder over sequence group 'click_50_seq' has no equivalent here (this model's towers never see the " \
+           "candidate: they encode a sequence with mean, self_attention or self_attention_tzrec)" in \
         reported(refused)["feature_configs[6].sequence_feature.features[0].id_feature"]
     assert not any(n.startswith("click_50_seq") for n in refused.tree["model"]["user_features"])
     checked(refused, tzrun_pm)
@@ -414,3 +414,63 @@ def test_batch_cost_size_and_sample_cost_field_become_cost_aware_batches(tzrun_p
     checked_with_sequences(by_length, tzrun_pm)
     unused = convert_pipeline_config(DSSM_TAOBAO.replace("num_workers: 8", 'num_workers: 8 sample_cost_field: "n"'), "d")
     assert "unused without batch_cost_size" in reported(unused)["data_config.sample_cost_field"]
+
+
+@pytest.mark.parametrize(("encoder", "table", "max_len"), [
+    ('multi_window_din_encoder { input: "clicked" windows_len: [1, 2, 3] attn_mlp { hidden_units: [16] activation: "Dice" } }',
+     {"type": "multi_window_din", "window_lengths": [1, 2, 3], "attention_hidden_units": [16], "attention_activation": "dice"}, 6),
+    ('simple_attention { input: "clicked" max_seq_length: 5 }', {"type": "simple_attention"}, 5),
+    ('din_encoder { input: "clicked" attn_mlp { hidden_units: [16, 8] activation: "Dice" } }',
+     {"type": "target_attention", "attention_hidden_units": [16, 8], "attention_activation": "dice"}, 20),
+])
+def test_the_attending_encoders_and_dice_convert_with_the_candidate_as_query(encoder, table, max_len, tzrun_pm):
+    conversion = _mmoe_with_clicks("FG_DAG", encoder)
+    (group,) = conversion.tree["features"]["sequence"]
+    assert conversion.tree["model"]["sequence_encoders"] == [{"sequence": "clicked", **table}]
+    assert (group["max_len"], group["keep"], group["query"]) == (max_len, "first", ["item"])
+    assert not any("clicked" in path or "sequence_encoders" in path for path in reported(conversion))
+    checked_with_sequences(conversion, tzrun_pm)
+
+
+def test_multi_window_din_keeps_the_first_ids_its_windows_read_without_a_feature_generator(tzrun_pm):
+    """TorchEasyRec's windows count from a row's first id: keep = "first" makes ours count from it too,
+    and max_len = sum(windows_len) holds every id they read (FG_NONE truncates nothing)."""
+    conversion = _mmoe_with_clicks("FG_NONE", 'multi_window_din_encoder { input: "clicked" windows_len: [2, 5] '
+                                              'attn_mlp { hidden_units: [8] } }')
+    (group,) = conversion.tree["features"]["sequence"]
+    assert (group["max_len"], group["keep"]) == (7, "first")
+    assert noted(conversion)["model_config.feature_groups: sequence group 'clicked'"].startswith(
+        'max_len = 7, keep = "first": its multi_window_din_encoder\'s windows (counted from a row\'s first id) keeps '
+        "a row's first 7 ids")
+    checked_with_sequences(conversion, tzrun_pm)
+
+
+def test_self_attention_encoder_becomes_self_attention_tzrec_in_any_sequence_model(tzrun_pm):
+    conversion = _mmoe_with_clicks("FG_NONE", 'self_attention_encoder { input: "clicked" multihead_attn_dim: 16 '
+                                              'num_heads: 4 dropout: 0.1 }')
+    assert conversion.tree["model"]["sequence_encoders"] == [
+        {"sequence": "clicked", "type": "self_attention_tzrec", "attention_dim": 16, "num_heads": 4, "dropout": 0.1}]
+    (group,) = conversion.tree["features"]["sequence"]
+    assert "query" not in group and group["keep"] == "all"  # it reads no candidate; FG_NONE truncates nothing
+    checked_with_sequences(conversion, tzrun_pm)
+    defaults = _mmoe_with_clicks("FG_NONE", 'self_attention_encoder { input: "clicked" }')
+    assert defaults.tree["model"]["sequence_encoders"][0] == {
+        "sequence": "clicked", "type": "self_attention_tzrec", "attention_dim": 512, "num_heads": 8}
+
+
+def test_an_attention_mlp_s_other_activations_and_layers_are_reported():
+    conversion = _mmoe_with_clicks("FG_DAG", 'din_encoder { input: "clicked" attn_mlp { hidden_units: [8] '
+                                             'activation: "nn.PReLU" use_bn: true } }')
+    said = reported(conversion)
+    assert conversion.tree["model"]["sequence_encoders"] == [
+        {"sequence": "clicked", "type": "target_attention", "attention_hidden_units": [8]}]
+    assert any("an attention MLP's activation is relu or dice (Dice) here, not nn.PReLU" in m for m in said.values())
+    assert any("batch normalization has no equivalent" in m for m in said.values())
+
+
+def test_multi_tower_din_with_dice_keeps_it():
+    dice = MULTI_TOWER_DIN_TAOBAO.replace("attn_mlp {", 'attn_mlp { activation: "Dice"', 1)
+    assert dice != MULTI_TOWER_DIN_TAOBAO
+    conversion = convert_pipeline_config(dice, "din.config")
+    assert conversion.tree["model"]["din_towers"] == [
+        {"sequence": "seq", "attention_hidden_units": [256, 64], "attention_activation": "dice"}]

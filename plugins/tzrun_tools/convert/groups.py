@@ -5,9 +5,12 @@ TorchEasyRec's models read their inputs by group (``deep``, ``wide``, ``fm``, a 
 groups are read first, because a sequence's encoding is set by the encoder over its group.
 
 For a model that reads sequence groups (``dssm``, ``dssm_v2``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``multi_tower_din``), a ``SEQUENCE``
-feature group and each ``sequence_groups`` entry with a ``pooling_encoder`` (mean) or a
-``din_encoder`` become a ``[[features.sequence]]`` group (:mod:`tzrun_tools.convert.sequences`)
-with a ``[[model.sequence_encoders]]`` table; otherwise a sequence is pooled as a bag, as before.
+feature group and each ``sequence_groups`` entry with an encoder become a ``[[features.sequence]]``
+group (:mod:`tzrun_tools.convert.sequences`) with a ``[[model.sequence_encoders]]`` table:
+``pooling_encoder`` (mean) as ``mean``, ``din_encoder`` as ``target_attention``,
+``multi_window_din_encoder`` as ``multi_window_din``, ``simple_attention`` as itself and
+``self_attention_encoder`` as ``self_attention_tzrec`` (the encoders that attend with the candidate
+only where the model's towers see it); otherwise a sequence is pooled as a bag, as before.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any, NamedTuple, Optional
 
 from tzrun_tools.convert.nodes import Node
 
-__all__ = ["Group", "SequenceGroupSpec", "Groups", "read_groups"]
+__all__ = ["Group", "SequenceGroupSpec", "Groups", "read_groups", "attention_mlp"]
 
 #: The models that read ``[[features.sequence]]`` groups, and whether their towers may attend
 #: with a query (``target_attention``).
@@ -115,15 +118,20 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups, attends: 
         source = next(iter(sequences))
     members = sequences.get(source, [])
     cut = encoder.value("max_seq_length", "int", 0)  # a sequence group's max_len and keep (convert.sequences)
-    if kind == "din_encoder" and attends:
-        out.sequences[source] = SequenceGroupSpec(source, members, _din_encoder(encoder), cut)
+    table = _ATTENDING[kind](encoder) if kind in _ATTENDING and attends else None
+    if kind == "self_attention_encoder" and attends is not None:
+        table = _self_attention(encoder)
+    if table is not None:
+        if kind == "multi_window_din_encoder":  # its windows read a row's first sum(windows_len) ids
+            cut = sum(table["window_lengths"])
+        out.sequences[source] = SequenceGroupSpec(source, members, table, cut)
         return
     if kind != "pooling_encoder":
         encoder.used.update(encoder.fields)
         reason = (f"the {kind} over sequence group '{source}' has no equivalent here" + (
             " (tzrec-run pools a sequence with sum or mean)" if attends is None else
-            " (this model's towers encode a sequence with mean or self_attention)" if kind == "din_encoder" else
-            " (tzrec-run's sequence encoders: mean, target_attention as din_encoder, self_attention)"))
+            " (this model's towers never see the candidate: they encode a sequence with mean, self_attention or "
+            "self_attention_tzrec)"))
         node.skip(kind, reason)
         out.refused.update((f, reason) for f in members)
         return
@@ -141,15 +149,70 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups, attends: 
         out.sequences[source] = SequenceGroupSpec(source, members, {"type": "mean"}, cut)
 
 
-def _din_encoder(encoder: Node) -> dict[str, Any]:
-    """A ``din_encoder`` as a ``target_attention`` encoder table."""
-    table: dict[str, Any] = {"type": "target_attention"}
-    attn = encoder.child("attn_mlp")
-    units = attn.values("hidden_units", "int") if attn is not None else []
-    if attn is not None:
-        attn.rest()
+def attention_mlp(node: Node, name: str = "attn_mlp") -> dict[str, Any]:
+    """The options of an attention MLP message (``attn_mlp``): ``attention_hidden_units`` and,
+    for ``activation: "Dice"``, ``attention_activation``; its other fields are reported."""
+    table: dict[str, Any] = {}
+    attn = node.child(name)
+    if attn is None:
+        return table
+    units = attn.values("hidden_units", "int")
     if units:
         table["attention_hidden_units"] = units
+    activation = attn.value("activation", "str", "nn.ReLU").strip()
+    if activation == "Dice":
+        table["attention_activation"] = "dice"
+    elif activation != "nn.ReLU":
+        attn.skip("activation", f"an attention MLP's activation is relu or dice (Dice) here, not {activation}")
+    if any(attn.values("dropout_ratio", "float")):
+        attn.skip("dropout_ratio", "dropout has no equivalent in tzrec-run's attention MLPs")
+    for flag, reason in (("use_bn", "batch normalization"), ("use_ln", "layer normalization")):
+        if attn.value(flag, "bool", False):
+            attn.skip(flag, f"{reason} has no equivalent in tzrec-run's attention MLPs")
+    if attn.value("bias", "bool", True) is False:
+        attn.skip("bias", "tzrec-run's attention MLP layers always have a bias")
+    attn.rest()
+    return table
+
+
+def _din_encoder(encoder: Node) -> dict[str, Any]:
+    """A ``din_encoder`` as a ``target_attention`` encoder table."""
+    table: dict[str, Any] = {"type": "target_attention", **attention_mlp(encoder)}
     encoder.values("name", "str")  # a label only
     encoder.rest()
     return table
+
+
+def _multi_window_din(encoder: Node) -> dict[str, Any]:
+    """A ``multi_window_din_encoder`` as a ``multi_window_din`` encoder table."""
+    windows = encoder.values("windows_len", "int")
+    table: dict[str, Any] = {"type": "multi_window_din", "window_lengths": windows, **attention_mlp(encoder)}
+    encoder.values("name", "str")
+    encoder.rest()
+    return table
+
+
+def _simple_attention(encoder: Node) -> dict[str, Any]:
+    """A ``simple_attention`` encoder table."""
+    encoder.values("name", "str")
+    encoder.rest()
+    return {"type": "simple_attention"}
+
+
+def _self_attention(encoder: Node) -> dict[str, Any]:
+    """A ``self_attention_encoder`` as a ``self_attention_tzrec`` encoder table (TorchEasyRec's
+    defaults written out: ours for ``num_heads`` is the same, 8)."""
+    table: dict[str, Any] = {"type": "self_attention_tzrec",
+                             "attention_dim": encoder.value("multihead_attn_dim", "int", 512),
+                             "num_heads": encoder.value("num_heads", "int", 8)}
+    dropout = encoder.value("dropout", "float", 0.0)
+    if dropout:
+        table["dropout"] = dropout
+    encoder.values("name", "str")
+    encoder.rest()
+    return table
+
+
+#: the encoders that attend with the candidate, for a model whose towers see it
+_ATTENDING = {"din_encoder": _din_encoder, "multi_window_din_encoder": _multi_window_din,
+              "simple_attention": _simple_attention}

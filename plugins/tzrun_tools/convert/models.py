@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from tzrun_tools.convert.evaluation import TWO_CLASS_TASKS
 from tzrun_tools.convert.features import FeatureSet
-from tzrun_tools.convert.groups import Groups
+from tzrun_tools.convert.groups import Groups, attention_mlp
 from tzrun_tools.convert.nodes import Finding, Node
 
 __all__ = ["ConvertedModel", "convert_architecture"]
@@ -422,10 +422,7 @@ def _din(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, A
     converted = {g["name"] for g in feats.sequence}
     for tower in model.indexed_children("din_towers"):
         group = tower.value("input", "str", "")
-        din: dict[str, Any] = {"sequence": group}
-        units = _mlp(tower, "attn_mlp")
-        if units:
-            din["attention_hidden_units"] = units
+        din: dict[str, Any] = {"sequence": group, **attention_mlp(tower)}
         tower.rest()
         if group not in converted or "query" not in next(g for g in feats.sequence if g["name"] == group):
             model.findings.not_converted.append(Finding(tower.at("input"), (

@@ -1,8 +1,8 @@
 """TorchEasyRec's sequence groups as ``[[features.sequence]]`` groups.
 
 A sequence group that the model reads (:attr:`Groups.sequences`: a ``SEQUENCE`` feature group of
-``multi_tower_din``, or a ``sequence_groups`` entry with a ``pooling_encoder`` (mean) or a
-``din_encoder``) becomes one ``[[features.sequence]]`` group of the same name:
+``multi_tower_din``, or a ``sequence_groups`` entry with an encoder that has an equivalent)
+becomes one ``[[features.sequence]]`` group of the same name:
 
 * its sequence features (the sub-features of a ``sequence_feature``, named
   ``<sequence>__<feature>``, and ``sequence_id_feature``/``sequence_raw_feature`` with
@@ -11,7 +11,9 @@ A sequence group that the model reads (:attr:`Groups.sequences`: a ``SEQUENCE`` 
   encoder's ``max_seq_length`` its first ``max_seq_length`` ids (``keep = "first"``); with
   ``fg_mode: FG_NONE`` and none, every id (``keep = "all"``, ``max_len`` the features'
   ``sequence_length``: a longer row is a bad row here, never cut); under a feature generator,
-  its first ``sequence_length`` ids (``keep = "first"``). The note this writes says which;
+  its first ``sequence_length`` ids (``keep = "first"``). A ``multi_window_din_encoder`` reads
+  a row's first ``sum(windows_len)`` ids, its windows counted from the first id: its group keeps
+  those (``keep = "first"``, so the windows count from the same end). The note this writes says which;
 * its other features (the candidate's, which a DIN attends with) become its ``query``, one per
   sequence feature and in order, as TorchEasyRec pairs them.
 
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
     from tzrun_tools.convert.features import FeatureSet
 
 __all__ = ["gather_sequences", "truncation"]
+
+#: The encoder types that attend with the group's query.
+_ATTENDING = ("target_attention", "multi_window_din", "simple_attention")
 
 #: Keys of a sparse feature that a sequence feature has not (a sequence is not pooled here).
 _POOLED_ONLY = ("pooling", "separator", "weight_column")
@@ -80,7 +85,7 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
             f"its features split their ids on {', '.join(repr(s) for s in separators)}: one separator per group "
             f"here ({separators[0]!r} written); store the columns with one")))
     query = [n for n in spec.features if n not in feats.sequences and n in sparse and n not in members]
-    if spec.query and (spec.encoder is None or spec.encoder["type"] == "target_attention"):
+    if spec.query and (spec.encoder is None or spec.encoder["type"] in _ATTENDING):
         _query(query, members, table, findings, where)
     table["features"] = [{"name": n, "column": sparse[n].get("column", n),
                           **{k: v for k, v in sparse[n].items() if k not in ("name", "column", *_POOLED_ONLY)}}
@@ -96,7 +101,10 @@ def _max_len(spec: SequenceGroupSpec, lengths: list[int], encoded: bool, table: 
         findings.notes.append(Finding(where, (
             f"its features' sequence_length differ ({', '.join(str(n) for n in sorted(set(lengths)))}): the group "
             f"takes {longest}")))
-    rule = truncation(longest, spec.max_seq_length, encoded)
+    windows = spec.encoder is not None and spec.encoder["type"] == "multi_window_din"
+    rule = truncation(longest, spec.max_seq_length, encoded,
+                      "its multi_window_din_encoder's windows (counted from a row's first id)" if windows else
+                      "its encoder's max_seq_length")
     if rule is None:
         findings.not_converted.append(Finding(where, (
             "no sequence_length: TorchEasyRec keeps every id; set max_len of the group to the longest sequence "
@@ -106,10 +114,12 @@ def _max_len(spec: SequenceGroupSpec, lengths: list[int], encoded: bool, table: 
     findings.notes.append(Finding(where, f"max_len = {rule[0]}, keep = \"{rule[1]}\": {why}"))
 
 
-def truncation(sequence_length: int, max_seq_length: int, encoded: bool) -> Optional[tuple[int, str, str]]:
+def truncation(sequence_length: int, max_seq_length: int, encoded: bool,
+               cut_by: str = "its encoder's max_seq_length") -> Optional[tuple[int, str, str]]:
     """``(max_len, keep, why)`` giving what TorchEasyRec keeps of a row of a sequence group whose
-    features' ``sequence_length`` is ``sequence_length`` and whose encoder's ``max_seq_length``
-    is ``max_seq_length`` (0: none), or ``None`` when nothing bounds a row here.
+    features' ``sequence_length`` is ``sequence_length`` and whose encoder reads a row's first
+    ``max_seq_length`` ids (0: all; ``cut_by`` says what cuts them), or ``None`` when nothing
+    bounds a row here.
 
     With ``fg_mode: FG_NONE`` (``encoded``) TorchEasyRec truncates nothing but what an encoder's
     ``max_seq_length`` cuts (a row's first ids); under a feature generator, the generator cuts a
@@ -117,7 +127,7 @@ def truncation(sequence_length: int, max_seq_length: int, encoded: bool) -> Opti
     """
     if encoded and max_seq_length:
         return max_seq_length, "first", (
-            f"its encoder's max_seq_length keeps a row's first {max_seq_length} ids, and with fg_mode FG_NONE "
+            f"{cut_by} keeps a row's first {max_seq_length} ids, and with fg_mode FG_NONE "
             "nothing else truncates")
     if encoded and sequence_length:
         return sequence_length, "all", (
@@ -126,7 +136,7 @@ def truncation(sequence_length: int, max_seq_length: int, encoded: bool) -> Opti
             "bad row (data.on_bad_row), never cut: raise max_len if your data holds longer rows")
     if max_seq_length and (not sequence_length or max_seq_length < sequence_length):
         return max_seq_length, "first", (
-            f"its encoder's max_seq_length keeps a row's first {max_seq_length} ids (of at most the feature "
+            f"{cut_by} keeps a row's first {max_seq_length} ids (of at most the feature "
             "generator's sequence_length)")
     if not sequence_length:
         return None
