@@ -94,7 +94,7 @@ class AttentionMLP(nn.Sequential):
         super().__init__(*layers)
         self.out_features = in_features
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The MLP of ``x`` ``[B, L, C]``; ``mask`` ``[B, L]`` marks the real positions."""
         for layer in self:
             x = layer(x, mask) if isinstance(layer, Dice) else layer(x)

@@ -230,5 +230,6 @@ class TorchEasyRecSelfAttention(nn.Module):
         padding = torch.cat([torch.zeros_like(mask[:, :1]), ~mask[:, 1:]], dim=1)
         out, _ = self.attention(self.query(sequence), self.key(sequence), self.value(sequence),
                                 key_padding_mask=padding, need_weights=False)
-        weights = mask.to(out.dtype).unsqueeze(-1)
-        return (out * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        weights = mask.to(sequence.dtype).unsqueeze(-1)
+        pooled: torch.Tensor = (out * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        return pooled
