@@ -124,7 +124,7 @@ def multi_window_din(seq: torch.Tensor, lengths: torch.Tensor, query: torch.Tens
     for layer in _perceptrons(attention.mlp):
         out = _perceptron(out, layer, False)
     out = out @ attention.score.weight.detach().T + attention.score.bias.detach()
-    out = torch.where(out >= 0, out, attention.active.weight.detach() * out)
+    out = torch.where(out >= 0, out, attention.prelu.weight.detach() * out)
     att_sequences = out * mask.unsqueeze(2) * seq
     pad = (0, 0, 0, sum(windows) - max_seq_length)
     padded = F.pad(att_sequences, pad).transpose(0, 1)
@@ -206,7 +206,7 @@ def test_windows_count_back_from_the_most_recent_id_whatever_the_stored_order(re
 
 def test_tdm_reads_every_feature_but_the_node_by_default_and_features_when_named(registries):
     model = _build(registries)
-    assert model.inputs.width == 2 + 3 and model.attention.width == 6 * (len((1, 1, 1, 2, 2, 2, 5, 6, 10, 20)) + 1)
+    assert model.inputs.width == 2 + 3 and model.attention.out_features == 6 * (len((1, 1, 1, 2, 2, 2, 5, 6, 10, 20)) + 1)
     named = _build(registries, features=("user",))
     assert named.inputs.width == 3
     batch = _batch()
@@ -232,17 +232,10 @@ def test_build_errors_name_the_toml_path(registries, ctx, options, message):
     assert message in _problems(excinfo)
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"windows_len": ()}, "needs at least one window"),
-    ({"windows_len": (1, 0)}, "at least 1 unit"),
-    ({"attention_hidden_units": ()}, "at least one layer"),
-    ({"attention_activation": "tanh"}, "attention_activation"),
-])
-def test_option_errors(registries, options, message):
-    from tzrun.testing import load_config_text
-
+def _config_text(options: dict) -> str:
+    """A run config whose ``[model]`` is ``tdm`` with ``options``."""
     body = "\n".join(f"{k} = {list(v) if isinstance(v, tuple) else repr(v)}".replace("'", '"') for k, v in options.items())
-    text = f"""
+    return f"""
 [data]
 train_input = "x"
 labels = ["click"]
@@ -258,5 +251,31 @@ name = "user"
 num_buckets = 10
 embedding_dim = 4
 """
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"windows_len": ()}, "needs at least one window"),
+    ({"windows_len": (1, 0)}, "at least 1 unit"),
+    ({"attention_hidden_units": ()}, "at least one layer"),
+    ({"attention_activation": "tanh"}, "attention_activation"),
+])
+def test_option_errors(registries, options, message):
+    from tzrun.testing import load_config_text
+
     with pytest.raises(ConfigError, match=message):
-        load_config_text(text)
+        load_config_text(_config_text(options))
+
+
+@pytest.mark.parametrize("activation", ["relu", "prelu", "dice"])
+def test_attention_activation_picks_the_attention_mlps_layers(registries, activation):
+    from tzrun.testing import load_config_text
+    from tzrun_plugins.models._dice import Dice
+
+    with pytest.raises(ConfigError) as excinfo:  # the partial config misses model_dir and the optimizers only
+        load_config_text(_config_text({"attention_activation": activation}))
+    assert "attention_activation" not in _problems(excinfo)
+    model = _build(registries, attention_activation=activation, attention_hidden_units=(5, 3), final_hidden_units=(4,))
+    layers = [type(m) for m in model.attention.mlp if not isinstance(m, nn.Linear)]
+    assert layers == [{"relu": nn.ReLU, "prelu": nn.PReLU, "dice": Dice}[activation]] * 2
+    model(_batch())["logits"].sum().backward()
+    assert all(p.grad is not None for p in model.attention.mlp.parameters())

@@ -135,6 +135,7 @@ def test_din_towers_name_known_groups_and_features(registries):
     ("mean", {}, DIM), ("target_attention", {}, DIM), ("self_attention", {}, DIM),
     ("target_attention", {"attention_activation": "dice"}, DIM),
     ("multi_window_din", {"window_lengths": (1, 2), "attention_activation": "dice"}, 3 * DIM),  # two windows, the query
+    ("multi_window_din", {"window_lengths": (1, 2), "attention_activation": "prelu"}, 3 * DIM),
     ("simple_attention", {}, DIM),
     ("self_attention_tzrec", {"attention_dim": 12, "num_heads": 3}, 12),
 ])

@@ -26,7 +26,7 @@ from torch import nn
 __all__ = ["Dice", "AttentionMLP"]
 
 #: the activations an attention MLP offers (``attention_activation``)
-Activation = Literal["relu", "dice"]
+Activation = Literal["relu", "prelu", "dice"]
 
 
 class Dice(nn.Module):
@@ -74,22 +74,28 @@ class Dice(nn.Module):
         return mean, var
 
 
+def _activation(name: Activation, width: int) -> nn.Module:
+    if name == "dice":
+        return Dice(width)
+    return nn.PReLU() if name == "prelu" else nn.ReLU()
+
+
 class AttentionMLP(nn.Sequential):
     """``Linear -> activation`` per width of ``units``, over ``[B, L, C]`` positions: the MLP of
-    DIN's attention score. Its activation is ReLU or :class:`Dice`, whose statistics count the
-    positions ``mask`` marks. Holds the layers as ``nn.Sequential`` (``0``, ``1``, ...), so a
-    ReLU MLP's weights keep their names.
+    DIN's attention score. Its activation is ReLU, PReLU (one slope per layer, as
+    ``nn.PReLU()``) or :class:`Dice`, whose statistics count the positions ``mask`` marks. Holds
+    the layers as ``nn.Sequential`` (``0``, ``1``, ...), so a ReLU MLP's weights keep their names.
 
     Args:
         in_features: the input width.
         units: layer widths (at least one).
-        activation: ``"relu"`` or ``"dice"``.
+        activation: ``"relu"``, ``"prelu"`` or ``"dice"``.
     """
 
     def __init__(self, in_features: int, units: Sequence[int], activation: Activation = "relu") -> None:
         layers: list[nn.Module] = []
         for width in units:
-            layers += [nn.Linear(in_features, width), Dice(width) if activation == "dice" else nn.ReLU()]
+            layers += [nn.Linear(in_features, width), _activation(activation, width)]
             in_features = width
         super().__init__(*layers)
         self.out_features = in_features

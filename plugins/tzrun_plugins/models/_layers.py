@@ -35,14 +35,18 @@ def each_once(field: str, what: str) -> Any:
     return check
 
 
-def mlp(in_features: int, units: Sequence[int], *, bias: bool = True) -> Any:
+def mlp(in_features: int, units: Sequence[int], *, bias: bool = True, batch_norm: bool = False) -> Any:
     """``Linear -> ReLU`` per width of ``units`` (an identity when ``units`` is empty); without
-    ``bias``, the linear layers have none."""
+    ``bias``, the linear layers have none. With ``batch_norm``, ``Linear`` (no bias) ``->
+    BatchNorm1d -> ReLU`` (TorchEasyRec's ``MLP`` with ``use_bn``)."""
     from torch import nn
 
     layers: list[nn.Module] = []
     for width in units:
-        layers += [nn.Linear(in_features, width, bias=bias), nn.ReLU()]
+        layers.append(nn.Linear(in_features, width, bias=bias and not batch_norm))
+        if batch_norm:
+            layers.append(nn.BatchNorm1d(width))
+        layers.append(nn.ReLU())
         in_features = width
     return nn.Sequential(*layers)
 

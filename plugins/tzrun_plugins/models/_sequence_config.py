@@ -73,7 +73,7 @@ class SequenceEncoderConfig:
         attention_hidden_units: ``target_attention``, ``multi_window_din``: layer widths of the
             attention MLP (default ``[64, 32]``).
         attention_activation: ``target_attention``, ``multi_window_din``: the attention MLP's
-            activation, ``"relu"`` (default) or ``"dice"``.
+            activation, ``"relu"`` (default), ``"prelu"`` or ``"dice"``.
         softmax: ``target_attention``: normalise the weights with a masked softmax
             (default true, as TorchEasyRec; false: the DIN paper's raw weights).
         window_lengths: ``multi_window_din``: the windows' lengths in ids, most recent first
@@ -93,7 +93,7 @@ class SequenceEncoderConfig:
     type: Literal["mean", "target_attention", "multi_window_din", "simple_attention", "self_attention",
                   "self_attention_tzrec"] = "mean"
     attention_hidden_units: Optional[tuple[int, ...]] = attrs.field(default=None, validator=_units)
-    attention_activation: Optional[Literal["relu", "dice"]] = None
+    attention_activation: Optional[Literal["relu", "prelu", "dice"]] = None
     softmax: Optional[bool] = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(bool)))
     window_lengths: Optional[tuple[int, ...]] = attrs.field(default=None, validator=_windows)
     num_heads: Optional[int] = attrs.field(default=None, validator=_positive)

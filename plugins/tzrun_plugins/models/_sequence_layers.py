@@ -60,7 +60,8 @@ class TargetAttention(nn.Module):
         dim: the width ``D`` of the sequence and of the query.
         hidden_units: layer widths of the attention MLP (``Linear -> activation`` each).
         softmax: normalise the weights with a masked softmax.
-        activation: the attention MLP's, ``"relu"`` or ``"dice"`` (its statistics over the real ids).
+        activation: the attention MLP's, ``"relu"``, ``"prelu"`` or ``"dice"`` (its statistics
+            over the real ids).
     """
 
     def __init__(self, dim: int, hidden_units: Sequence[int], softmax: bool = True, activation: Activation = "relu") -> None:
@@ -162,9 +163,12 @@ class MultiWindowDIN(nn.Module):
         dim: the width ``D`` of the sequence and of the query.
         lengths: the windows' lengths, most recent first.
         hidden_units: layer widths of the attention MLP.
-        activation: the attention MLP's, ``"relu"`` or ``"dice"``.
+        activation: the attention MLP's, ``"relu"``, ``"prelu"`` or ``"dice"``.
         recent_first: a row's first id is its most recent (``keep = "first"``, TorchEasyRec's
             order); else its last real id is, and windows count back from it.
+
+    Attributes:
+        out_features: the output's width, ``(W + 1) * D``.
     """
 
     windows: torch.Tensor
@@ -186,6 +190,7 @@ class MultiWindowDIN(nn.Module):
         self.register_buffer("membership", (window_of.unsqueeze(0) == torch.arange(len(lengths)).unsqueeze(1)).float(),
                              persistent=False)  # [W, total]
         self.total = total
+        self.out_features = (len(lengths) + 1) * dim
 
     def forward(self, sequence: torch.Tensor, mask: torch.Tensor, query: Optional[torch.Tensor] = None) -> torch.Tensor:
         if query is None:

@@ -7,7 +7,8 @@ features, the same width: ``q``) by a multi-window attention (TorchEasyRec's
 ``MultiWindowDINEncoder``):
 
 * each position's weight ``a_t = prelu(linear(mlp([s_t, q * s_t, q])))`` (one PReLU parameter;
-  ``attention_hidden_units`` with ``attention_activation``), zero at padding;
+  ``attention_hidden_units`` with ``attention_activation``), zero at padding; this is the
+  ``multi_window_din`` sequence encoder's module;
 * the positions, most recent first, are cut into consecutive windows of ``windows_len`` ids;
   window ``w`` gives ``sum_{t in w} a_t s_t / max(1, ids of the row in w)``; ids past the last
   window are not read;
@@ -29,7 +30,7 @@ import attrs
 
 from tzrun import ModelContext
 from tzrun.errors import ConfigError, ConfigProblem
-from tzrun_plugins.models._layers import out_width, positive_units, unknown_feature_problems
+from tzrun_plugins.models._layers import mlp, out_width, positive_units, unknown_feature_problems
 
 if TYPE_CHECKING:  # the batch type imports torchrec, which only build() may
     from tzrun import Batch
@@ -52,8 +53,9 @@ class TDMConfig:
         windows_len: ids per window, most recent first (``multiwindow_din.windows_len``).
         attention_hidden_units: layer widths of the attention MLP over ``[s, q * s, q]``
             (``multiwindow_din.attn_mlp.hidden_units``).
-        attention_activation: the attention MLP's activation, ``relu``
-            or ``prelu`` (one parameter per layer, as ``nn.PReLU()``).
+        attention_activation: the attention MLP's activation, ``relu``, ``prelu`` (one
+            parameter per layer, as ``nn.PReLU()``) or ``dice`` (Dice, its statistics over the
+            real ids).
         final_hidden_units: layer widths of the final MLP (``final.hidden_units``); a linear
             layer to one logit follows.
         final_batch_norm: batch normalisation after each linear layer of the final MLP
@@ -64,7 +66,7 @@ class TDMConfig:
     features: tuple[str, ...] = ()
     windows_len: tuple[int, ...] = attrs.field(default=DEFAULT_WINDOWS, validator=positive_units)
     attention_hidden_units: tuple[int, ...] = attrs.field(default=(36,), validator=positive_units)
-    attention_activation: Literal["relu", "prelu"] = "relu"
+    attention_activation: Literal["relu", "prelu", "dice"] = "relu"
     final_hidden_units: tuple[int, ...] = attrs.field(default=(256, 128, 64, 32), validator=positive_units)
     final_batch_norm: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
@@ -132,7 +134,7 @@ def build_tdm(cfg: TDMConfig, ctx: ModelContext) -> Any:
 
     from tzrun_plugins.models._sequence_config import group_width
     from tzrun_plugins.models._sequence_inputs import FeatureInputs, bag_collection, sequence_embeddings
-    from tzrun_plugins.models._tdm_layers import MultiWindowAttention, final_mlp
+    from tzrun_plugins.models._sequence_layers import MultiWindowDIN
 
     history, problems = _history(cfg, ctx)
     features, more = _mlp_features(cfg, ctx, history)
@@ -152,10 +154,10 @@ def build_tdm(cfg: TDMConfig, ctx: ModelContext) -> Any:
             self.sequences = sequences
             self.inputs = FeatureInputs(ctx, features)
             width = group_width(ctx, group.name)
-            self.attention = MultiWindowAttention(width, group.max_len, cfg.windows_len, cfg.attention_hidden_units,
-                                                  cfg.attention_activation, recent_first=group.recent_first)
-            in_width = self.attention.width + self.inputs.width
-            self.final = final_mlp(in_width, cfg.final_hidden_units, cfg.final_batch_norm)
+            self.attention = MultiWindowDIN(width, cfg.windows_len, cfg.attention_hidden_units,
+                                            cfg.attention_activation, recent_first=group.recent_first)
+            in_width = self.attention.out_features + self.inputs.width
+            self.final = mlp(in_width, cfg.final_hidden_units, batch_norm=cfg.final_batch_norm)
             self.output = nn.Linear(out_width(in_width, cfg.final_hidden_units), 1)
 
         def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
