@@ -111,6 +111,31 @@ def print_table(rows: list[TaskQuality]) -> None:
         print(f"| `{row.model}_taobao` | {row.task} ({row.label}) | {row.auc:.4f} | {row.bayes_auc:.4f} | {row.gap:.4f} |")
 
 
+def print_sizes(rows: int, seed: int, epochs: int, models: list[str]) -> None:
+    """The data's size and each model's number of steps (from its ``data.batch_size``)."""
+    steps = []
+    for model in models:
+        batch_size = int(tomllib.loads(example(model).read_text())["data"]["batch_size"])
+        steps.append(f"{model} {epochs * -(-rows // batch_size)} steps of {batch_size} rows")
+    print(f"sizes: {rows} train rows, {max(rows // 10, 1000)} eval rows (seed {seed}); {epochs} epoch(s): "
+          f"{', '.join(steps)}; 1 process, CPU", flush=True)
+
+
+def measure(models: list[str], data: Path, work: Path, epochs: int, bayes: dict[str, float]) -> None:
+    """Train each model in turn and print the table of its tasks against the Bayes AUC."""
+    results: list[TaskQuality] = []
+    seconds: dict[str, float] = {}
+    for model in models:
+        start = time.perf_counter()
+        metrics = train_example(model, data, work / f"{model}_model", epochs)
+        seconds[model] = time.perf_counter() - start
+        results.extend(task_qualities(model, metrics, bayes))
+        print(f"{model}: trained and evaluated in {seconds[model]:.0f} s", flush=True)
+    print()
+    print_table(results)
+    print("\ntime: " + ", ".join(f"{m} {s:.0f} s" for m, s in seconds.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=300_000, help="train rows to synthesise (default 300000; eval: rows/10)")
@@ -122,30 +147,16 @@ def main() -> None:
     args = parser.parse_args()
     models = list(dict.fromkeys(args.models))
 
+    print_sizes(args.rows, args.seed, args.epochs, models)
     work = Path(tempfile.mkdtemp(prefix="tzrun_multitask_quality_"))
-    data = (args.data or work / "taobao_synth").resolve()
-    batch_size = 2048  # the examples' data.batch_size
-    steps = args.epochs * -(-args.rows // batch_size)
-    print(f"sizes: {args.rows} train rows, {max(args.rows // 10, 1000)} eval rows (seed {args.seed}); "
-          f"{args.epochs} epoch(s) of batch {batch_size} = {steps} steps per model; "
-          f"models: {', '.join(models)}; 1 process, CPU", flush=True)
-    bayes = ensure_data(data, args.rows, args.seed)
-    results: list[TaskQuality] = []
-    seconds: dict[str, float] = {}
-    for model in models:
-        start = time.perf_counter()
-        metrics = train_example(model, data, work / f"{model}_model", args.epochs)
-        seconds[model] = time.perf_counter() - start
-        results.extend(task_qualities(model, metrics, bayes))
-        print(f"{model}: trained and evaluated in {seconds[model]:.0f} s", flush=True)
-
-    print()
-    print_table(results)
-    print("\ntime: " + ", ".join(f"{m} {s:.0f} s" for m, s in seconds.items()))
-    if args.keep:
-        print(f"kept: {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    try:
+        data = (args.data or work / "taobao_synth").resolve()
+        measure(models, data, work, args.epochs, ensure_data(data, args.rows, args.seed))
+    finally:
+        if args.keep:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
