@@ -81,6 +81,7 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
     for g, group in enumerate(cfg.features.sequence):
         entries = [(f"features.sequence[{g}]", group.name)]
         entries += [(f"features.sequence[{g}].features[{j}]", f.name) for j, f in enumerate(group.features)]
+        entries += [(f"features.sequence[{g}].dense[{j}]", f.name) for j, f in enumerate(group.dense)]
         for path, name in entries:
             if name in names:
                 add(f"{path}.name", f"'{name}' is already the name of {names[name]}")

@@ -11,7 +11,7 @@ from tzrun.config.base import Component, _non_empty_text, _positive
 from tzrun.errors import did_you_mean
 
 __all__ = ["DenseFeatureConfig", "EmbeddingConstraintsConfig", "SparseFeatureConfig", "SequenceFeatureConfig",
-           "SequenceGroupConfig", "FeaturesConfig", "SHARDING_TYPES", "COMPUTE_KERNELS"]
+           "SequenceDenseConfig", "SequenceGroupConfig", "FeaturesConfig", "SHARDING_TYPES", "COMPUTE_KERNELS"]
 
 
 @attrs.frozen
@@ -196,6 +196,36 @@ class SequenceFeatureConfig:
 
 
 @attrs.frozen
+class SequenceDenseConfig:
+    """``[[features.sequence.dense]]``: a numeric sequence of a sequence group, one value per id
+    of the group's sequences (a price, a time gap per clicked item): TorchEasyRec's
+    ``raw_feature`` inside a ``sequence_feature`` without ``boundaries``.
+
+    Each value becomes ``(f(x) - mean) / std`` as on ``[[features.dense]]``; the group's padded
+    ``[B, max_len, D]`` view carries the group's dense sequences after its embeddings, in config
+    order (see :mod:`tzrun.sequence`). A bucketized numeric sequence (``boundaries``) is an id
+    sequence: declare it under ``[[features.sequence.features]]``.
+
+    Attributes:
+        name: the sequence's name.
+        column: its input column (default: ``name``): a list of numbers, or a string split on
+            the group's ``separator``; a null row is an empty sequence. Every row has as many
+            values as the group's id sequences have ids (else it is a bad row).
+        fill_value: the value of a null or NaN entry inside a row.
+        log1p: feed ``log(1 + max(x, 0))`` instead of ``x``.
+        mean: subtracted after ``log1p`` (default 0).
+        std: divides after ``mean`` (default 1; must be positive).
+    """
+
+    name: str
+    column: Optional[str] = None
+    fill_value: float = 0.0
+    log1p: bool = False
+    mean: float = 0.0
+    std: float = attrs.field(default=1.0, validator=_positive)
+
+
+@attrs.frozen
 class SequenceGroupConfig:
     """``[[features.sequence]]``: aligned id sequences of one behaviour (the clicked items, their
     categories, their brands), looked up unpooled through a sharded ``EmbeddingCollection``.
@@ -213,13 +243,16 @@ class SequenceGroupConfig:
             are ignored. List columns need none.
         query: the candidate's ``[[features.sparse]]`` features, one per entry of
             ``features`` and in that order (target attention's query); may be empty.
-        features: the group's sequences; every row has the same length in each (a row
+        features: the group's id sequences; every row has the same length in each (a row
             where they differ is a bad row, see ``data.on_bad_row``).
+        dense: the group's numeric sequences, aligned with its id sequences (truncated by the
+            same ``keep``), fed after the embeddings in the group's ``[B, max_len, D]`` view.
     """
 
     name: str
     max_len: int
     features: tuple[SequenceFeatureConfig, ...] = ()
+    dense: tuple[SequenceDenseConfig, ...] = ()
     separator: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
     query: tuple[str, ...] = ()
     keep: Literal["last", "first", "all"] = "last"

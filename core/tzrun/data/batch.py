@@ -92,6 +92,10 @@ class Batch(Pipelineable):
             then one per sparse feature of ``ModelContext.unpooled_sparse_features()``; one row
             per row of ``weights``. An empty KeyedJaggedTensor when the run has no sequences.
             :class:`tzrun.sequence.SequenceEmbeddings` looks it up.
+        sequence_dense: per ``[[features.sequence]]`` group with ``[[features.sequence.dense]]``
+            sequences, ``[rows, max_len, k]`` float32: its ``k`` numeric sequences, normalised,
+            each row left-aligned with the group's ids and zeros after them (one row per row of
+            ``weights``). Empty without dense sequences.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class Batch(Pipelineable):
         groups: Mapping[str, torch.Tensor] | None = None,
         skipped: SkippedRows | None = None,
         sequence: KeyedJaggedTensor | None = None,
+        sequence_dense: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.dense = dense
         self.sparse = sparse
@@ -113,6 +118,7 @@ class Batch(Pipelineable):
         self.groups = dict(groups or {})
         self.skipped = skipped if skipped is not None else SkippedRows()
         self.sequence = sequence if sequence is not None else _no_sequences(int(weights.shape[0]), weights.device)
+        self.sequence_dense = dict(sequence_dense or {})
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
         """This batch on ``device``."""
@@ -125,6 +131,7 @@ class Batch(Pipelineable):
             {k: v.to(device, non_blocking=non_blocking) for k, v in self.groups.items()},
             self.skipped,
             self.sequence.to(device, non_blocking=non_blocking),
+            {k: v.to(device, non_blocking=non_blocking) for k, v in self.sequence_dense.items()},
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -137,6 +144,8 @@ class Batch(Pipelineable):
         for v in self.groups.values():
             v.record_stream(stream)
         self.sequence.record_stream(stream)
+        for v in self.sequence_dense.values():
+            v.record_stream(stream)
 
     def pin_memory(self) -> "Batch":
         """This batch in pinned host memory."""
@@ -149,6 +158,7 @@ class Batch(Pipelineable):
             {k: v.pin_memory() for k, v in self.groups.items()},
             self.skipped,
             self.sequence.pin_memory(),
+            {k: v.pin_memory() for k, v in self.sequence_dense.items()},
         )
 
     @property

@@ -33,7 +33,7 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
-from tzrun.config.schema import FeaturesConfig, SparseFeatureConfig
+from tzrun.config.schema import DenseFeatureConfig, FeaturesConfig, SequenceDenseConfig, SparseFeatureConfig
 from tzrun.config.sequences import resolved_sequences, table_name, unpooled_tables
 from tzrun.config.vocab import read_vocab_file
 from tzrun.data.columns import (
@@ -48,6 +48,7 @@ from tzrun.data.columns import (
 )
 from tzrun.data.ids import JaggedIds
 from tzrun.data.labels import DerivedLabel, LabelDomain
+from tzrun.data.sequence_dense import kept_positions, read_sequence_dense
 from tzrun.errors import DataError
 from tzrun.interfaces import DenseFeature, EmbeddingTable, SequenceGroup, SparseFeature
 
@@ -91,7 +92,7 @@ class FeatureSpecs:
         """Every input column a batch needs, each once, in a stable order."""
         names = [f.column for f in self.dense] + [f.column for f in self.sparse]
         names += [f.weight_column for f in self.sparse if f.weight_column]
-        names += [f.column for g in self.sequence_groups for f in g.features] + list(labels)
+        names += [f.column for g in self.sequence_groups for f in (*g.features, *g.dense)] + list(labels)
         if sample_weight:
             names.append(sample_weight)
         names.extend(groups)
@@ -116,6 +117,10 @@ def _sparse_spec(f: SparseFeatureConfig) -> SparseFeature:
     )
 
 
+def _dense_spec(f: DenseFeatureConfig | SequenceDenseConfig) -> DenseFeature:
+    return DenseFeature(f.name, f.column or f.name, f.fill_value, f.log1p, f.mean, f.std)
+
+
 def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
     """Derive dense/sparse feature specs and embedding tables from a checked config.
 
@@ -128,7 +133,7 @@ def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
     Raises:
         DataError: when a ``vocab_file`` cannot be read.
     """
-    dense = tuple(DenseFeature(f.name, f.column or f.name, f.fill_value, f.log1p, f.mean, f.std) for f in cfg.dense)
+    dense = tuple(_dense_spec(f) for f in cfg.dense)
     weighted = any(f.weight_column is not None for f in cfg.sparse)
     unpooled = unpooled_tables(cfg)
     sequences = [(g, _sparse_spec(f), f.embedding_dim) for _, g, f in resolved_sequences(cfg)]
@@ -142,7 +147,7 @@ def feature_specs(cfg: FeaturesConfig) -> FeatureSpecs:
     )
     groups = tuple(
         SequenceGroup(group.name, group.max_len, tuple(s for g, s, _ in sequences if g == i), tuple(group.query),
-                      group.keep)
+                      group.keep, tuple(_dense_spec(f) for f in group.dense))
         for i, group in enumerate(cfg.sequence)
     )
     sequence_tables = tuple(EmbeddingTable(n, s, d, tuple(u)) for n, (s, d, u, _) in tables.items() if n in unpooled)
@@ -226,7 +231,7 @@ class BatchBuilder:
             lengths.append(jagged.lengths)
             if self._weighted:
                 id_weights.append(_kjt_weights(jagged, feature.pooling))
-        sequence = self._sequences(table, source, bad)
+        sequence, sequence_dense = self._sequences(table, source, bad)
         sequence += [read_ids(table, f, source, bad, self._dictionaries) for f in self.specs.unpooled]
         labels = {
             name: read_label(table, name, source, bad, self.derived_labels.get(name), self.label_domains.get(name, ()))
@@ -250,6 +255,7 @@ class BatchBuilder:
             id_weights = [_kept(w, lens, keep, rows_in) for w, lens in zip(id_weights, lengths)]
             lengths = [lens[keep] for lens in lengths]
             sequence = [JaggedIds(_kept(j.ids, j.lengths, keep, rows_in), j.lengths[keep]) for j in sequence]
+            sequence_dense = {name: v[keep] for name, v in sequence_dense.items()}
             dense = dense[keep]
             labels = {name: v[keep] for name, v in labels.items()}
             weights = weights[keep]
@@ -275,13 +281,17 @@ class BatchBuilder:
                 lengths=torch.from_numpy(np.concatenate([j.lengths for j in sequence]) if sequence else np.zeros(0, np.int32)),
                 stride=rows,
             ),
+            {name: torch.from_numpy(v) for name, v in sequence_dense.items()},
         ), bad.masks
 
-    def _sequences(self, table: pa.Table | pa.RecordBatch, source: str, bad: BadRows) -> list[JaggedIds]:
-        """Each sequence's ids, truncated as its group's ``keep`` says; rows whose aligned
-        sequences differ in length, and with ``keep = "all"`` rows longer than ``max_len``, are
-        bad (reported before truncation)."""
-        out = []
+    def _sequences(
+        self, table: pa.Table | pa.RecordBatch, source: str, bad: BadRows
+    ) -> tuple[list[JaggedIds], dict[str, np.ndarray]]:
+        """Each sequence's ids, truncated as its group's ``keep`` says, and each group's dense
+        sequences, padded (:mod:`tzrun.data.sequence_dense`); rows whose aligned sequences
+        differ in length, and with ``keep = "all"`` rows longer than ``max_len``, are bad
+        (reported before truncation)."""
+        out, dense = [], {}
         for group in self.specs.sequence_groups:
             jagged = [read_ids(table, f, source, bad, self._dictionaries) for f in group.features]
             first, base = group.features[0], jagged[0].lengths
@@ -299,7 +309,9 @@ class BatchBuilder:
             if group.keep == "all":
                 _longer_than_max_len(group, first, base, bad)
             out += [_truncated(j, group.max_len, group.keep == "first") for j in jagged]
-        return out
+            if group.dense:
+                dense[group.name] = read_sequence_dense(table, group, base, source, bad)
+        return out, dense
 
     def padding(self, skipped: "SkippedRows | None" = None) -> "Batch":
         """A one-row batch of weight 0: what a rank with no data left feeds so that every rank
@@ -331,6 +343,7 @@ class BatchBuilder:
                 lengths=torch.zeros(len(self._sequence_keys), dtype=torch.int32),
                 stride=1,
             ),
+            {g.name: torch.zeros(1, g.max_len, len(g.dense)) for g in self.specs.sequence_groups if g.dense},
         )
 
 
@@ -362,9 +375,7 @@ def _truncated(jagged: JaggedIds, max_len: int, first: bool = False) -> JaggedId
     lengths = jagged.lengths
     if not lengths.size or int(lengths.max()) <= max_len:
         return jagged
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    position = np.arange(jagged.ids.size) - starts
-    keep = position < max_len if first else position >= np.repeat(lengths, lengths) - max_len
+    keep = kept_positions(lengths, max_len, first)
     return JaggedIds(jagged.ids[keep], np.minimum(lengths, max_len).astype(np.int32))
 
 

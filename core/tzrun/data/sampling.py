@@ -169,7 +169,8 @@ class NegativesBuilder:
             raise DataError(f"{self.sampler.source}: the sampler returned rows outside [0, {self.items.num_items})")
         dense = torch.cat([batch.dense, torch.from_numpy(self.items.dense(rows))])
         sparse = _append_rows(batch.sparse, self.items, rows)
-        return Batch(dense, sparse, batch.labels, batch.weights, batch.num_rows, batch.groups, batch.skipped, batch.sequence)
+        return Batch(dense, sparse, batch.labels, batch.weights, batch.num_rows, batch.groups, batch.skipped, batch.sequence,
+                     batch.sequence_dense)
 
 
 def _append_rows(kjt: Any, items: EncodedItems, rows: np.ndarray) -> Any:

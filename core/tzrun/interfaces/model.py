@@ -135,6 +135,9 @@ class SequenceGroup:
             ``max_len`` ids; a row's last id is its most recent), ``"first"`` (its first
             ``max_len``; a row's first id is its most recent) or ``"all"`` (no row was longer;
             a row's last id is its most recent).
+        dense: the numeric sequences aligned with ``features`` (``[[features.sequence.dense]]``),
+            normalised as a :class:`DenseFeature` is; ``batch.sequence_dense[name]`` carries them
+            as ``[B, max_len, len(dense)]``, and the group's ``[B, max_len, D]`` view ends with them.
     """
 
     name: str
@@ -142,6 +145,7 @@ class SequenceGroup:
     features: tuple[SparseFeature, ...]
     query: tuple[str, ...] = ()
     keep: str = "last"
+    dense: tuple[DenseFeature, ...] = ()
 
     @property
     def recent_first(self) -> bool:

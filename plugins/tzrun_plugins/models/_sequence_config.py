@@ -164,10 +164,11 @@ def encoders_by_group(encoders: Sequence[SequenceEncoderConfig], ctx: ModelConte
 
 
 def group_width(ctx: ModelContext, name: str) -> int:
-    """The width ``D`` of group ``name``'s padded sequence: its features' embedding widths summed."""
+    """The width ``D`` of group ``name``'s padded sequence: its features' embedding widths summed,
+    plus one per dense sequence."""
     dims = {name: c.embedding_dim for c in ctx.embedding_configs() for name in c.feature_names}
     group = next(g for g in ctx.sequence_groups if g.name == name)
-    return sum(dims[f.name] for f in group.features)
+    return sum(dims[f.name] for f in group.features) + len(group.dense)
 
 
 def encoder_width(cfg: SequenceEncoderConfig, dim: int) -> int:
