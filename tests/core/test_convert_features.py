@@ -283,8 +283,9 @@ def test_sequence_id_and_raw_features_and_id_features_with_a_sequence_length(tzr
     assert conversion.tree["model"]["sequence_encoders"] == [
         {"sequence": "clicked", "type": "target_attention", "attention_hidden_units": [16]},
         {"sequence": "viewed", "type": "mean"}]
-    assert "a sequence of values has no equivalent" in reported(conversion)["feature_configs[4].sequence_raw_feature"]
-    assert clicked["query"] == ["item", "price"]  # the group's candidate features, paired in order
+    assert clicked["dense"] == [{"name": "stay", "column": "stay"}]  # a dense sequence of the group
+    assert not any(path.startswith("feature_configs[4]") for path in reported(conversion))
+    assert clicked["query"] == ["item", "price"]  # the candidate's features, paired in order with the id sequences
     checked_with_sequences(conversion, tzrun_pm)
 
 

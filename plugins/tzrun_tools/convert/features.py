@@ -4,10 +4,13 @@ An ``id_feature`` (and a ``lookup_feature`` with buckets) becomes a sparse featu
 buckets (``num_buckets``, ``hash_bucket_size``, ``vocab_list`` or ``vocab_dict`` as ``vocab``,
 ``vocab_file``); a ``raw_feature`` with ``boundaries`` a bucketized sparse feature; one without a
 dense feature (``zscore`` normalizers as ``mean``/``std``). A ``sequence_feature``'s id features
-become features named ``<sequence>__<feature>`` (TorchEasyRec's names): the members of a sequence
-group the model reads (:mod:`tzrun_tools.convert.sequences`) go into ``[[features.sequence]]``,
-truncated to ``sequence_length``; the others stay sparse features, pooled as the
-``pooling_encoder`` over their group says. Any other kind is left as a placeholder with the
+(and raw features with ``boundaries``) become features named ``<sequence>__<feature>``
+(TorchEasyRec's names): the members of a sequence group the model reads
+(:mod:`tzrun_tools.convert.sequences`) go into ``[[features.sequence]]``, truncated to
+``sequence_length``; the others stay sparse features, pooled as the ``pooling_encoder`` over
+their group says. Its raw features without ``boundaries`` (and a ``sequence_raw_feature``
+without) are dense sequences: ``[[features.sequence.dense]]`` of the group that reads them, with
+their ``default_value`` and ``zscore`` normalizer; one that no sequence group reads is reported. Any other kind is left as a placeholder with the
 reason. tzrec-run has no feature generator: every feature reads its column as it is (the column
 of an ``expression: "user:x"`` is ``x``).
 """
@@ -68,6 +71,7 @@ class FeatureSet:
         self.bucketized: list[str] = []  # bucketized by the feature generator: num_buckets written
         self.sequences: set[str] = set()  # the features that are sequences
         self.sequence: list[dict[str, Any]] = []  # the [[features.sequence]] groups
+        self.dense_sequences: dict[str, tuple[Node, dict[str, Any]]] = {}  # [[features.sequence.dense]] to place
         self.lengths: dict[str, Optional[int]] = {}  # sequence feature -> its sequence_length
         self.untruncated: list[tuple[Node, int, list[str]]] = []  # (node, sequence_length, its features)
 
@@ -141,16 +145,19 @@ def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
                 # TorchEasyRec >= 1.0.3: an id or raw feature with sequence_length is a sequence
                 seq = _Sequence("", node.value("sequence_delim", "str", ";"), node.value("sequence_length", "int"))
                 kind = kind.replace("sequence_", "")
-                if kind == "raw_feature" and not node.has("boundaries"):
-                    _placeholder(f"sequence {kind}", node, out, "a sequence of values has no equivalent (sequences "
-                                 "hold ids here): bucketize it with boundaries, or pool it into a dense column")
-                    continue
-            names = _feature(kind, node, out, groups, seq, encoded)
+            if seq is not None and kind == "raw_feature" and not node.has("boundaries"):
+                names = _dense_sequence(node, out, seq, encoded)
+            else:
+                names = _feature(kind, node, out, groups, seq, encoded)
             if seq is not None:
                 _not_truncated(node, seq, names, out)
         else:
             _placeholder(kind, node, out, _NO_FG)
     gather_sequences(groups, out, root.findings, encoded)
+    for name, (node, _) in out.dense_sequences.items():
+        _placeholder("sequence raw_feature", node, out, "a sequence of values in no sequence group the model reads: "
+                     "it is a [[features.sequence.dense]] of a group here (a sequence_groups entry with an "
+                     "encoder, or a SEQUENCE group of multi_tower_din)", name)
     for node, length, names in out.untruncated:
         if any(n in out.sequences for n in names):
             node.note("sequence_length", f"sequences are not truncated to {length} ids here: every id of a row is "
@@ -192,10 +199,12 @@ def _sequence_feature(node: Node, groups: Groups, out: FeatureSet, encoded: bool
         item.rest()
         if child is None:
             continue
-        if kind == "id_feature":
+        if kind == "id_feature" or (kind == "raw_feature" and child.has("boundaries")):
             members += _feature(kind, child, out, groups, seq, encoded)
+        elif kind == "raw_feature":
+            members += _dense_sequence(child, out, seq, encoded)
         else:
-            _placeholder(f"sequence {kind}", child, out, "only the id features of a sequence are converted: compute "
+            _placeholder(f"sequence {kind}", child, out, "only the id and raw features of a sequence are converted: compute "
                          "'{name}' into a list column and declare it in [[features.sparse]] (tzrec-run help features)",
                          f"{seq.prefix}{child.value('feature_name', 'str', '?')}")
     node.rest()
@@ -370,11 +379,28 @@ def _common(node: Node) -> None:
     node.rest()
 
 
-def _dense(kind: str, node: Node, out: FeatureSet, table: dict[str, Any]) -> list[str]:
+def _dense_sequence(node: Node, out: FeatureSet, seq: _Sequence, encoded: bool) -> list[str]:
+    """A raw feature of a sequence without boundaries: a dense sequence, placed into the group
+    that reads it by :func:`~tzrun_tools.convert.sequences.gather_sequences`."""
+    name = seq.prefix + node.value("feature_name", "str", "")
+    table: dict[str, Any] = {"name": name, "column": name}
+    _column("raw_feature", node, table, name, seq, encoded)
+    names = _dense("raw_feature", node, out, table, sequence=True)
+    if names:
+        out.dense.remove(table)
+        if seq.delim:
+            table["separator"] = seq.delim  # the group's, taken off when it is placed
+        out.dense_sequences[name] = (node, table)
+        out.sequences.add(name)
+    return names
+
+
+def _dense(kind: str, node: Node, out: FeatureSet, table: dict[str, Any], sequence: bool = False) -> list[str]:
     name = table["name"]
     if node.value("value_dim", "int", 1) > 1:
         _placeholder(kind, node, out, "value_dim > 1: dense features hold one value each here; split it into "
-                                      "one column per value", name)
+                                      "one column per value" + (" (a dense sequence per value)" if sequence else ""),
+                     name)
         return []
     encoded = "default_value" in node.used  # the feature generator's output: its defaults and normalizer applied
     field = "fg_encoded_default_value" if encoded else "default_value"
@@ -389,6 +415,9 @@ def _dense(kind: str, node: Node, out: FeatureSet, table: dict[str, Any]) -> lis
     if not encoded:
         _normalizer(node, table)
     for field in ("embedding_dim", "embedding_name", "pooling", "separator", "trainable", "embedding_constraints"):
+        if sequence and field == "separator":
+            node.skip(field, "the sequence's sequence_delim separates the values of a row")
+            continue
         node.skip(field, "used only with boundaries (a bucketized feature); this one is dense")
     node.used.add("value_dim")
     _common(node)

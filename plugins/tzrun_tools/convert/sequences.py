@@ -14,8 +14,13 @@ becomes one ``[[features.sequence]]`` group of the same name:
   its first ``sequence_length`` ids (``keep = "first"``). A ``multi_window_din_encoder`` reads
   a row's first ``sum(windows_len)`` ids, its windows counted from the first id: its group keeps
   those (``keep = "first"``, so the windows count from the same end). The note this writes says which;
+* its dense sequences (a ``sequence_feature``'s ``raw_feature`` without ``boundaries``, a
+  ``sequence_raw_feature`` without) become its ``[[features.sequence.dense]]``: their values
+  follow the embeddings in the group's ``[B, max_len, D]`` view, as TorchEasyRec concatenates
+  them, and they pair with no query feature (the query is zero-padded, as TorchEasyRec's DIN
+  encoder pads it);
 * its other features (the candidate's, which a DIN attends with) become its ``query``, one per
-  sequence feature and in order, as TorchEasyRec pairs them.
+  id sequence feature and in order, as TorchEasyRec pairs them.
 
 Each converted feature name of a member then stands for the group's name, so a model that reads
 the TorchEasyRec group reads the sequence group.
@@ -48,7 +53,9 @@ def gather_sequences(groups: Groups, feats: "FeatureSet", findings: Findings, en
         table = _group(spec, feats, taken, findings, encoded)
         if table is None:
             continue
-        members = [f["name"] for f in table["features"]]
+        members = [f["name"] for f in table["features"] + table.get("dense", [])]
+        for name in members:
+            feats.dense_sequences.pop(name, None)
         feats.sparse = [f for f in feats.sparse if f["name"] not in members]
         feats.sequences.difference_update(members)
         feats.names.update((m, [spec.name]) for m in members)
@@ -62,6 +69,7 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
     where = f"model_config.feature_groups: sequence group '{spec.name}'"
     sparse = {f["name"]: f for f in feats.sparse}
     members = [n for n in spec.features if n in feats.sequences and n in sparse]
+    dense = [n for n in spec.features if n in feats.dense_sequences and n not in taken]
     twice = [n for n in members if n in taken]
     if twice:
         findings.not_converted.append(Finding(where, (
@@ -69,6 +77,10 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
             "group here; declare a copy under another name")))
         members = [n for n in members if n not in twice]
     if not members:
+        if dense:
+            findings.not_converted.append(Finding(where, (
+                f"{', '.join(dense)}: a group's values follow its ids here, and it has no id sequence; add one "
+                "(e.g. the clicked items) to the group")))
         return None
     if spec.name in sparse or any(spec.name == f["name"] for f in feats.dense):
         findings.not_converted.append(Finding(where, (
@@ -76,8 +88,9 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
             "rename the group")))
         return None
     table: dict[str, Any] = {"name": spec.name}
-    _max_len(spec, [feats.lengths.get(n) or 0 for n in members], encoded, table, findings, where)
-    separators = list(dict.fromkeys(sparse[n]["separator"] for n in members if "separator" in sparse[n]))
+    _max_len(spec, [feats.lengths.get(n) or 0 for n in members + dense], encoded, table, findings, where)
+    tables = {**sparse, **{n: feats.dense_sequences[n][1] for n in dense}}
+    separators = list(dict.fromkeys(tables[n]["separator"] for n in members + dense if "separator" in tables[n]))
     if separators:
         table["separator"] = separators[0]
     if len(separators) > 1:
@@ -90,6 +103,8 @@ def _group(spec: SequenceGroupSpec, feats: "FeatureSet", taken: dict[str, str],
     table["features"] = [{"name": n, "column": sparse[n].get("column", n),
                           **{k: v for k, v in sparse[n].items() if k not in ("name", "column", *_POOLED_ONLY)}}
                          for n in members]
+    if dense:
+        table["dense"] = [{k: v for k, v in tables[n].items() if k != "separator"} for n in dense]
     return table
 
 
