@@ -35,7 +35,7 @@ from torch import nn
 from tzrun import ModelContext, as_path, is_remote, write_atomic
 from tzrun.checkpoints import CheckpointView, find_checkpoint, open_checkpoint
 from tzrun.errors import CheckpointError, TzrunError
-from tzrun_serving.manifest import COMPLETE, FORMAT, MANIFEST, manifest_of, sequence_keys
+from tzrun_serving.manifest import COMPLETE, FORMAT, MANIFEST, dense_groups, manifest_of, sequence_keys
 from tzrun_serving.plain import PlainFeatures, PlainSequenceFeatures, plain_batch, swap_embedding_collections
 
 __all__ = ["ServingProgram", "ServingModule", "load_unsharded", "serving_programs", "export_model",
@@ -106,6 +106,8 @@ class ServingModule(nn.Module):
         self.sparse = [f.name for f in specs.pooled]
         self.sequence = _all_sequence_keys(specs)
         self.fed = sequence_keys(specs, program.features)
+        fed_dense = {g.name for g in dense_groups(specs, program.features)}
+        self.dense_groups = [(g.name, g.max_len, len(g.dense), g.name in fed_dense) for g in specs.sequence_groups if g.dense]
         self.weighted = any(t.weighted for t in specs.tables)
         dense = [i for i, f in enumerate(specs.dense) if f.name in used]
         sparse = [i for i, f in enumerate(specs.pooled) if f.name in used]
@@ -132,7 +134,9 @@ class ServingModule(nn.Module):
             lengths = torch.zeros(len(self.sparse), rows, dtype=torch.int64).index_copy(0, self.sparse_index, lengths)
         weights = inputs["weights"] if self.weighted else None
         sparse = PlainFeatures(self.sparse, inputs["ids"], lengths, weights)
-        return plain_batch(dense, sparse, self.sequence_features(inputs, rows))
+        sequence_dense = {name: inputs[f"sequence_dense/{name}"] if fed else torch.zeros(rows, max_len, k)
+                          for name, max_len, k, fed in self.dense_groups}
+        return plain_batch(dense, sparse, self.sequence_features(inputs, rows), sequence_dense)
 
     def sequence_features(self, inputs: dict[str, torch.Tensor], rows: Any) -> PlainSequenceFeatures:
         """``batch.sequence``: the program's unpooled keys from ``inputs``, the others empty."""
@@ -237,6 +241,8 @@ def _example_inputs(specs: Any, program: ServingProgram, rows: int = 3) -> dict[
                                                   dtype=torch.int64)
         for k, row in zip(keys, inputs["sequence_lengths"]):
             inputs[f"sequence_ids/{k}"] = torch.randint(0, sizes[k][0], (int(row.sum()),), generator=generator)
+    for g in dense_groups(specs, program.features):
+        inputs[f"sequence_dense/{g.name}"] = torch.rand(rows, g.max_len, len(g.dense), generator=generator)
     return inputs
 
 
@@ -259,6 +265,7 @@ def _dynamic_shapes(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
                             "weights": {0: ids} if pooled else None, "sequence_lengths": {1: batch}}
     for i, name in enumerate(n for n in inputs if n.startswith("sequence_ids/")):
         axes[name] = {0: Dim(f"sequence_ids_{i}", min=0, max=2**31 - 2)}
+    axes.update({name: {0: batch} for name in inputs if name.startswith("sequence_dense/")})
     return {"inputs": {name: axes[name] for name in inputs}}
 
 

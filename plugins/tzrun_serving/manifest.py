@@ -11,7 +11,8 @@ Format (``"format": "tzrun-export/1"``)::
         "dense":  [{"name", "column", "fill_value", "log1p", "mean", "std"}],
         "sparse": [{"name", "column", "table", "num_buckets" | "hash_bucket_size" | "vocab" | "boundaries",
                     "separator", "weight_column", "pooling", "num_embeddings", "unpooled"}],
-        "sequence": [{"name", "max_len", "keep", "query": [...], "features": [<as in sparse>]}],
+        "sequence": [{"name", "max_len", "keep", "query": [...], "features": [<as in sparse>],
+                      "dense": [<as in dense>]}],
         "weighted": false
       },
       "programs": {"model": {"file": "model.pt2", "features": [...],
@@ -41,6 +42,11 @@ features: a group's query) come as (only when the program reads some):
   list keeps its last ``max_len``; ``"first"``: its first; ``"all"``: a longer list is a bad row;
   an export without ``keep`` is ``"last"``), transformed like a sparse feature's; the program
   does not truncate.
+* ``sequence_dense/<group>``: float32 ``[batch, max_len, k]``, for a group the program reads
+  with ``dense`` sequences (its ``[[features.sequence.dense]]``): row ``r`` holds, at position
+  ``i`` and column ``j``, the ``i``-th kept value of ``dense[j]``'s column after its transform
+  (as a dense feature's), aligned with the group's ids; zeros after a row's length (an export
+  without ``dense`` has none).
 
 ``batch``, ``n`` and each ``n_key`` are dynamic. Outputs are float32: ``[batch]`` for a score, ``[batch, dim]``
 for an embedding, as its ``shape`` says (``"batch"`` the batch dimension: ``["batch"]`` is one
@@ -60,7 +66,7 @@ import attrs
 
 from tzrun.errors import CheckpointError
 
-__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "sequence_keys", "manifest_of", "read_manifest", "read_program",
+__all__ = ["FORMAT", "MANIFEST", "COMPLETE", "program_inputs", "sequence_keys", "dense_groups", "manifest_of", "read_manifest", "read_program",
            "output_kind"]
 
 FORMAT = "tzrun-export/1"
@@ -94,7 +100,15 @@ def program_inputs(specs: Any, features: Sequence[str]) -> list[dict[str, Any]]:
     if keys:
         inputs.append({"name": "sequence_lengths", "dtype": "int64", "shape": [len(keys), "batch"], "features": keys})
         inputs += [{"name": f"sequence_ids/{k}", "dtype": "int64", "shape": [f"ids/{k}"], "features": [k]} for k in keys]
+    inputs += [{"name": f"sequence_dense/{g.name}", "dtype": "float32", "shape": ["batch", g.max_len, len(g.dense)],
+                "features": [f.name for f in g.dense]} for g in dense_groups(specs, features)]
     return inputs
+
+
+def dense_groups(specs: Any, features: Sequence[str]) -> list[Any]:
+    """The sequence groups with dense sequences that a program reading ``features`` feeds."""
+    wanted = set(features)
+    return [g for g in specs.sequence_groups if g.name in wanted and g.dense]
 
 
 def output_kind(name: str) -> str:
@@ -115,7 +129,8 @@ def manifest_of(facts: Any, programs: Sequence[Any], checkpoint: Mapping[str, An
     unpooled = {f.name for f in specs.unpooled}
     sparse = [{**_sparse_entry(f), "unpooled": f.name in unpooled} for f in specs.sparse]
     sequence = [{"name": g.name, "max_len": g.max_len, "keep": g.keep, "query": list(g.query),
-                 "features": [_sparse_entry(f) for f in g.features]} for g in specs.sequence_groups]
+                 "features": [_sparse_entry(f) for f in g.features], "dense": [attrs.asdict(f) for f in g.dense]}
+                for g in specs.sequence_groups]
     return {
         "format": FORMAT,
         "model": facts.cfg.model.type,

@@ -257,11 +257,12 @@ def swap_embedding_collections(model: nn.Module, features: Sequence[str], sequen
     return swapped
 
 
-def plain_batch(dense: torch.Tensor, sparse: PlainFeatures, sequence: PlainSequenceFeatures) -> Any:
-    """A :class:`~tzrun.data.batch.Batch` of ``dense``, ``sparse`` and ``sequence`` with every
+def plain_batch(dense: torch.Tensor, sparse: PlainFeatures, sequence: PlainSequenceFeatures,
+                sequence_dense: Mapping[str, torch.Tensor] | None = None) -> Any:
+    """A :class:`~tzrun.data.batch.Batch` of ``dense``, ``sparse``, ``sequence`` and ``sequence_dense`` with every
     row real and of weight 1 and no labels: what the model's forward receives in an exported
     program."""
     from tzrun import Batch
 
     rows = dense.shape[0]
-    return Batch(dense, sparse, {}, torch.ones(rows), rows, sequence=sequence)
+    return Batch(dense, sparse, {}, torch.ones(rows), rows, sequence=sequence, sequence_dense=sequence_dense)

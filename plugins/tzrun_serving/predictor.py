@@ -128,7 +128,8 @@ class Predictor:
                 names.append(s["column"])
                 if s.get("weight_column"):
                     names.append(s["weight_column"])
-        names += [x["column"] for g in f.get("sequence", ()) if g["name"] in wanted for x in g["features"]]
+        names += [x["column"] for g in f.get("sequence", ()) if g["name"] in wanted
+                  for x in (*g["features"], *g.get("dense", ()))]
         return list(dict.fromkeys(names))
 
     def encode(self, data: pa.Table | pa.RecordBatch | Mapping[str, Any], source: str = "<rows>") -> tuple[dict[str, Any], np.ndarray, Any]:
@@ -161,6 +162,8 @@ class Predictor:
             elif name == "weights":
                 inputs[name] = sparse.weights().to(torch.float32)
         inputs.update(_sequence_inputs(batch.sequence, self.inputs))
+        inputs.update({f"sequence_dense/{g}": v for g, v in batch.sequence_dense.items()
+                       if f"sequence_dense/{g}" in self.inputs})
         return inputs, rows, batch.skipped
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -245,7 +248,7 @@ def _builder(manifest: Mapping[str, Any], features: list[str], on_bad_row: str) 
     tables = tuple(EmbeddingTable(s.name, s.num_embeddings, 0, (s.name,), s.pooling, bool(f["weighted"]))
                    for s in sparse if s.name not in unpooled)
     groups = tuple(SequenceGroup(g["name"], g["max_len"], tuple(_sparse_spec(e) for e in g["features"]), tuple(g["query"]),
-                                 g.get("keep", "last"))
+                                 g.get("keep", "last"), tuple(DenseFeature(**d) for d in g.get("dense", ())))
                    for g in f.get("sequence", ()) if g["name"] in wanted)
     sequence_tables = (EmbeddingTable("unpooled", 1, 0, unpooled),) if unpooled else ()
     return batch_builder(dense, sparse, tables, groups, sequence_tables, group_by=(_ROW,), on_bad_row=on_bad_row)

@@ -44,6 +44,8 @@ EXAMPLES = {
     "mmoe_taobao+simple_attention": "taobao",
     "mmoe_taobao+self_attention_tzrec": "taobao",
     "din_taobao+dice": "taobao",
+    "din_taobao+dense_sequence": "taobao",
+    "mmoe_taobao+dense_sequence": "taobao",
 }
 BOUND = 1e-5
 #: the target-attention sequence of examples/din_taobao.toml (its candidate ad as the query)
@@ -57,6 +59,15 @@ query = ["adgroup_id"]
 name = "click_seq__adgroup_id"
 column = "click_50_seq"
 table = "adgroup_id_emb"
+'''
+#: a dense sequence of click_seq: each clicked ad's category id read as a number (log1p, standardized)
+DENSE_SEQ = '''
+[[features.sequence.dense]]
+name = "click_seq__cate"
+column = "click_50_seq__cate_id"
+log1p = true
+mean = 3.0
+std = 2.0
 '''
 #: the shipped examples with a [[features.sequence]] group of their own (its first feature click_seq__adgroup_id)
 SEQUENCE_EXAMPLES = ("din_taobao", "dssm_v2_taobao", "mind_taobao", "tdm_taobao")
@@ -78,10 +89,15 @@ SEQUENCE_VARIANTS = {
     **{f"mmoe_taobao+{variant}": (lambda text, encoder=encoder: text.replace(
         "[[losses]]", f'[[model.sequence_encoders]]\nsequence = "click_seq"\n{encoder}\n[[losses]]', 1) + CLICK_SEQ)
        for variant, encoder in MMOE_ENCODERS.items()},
+    "mmoe_taobao+dense_sequence": lambda text: text.replace(
+        "[[losses]]", '[[model.sequence_encoders]]\nsequence = "click_seq"\ntype = "target_attention"\n\n[[losses]]', 1)
+        + CLICK_SEQ + DENSE_SEQ,
 }
 #: "<example>+<variant>": the example with --set overrides
 OVERRIDE_VARIANTS = {
     "din_taobao+dice": ['model.din_towers=[{sequence = "click_seq", attention_activation = "dice"}]'],
+    "din_taobao+dense_sequence": ['features.sequence[0].dense=[{name = "click_seq__cate", column = "click_50_seq__cate_id", '
+                                  'log1p = true, mean = 3.0, std = 2.0}]'],
 }
 
 
@@ -183,6 +199,10 @@ def test_every_shipped_model_exports_and_matches_its_eager_forward(example, data
         assert longest > session.specs.sequence_groups[0].max_len
         manifest = manifest_of(session.facts, list(exported), {})["features"]["sequence"][0]
         assert manifest["keep"] == ("first" if example == "dssm_taobao+sequence" else "last")
+        if example.endswith("+dense_sequence"):  # the dense sequence is an input, its transform in the manifest
+            assert "sequence_dense/click_seq" in inputs
+            assert manifest["dense"] == [{"name": "click_seq__cate", "column": "click_50_seq__cate_id", "fill_value": 0.0,
+                                          "log1p": True, "mean": 3.0, "std": 2.0}]
     compared = 0
     for program in exported:
         predictor = Predictor(tmp_path / "export", program=program.name)
@@ -211,7 +231,7 @@ def _one_row_and_a_row_without_ids(model, session, table, predictor) -> None:
 
     row = table.slice(0, 1)
     sparse = {f.column for f in session.specs.sparse} | {f.weight_column for f in session.specs.sparse if f.weight_column}
-    sparse |= {f.column for g in session.specs.sequence_groups for f in g.features}
+    sparse |= {f.column for g in session.specs.sequence_groups for f in (*g.features, *g.dense)}
     empty = pa.table({n: pa.nulls(1, row.schema.field(n).type) if n in sparse else row[n] for n in row.column_names})
     for rows in (row, empty):
         with torch.no_grad():
