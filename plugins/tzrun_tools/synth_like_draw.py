@@ -205,6 +205,8 @@ class _Block:
         rows = np.repeat(np.arange(self.n), lengths)
         on_topic = self.rng.random(total) < (self.interest[rows] if c.group is not None else _ON_TOPIC)
         topics = np.where(on_topic, self.topics[rows], self.rng.integers(0, TOPICS, total))
+        if c.kind == "dense":  # a dense sequence: one value per id of its group, drawn on that id's topic
+            return _listed(c, pa.array(_dense(c, self.params, topics, self.rng).astype(np.float32)), lengths)
         return _listed(c, _as_values(c, _ids(c.column, self.params, topics, self.rng, c.num_ids), self.rng), lengths)
 
     def score(self) -> np.ndarray:

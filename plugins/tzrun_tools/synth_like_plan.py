@@ -119,6 +119,7 @@ class _Reader:
     spec: Any  # a SparseFeature or DenseFeature
     group: Optional[int] = None
     max_len: int = 0
+    separator: Optional[str] = None  # a dense sequence's (its group's)
 
 
 def _id_kind(spec: Any) -> str:
@@ -137,6 +138,10 @@ def _readers(specs: Any) -> dict[str, list[_Reader]]:
             shape = "joined" if f.separator else "list"
             found.setdefault(f.column, []).append(
                 _Reader(f"features.sequence[{g}].features[{j}]", _id_kind(f), shape, f, g, group.max_len))
+        separator = group.features[0].separator if group.features else None
+        for j, d in enumerate(group.dense):
+            found.setdefault(d.column, []).append(_Reader(f"features.sequence[{g}].dense[{j}]", "dense",
+                                                          "joined" if separator else "list", d, g, group.max_len, separator))
     for i, f in enumerate(specs.sparse):
         shape = "joined" if f.separator else ("list" if f.weight_column else "scalar")
         found.setdefault(f.column, []).append(_Reader(f"features.sparse[{i}]", _id_kind(f), shape, f))
@@ -172,7 +177,7 @@ def _column_plan(column: str, r: _Reader) -> ColumnPlan:
     spec = r.spec
     common: dict[str, Any] = {"column": column, "path": r.path, "shape": r.shape, "group": r.group, "max_len": r.max_len}
     if r.kind == "dense":
-        return ColumnPlan(kind="dense", log1p=spec.log1p, mean=spec.mean, std=spec.std, **common)
+        return ColumnPlan(kind="dense", log1p=spec.log1p, mean=spec.mean, std=spec.std, separator=r.separator, **common)
     if r.kind == "weights":
         return ColumnPlan(kind="weights", separator=spec.separator, lengths_of=spec.column, **common)
     kind = "num_buckets" if r.kind == "hash" else r.kind

@@ -122,3 +122,23 @@ def test_a_feature_column_kept_among_the_labels_is_the_feature_as_drawn(tmp_path
     table = _read(tmp_path / "out" / "train")
     assert table.column_names.count("occupation") == 1 and table.column("occupation").type == pa.int64()
     assert "occupation" not in json.loads((tmp_path / "out" / "synth.json").read_text())["bayes_auc"]
+
+
+def test_a_dense_sequence_is_drawn_aligned_with_its_group_and_din_trains_on_it(tmp_path):
+    text = (REPO / "examples" / "din_taobao.toml").read_text()
+    anchor = 'table = "adgroup_id_emb"   # adgroup_id\'s table: its size and width come from there\n'
+    assert anchor in text
+    config = tmp_path / "din_dense.toml"
+    config.write_text(text.replace(anchor, anchor + '\n[[features.sequence.dense]]\nname = "click_seq__gap"\n'
+                                   'column = "click_gap"\nlog1p = true\nmean = 1.0\nstd = 0.5\n'))
+    sets = _synth(config, tmp_path / "data")
+    table = _read(tmp_path / "data" / "train")
+    assert pa.types.is_floating(table.schema.field("click_gap").type.value_type)
+    gaps = pc.list_value_length(table.column("click_gap")).to_numpy()
+    assert (gaps == pc.list_value_length(table.column("click_50_seq")).to_numpy()).all() and gaps.max() > 0
+    values = pc.list_flatten(table.column("click_gap")).to_numpy()
+    assert np.isfinite(values).all() and (values >= 0).all()  # log1p reads them: drawn as counts
+    proc = cli(["train", str(config), *sets, "--set", f'model_dir="{tmp_path / "run"}"', "--set", "data.batch_size=128",
+                "--set", "data.eval_batch_size=128", "--set", "train.num_steps=3", "--set", "train.stages=[]"])
+    assert proc.returncode == 0, proc.stderr
+    assert "auc=" in proc.stdout
