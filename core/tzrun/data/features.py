@@ -92,7 +92,9 @@ class FeatureSpecs:
         """Every input column a batch needs, each once, in a stable order."""
         names = [f.column for f in self.dense] + [f.column for f in self.sparse]
         names += [f.weight_column for f in self.sparse if f.weight_column]
-        names += [f.column for g in self.sequence_groups for f in (*g.features, *g.dense)] + list(labels)
+        for g in self.sequence_groups:
+            names += [f.column for f in g.features] + [f.column for f in g.dense]
+        names += list(labels)
         if sample_weight:
             names.append(sample_weight)
         names.extend(groups)

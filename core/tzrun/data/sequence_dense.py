@@ -23,7 +23,7 @@ __all__ = ["read_sequence_dense", "kept_positions"]
 
 
 def _is_list(typ: pa.DataType) -> bool:
-    return pa.types.is_list(typ) or pa.types.is_large_list(typ)
+    return bool(pa.types.is_list(typ) or pa.types.is_large_list(typ))
 
 
 def _jagged_floats(column: pa.Array, feature: DenseFeature, separator: str | None, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +68,7 @@ def kept_positions(lengths: np.ndarray, max_len: int, first: bool) -> np.ndarray
     ``first``), the rule the group's ids are truncated by."""
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     position = np.arange(int(lengths.sum())) - starts
-    return position < max_len if first else position >= np.repeat(lengths, lengths) - max_len
+    return np.asarray(position < max_len if first else position >= np.repeat(lengths, lengths) - max_len)
 
 
 def _padded(values: np.ndarray, lengths: np.ndarray, max_len: int) -> np.ndarray:

@@ -168,7 +168,7 @@ def group_width(ctx: ModelContext, name: str) -> int:
     plus one per dense sequence."""
     dims = {name: c.embedding_dim for c in ctx.embedding_configs() for name in c.feature_names}
     group = next(g for g in ctx.sequence_groups if g.name == name)
-    return sum(dims[f.name] for f in group.features) + len(group.dense)
+    return int(sum(dims[f.name] for f in group.features)) + len(group.dense)
 
 
 def encoder_width(cfg: SequenceEncoderConfig, dim: int) -> int:

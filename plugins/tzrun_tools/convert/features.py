@@ -154,10 +154,10 @@ def convert_features(root: Node, groups: Groups, encoded: bool) -> FeatureSet:
         else:
             _placeholder(kind, node, out, _NO_FG)
     gather_sequences(groups, out, root.findings, encoded)
-    for name, (node, _) in out.dense_sequences.items():
-        _placeholder("sequence raw_feature", node, out, "a sequence of values in no sequence group the model reads: "
+    for dense_name, (dense_node, _) in out.dense_sequences.items():
+        _placeholder("sequence raw_feature", dense_node, out, "a sequence of values in no sequence group the model reads: "
                      "it is a [[features.sequence.dense]] of a group here (a sequence_groups entry with an "
-                     "encoder, or a SEQUENCE group of multi_tower_din)", name)
+                     "encoder, or a SEQUENCE group of multi_tower_din)", dense_name)
     for node, length, names in out.untruncated:
         if any(n in out.sequences for n in names):
             node.note("sequence_length", f"sequences are not truncated to {length} ids here: every id of a row is "
