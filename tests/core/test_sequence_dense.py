@@ -126,3 +126,33 @@ def test_the_padding_batch_carries_zeros_of_the_groups_width(tzrun_pm):
     padding = BatchBuilder(specs, ["label"], None).padding()
     assert padding.sequence_dense["click_seq"].shape == (1, 3, 2)
     assert padding.to(torch.device("cpu")).sequence_dense["click_seq"].shape == (1, 3, 2)
+
+
+def test_check_reads_a_dense_sequence_columns_type(tzrun_pm, tmp_path: Path):
+    from tzrun.data.input_check import check_inputs, column_uses
+
+    split = _config(tzrun_pm)  # the group splits text on ";": the values tell, not the type
+    assert not any(u.what.startswith("dense sequence") for u in column_uses(feature_specs(split.features), split.data, (), ()))
+    cfg = load_config(parse_config((CONFIG + DENSE).replace('separator = ";"\n', ""), "<test>", []),
+                      collect_registries(tzrun_pm))
+    specs = feature_specs(cfg.features)
+    uses = {u.what: u for u in column_uses(specs, cfg.data, (), ())}
+    use = uses["dense sequence 'click_seq__price' of group 'click_seq'"]
+    assert (use.column, use.lists) == ("seq_price", True)
+    prices = pa.array([None if c is None else ["x"] * len(c) for c in CLICKS], pa.list_(pa.string()))
+    pq.write_table(_table().set_column(6, "seq_price", prices), tmp_path / "part-0.parquet")
+    report = check_inputs(ParquetReader(ParquetConfig()), {"data.train_input": str(tmp_path)},
+                          specs.columns(["label"], None), list(uses.values()))
+    assert any("seq_price" in p and "click_seq__price" in p for p in report.problems), report.problems
+
+
+def test_a_column_of_the_wrong_type_or_a_piece_that_is_no_number_is_an_error(tzrun_pm, tmp_path: Path):
+    from tzrun.errors import DataError
+
+    scalar = _table().set_column(6, "seq_price", pa.array([1.0, 2.0, 3.0, 4.0]))
+    with pytest.raises(DataError, match=r"column 'seq_price' \(dense sequence 'click_seq__price' of group 'click_seq'\) "
+                                        r"has type double; expected a list of numbers, or text split on separator = ';'"):
+        _read(tzrun_pm, tmp_path, scalar)
+    gaps = _table().set_column(7, "seq_gap", pa.array(["1;2;3;4;x", "", None, "5;6"]))
+    with pytest.raises(DataError, match=r"column 'seq_gap' .*: value 'x' is not a number"):
+        _read(tzrun_pm, tmp_path, gaps)

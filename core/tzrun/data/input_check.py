@@ -8,7 +8,8 @@ the run reads is checked in every file:
 * its kind of type is the same in every file of the input (the kinds of
   :func:`tzrun.data.schemas.type_kind`; nullability and integer or float widths may differ,
   as at run time);
-* its type suits its use: numbers for a dense feature, a label or a sample weight; integer ids
+* its type suits its use: numbers for a dense feature, a label or a sample weight (a list of
+  numbers for a dense sequence, unless its group splits text); integer ids
   for ``num_buckets``; strings or integers for ``hash_bucket_size``, ``vocab`` and a
   ``group_by`` key.
 
@@ -103,6 +104,8 @@ def column_uses(specs: FeatureSpecs, data: DataConfig, groups: Sequence[str], de
                 f.column, f"{what} (num_buckets)", frozenset({"int"}),
                 f"declare integer ids (a csv column is text unless data.reader.column_types = {{ {f.column} = \"int64\" }}), "
                 "or use hash_bucket_size or vocab", True))
+    uses += [ColumnUse(f.column, f"dense sequence '{f.name}' of group '{g.name}'", _NUMBERS, "use a list of numbers", True)
+             for g in specs.sequence_groups if g.features and g.features[0].separator is None for f in g.dense]
     uses += [ColumnUse(name, f"label '{name}'", _NUMBERS, "use numbers, or a [[data.derived_labels]] entry")
              for name in data.labels if name not in derived]
     if data.sample_weight:
