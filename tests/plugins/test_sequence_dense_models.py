@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from tests.plugins.test_sequence_models import CLICKS, DIM, MAX_LEN, ROWS, registries  # noqa: F401 (a fixture)
+from tests.plugins.test_sequence_models import _batch as _id_batch
 from tzrun.data.batch import Batch
 from tzrun.interfaces import DenseFeature, EmbeddingTable, ModelContext, SequenceGroup, SparseFeature
 from tzrun.sequence import SequenceEmbeddings
@@ -39,16 +39,11 @@ def _values(scale: float = 1.0) -> torch.Tensor:
 
 
 def _batch(scale: float = 1.0, items=(1, 2, 3, 4)) -> Batch:
-    torch.manual_seed(0)
-    sparse = KeyedJaggedTensor(keys=["user"], values=torch.tensor([0, 1, 2, 3]), lengths=torch.ones(ROWS, dtype=torch.int32))
-    sequence = KeyedJaggedTensor(
-        keys=["clicks__item", "item"],
-        values=torch.tensor([i for row in CLICKS for i in row] + list(items)),
-        lengths=torch.tensor([len(row) for row in CLICKS] + [1] * ROWS, dtype=torch.int32),
-    )
-    labels = {"click": torch.tensor([0.0, 1.0, 0.0, 1.0]), "buy": torch.zeros(ROWS)}
-    return Batch(torch.randn(ROWS, 2), sparse, labels, torch.ones(ROWS), ROWS, sequence=sequence,
-                 sequence_dense={"clicks": _values(scale)})
+    """test_sequence_models' batch with clicks of either label and the dense sequences."""
+    batch = _id_batch(items)
+    batch.labels["click"] = torch.tensor([0.0, 1.0, 0.0, 1.0])
+    batch.sequence_dense = {"clicks": _values(scale)}
+    return batch
 
 
 def test_the_sequence_view_is_torcheasyrecs_layout():

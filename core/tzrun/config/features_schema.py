@@ -196,7 +196,7 @@ class SequenceFeatureConfig:
 
 
 @attrs.frozen
-class SequenceDenseConfig:
+class SequenceDenseConfig(DenseFeatureConfig):
     """``[[features.sequence.dense]]``: a numeric sequence of a sequence group, one value per id
     of the group's sequences (a price, a time gap per clicked item): TorchEasyRec's
     ``raw_feature`` inside a ``sequence_feature`` without ``boundaries``.
@@ -216,13 +216,6 @@ class SequenceDenseConfig:
         mean: subtracted after ``log1p`` (default 0).
         std: divides after ``mean`` (default 1; must be positive).
     """
-
-    name: str
-    column: Optional[str] = None
-    fill_value: float = 0.0
-    log1p: bool = False
-    mean: float = 0.0
-    std: float = attrs.field(default=1.0, validator=_positive)
 
 
 @attrs.frozen
