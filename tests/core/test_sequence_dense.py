@@ -156,3 +156,18 @@ def test_a_column_of_the_wrong_type_or_a_piece_that_is_no_number_is_an_error(tzr
     gaps = _table().set_column(7, "seq_gap", pa.array(["1;2;3;4;x", "", None, "5;6"]))
     with pytest.raises(DataError, match=r"column 'seq_gap' .*: value 'x' is not a number"):
         _read(tzrun_pm, tmp_path, gaps)
+
+
+def test_cost_aware_batches_carry_each_rows_values(tzrun_pm, tmp_path: Path):
+    from tzrun.data.cost import BatchCost, SequenceCost
+
+    pq.write_table(_table(), tmp_path / "part-0.parquet")
+    specs = feature_specs(_config(tzrun_pm).features)
+    builder = BatchBuilder(specs, ["label"], None)
+    cost = BatchCost(5, "sequence_length", sequences=(SequenceCost("seq_ad", 3),))  # row costs 4, 1, 1, 3
+    rank_input = RankInput(ParquetReader(ParquetConfig()), str(tmp_path), 4, 0, specs.columns(["label"], None),
+                           builder, 0, 1, cost=cost)
+    batches = list(rank_input.one_pass())
+    assert [b.num_rows for b in batches] == [2, 2]  # [4, 1] [1, 3]
+    (whole,), _ = _read(tzrun_pm, tmp_path, _table())
+    torch.testing.assert_close(torch.cat([b.sequence_dense["click_seq"] for b in batches]), whole.sequence_dense["click_seq"])
