@@ -89,7 +89,7 @@ import pluggy
 if TYPE_CHECKING:
     from tzrun.interfaces import (
         EvalResult, Register, RegisterLosses, RegisterLossWeightings, RegisterMetrics, RegisterModels,
-        RegisterReaders, RegisterStages, RunContext, StepInfo, TrainLog,
+        RegisterReaders, RegisterSamplers, RegisterStages, RunContext, StepInfo, TrainLog,
     )
 
 __all__ = ["hookspec", "PROJECT_NAME"]
@@ -263,16 +263,23 @@ def tzrun_register_readers(register: RegisterReaders) -> None:
 
 
 @hookspec
-def tzrun_register_samplers(register: Register) -> None:
-    """Register item samplers by name (``[data.sampler] type = ...``): where a two-tower model's
-    sampled negatives come from.
+def tzrun_register_samplers(register: RegisterSamplers) -> None:
+    """Register samplers by name (``[data.sampler] type = ...``): where a model's sampled
+    training rows come from.
 
     Called once per run, on every rank, before the config's component sections are checked.
-    Call ``register(name, config=..., build=...)``; ``build(cfg)`` returns a
+    Call ``register(name, config=..., build=...)`` for a sampler whose ``build(cfg)`` returns a
     :class:`tzrun.ItemSampler`: the item table (one row per item, its columns named like the
-    input's) and, per batch, the rows to take as negatives. The core looks up the sampled
-    items' features in that table and appends them to the batch (see
-    :mod:`tzrun.data.sampling`); a sampler never sees the model.
+    input's) and, per batch, the rows to take as negatives; the core looks up the sampled
+    items' features in that table and appends them to the batch, whose labels stay ``[B]``
+    (a two-tower model's shared negatives). Call ``register(name, ..., expands_rows=True)``
+    for one whose ``build(cfg)`` returns a :class:`tzrun.RowSampler`: per batch, it turns the
+    input rows into the rows that are trained on, as many as it likes, labels set (TDM's
+    ancestors and per-level negatives, the user's columns repeated); the core then encodes
+    those rows as it would have encoded the input's. Either way the core hands the sampler the
+    batch's ``numpy.random.Generator`` (seeded from the run's seed, the rank, the pass and the
+    step: the same draws on resume) and a sampler never sees the model (see
+    :mod:`tzrun.data.sampling`).
     """
 
 

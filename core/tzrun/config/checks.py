@@ -86,7 +86,7 @@ def check_run_config(cfg: RunConfig) -> list[ConfigProblem]:
             if name in names:
                 add(f"{path}.name", f"'{name}' is already the name of {names[name]}")
             names.setdefault(name, path)
-    problems.extend(check_sequences(cfg.features, cfg.data.sampler is not None))
+    problems.extend(check_sequences(cfg.features))
     if not names:
         add("features", "declare at least one [[features.dense]] or [[features.sparse]]")
 

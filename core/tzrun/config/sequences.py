@@ -16,7 +16,7 @@ from tzrun.config.features_schema import FeaturesConfig, SequenceFeatureConfig, 
 from tzrun.errors import ConfigProblem
 
 __all__ = ["ID_KINDS", "DEFAULT_SEQUENCE_DIM", "table_name", "resolved_sequences", "id_features", "unpooled_tables",
-           "check_sequences"]
+           "check_sequences", "appended_item_problems"]
 
 #: The keys that say how a feature's values become ids; exactly one is set.
 ID_KINDS = ("num_buckets", "hash_bucket_size", "vocab", "vocab_file", "boundaries")
@@ -102,7 +102,7 @@ def _plain(value: Any) -> Any:
     return (value.type, dict(value.raw)) if hasattr(value, "raw") else value
 
 
-def check_sequences(cfg: FeaturesConfig, has_sampler: bool) -> list[ConfigProblem]:
+def check_sequences(cfg: FeaturesConfig) -> list[ConfigProblem]:
     """Problems of ``[[features.sequence]]`` that the id-feature checks do not see: lengths,
     queries, agreement with a shared table's owner, and unpooled features' limits."""
     problems: list[ConfigProblem] = []
@@ -136,9 +136,16 @@ def check_sequences(cfg: FeaturesConfig, has_sampler: bool) -> list[ConfigProble
         if f.weight_column is not None:
             add(f"features.sparse[{i}].weight_column", f"feature '{f.name}' reads table '{table_name(f)}', which a sequence "
                                                        "or a query reads unpooled; unpooled lookups take no weights: remove it")
-        if has_sampler:
-            add(f"features.sparse[{i}].table", f"feature '{f.name}' is looked up unpooled (table '{table_name(f)}' is read by "
-                                               "a sequence or a query) and data.sampler cannot feed sampled items' ids to it; "
-                                               "give it a table of its own")
     return problems
+
+
+def appended_item_problems(cfg: FeaturesConfig) -> list[ConfigProblem]:
+    """The features a sampler that appends items (an ``ItemSampler``) cannot feed: those looked
+    up unpooled (a sampler that expands rows feeds every feature)."""
+    unpooled = unpooled_tables(cfg)
+    return [ConfigProblem(f"features.sparse[{i}].table", f"feature '{f.name}' is looked up unpooled (table "
+                                                         f"'{table_name(f)}' is read by a sequence or a query) and "
+                                                         "data.sampler cannot feed sampled items' ids to it; "
+                                                         "give it a table of its own")
+            for i, f in enumerate(cfg.sparse) if table_name(f) in unpooled]
 

@@ -1,5 +1,7 @@
-"""Sampled negatives in the data path: items drawn from an item table, appended to each batch.
+"""Samplers in the data path: items drawn from an item table and appended to each batch, or
+each batch's rows replaced by the rows a sampler makes of them.
 
+**Appended items** (a sampler registered as it is, an :class:`~tzrun.interfaces.ItemSampler`).
 With ``[data.sampler]``, every batch a :class:`NegativesBuilder` builds has its own ``B`` rows
 (labels, weights and groups stay ``[B]``) followed by the ``N = num_negatives`` items the
 sampler drew: ``batch.dense`` is ``[B + N, D]`` and ``batch.sparse`` has stride ``B + N``, so
@@ -14,7 +16,14 @@ column (and its ``weight_column``); the other features are empty (id features) o
 features) for sampled items. A bad value in the table stops the run with an error naming the
 table and the column.
 
-**Determinism.** The items of the batch at step ``index`` of pass ``epoch`` on rank ``rank``
+**Expanded rows** (a sampler registered with ``expands_rows=True``, a
+:class:`~tzrun.interfaces.RowSampler`). An :class:`ExpandingBuilder` hands each batch's input
+rows (an Arrow table of every column the run reads) to the sampler, which returns the rows to
+train on, as many as it makes, labels set (TDM: each row's ancestors and per-level negatives,
+the user's columns repeated); those rows are encoded as an input batch is, so ``B`` is their
+number and nothing is appended. A weight-0 padding batch is not expanded.
+
+**Determinism.** The items (or rows) of the batch at step ``index`` of pass ``epoch`` on rank ``rank``
 are drawn with ``numpy.random.Generator(PCG64([seed, rank, epoch, index]))``: the same with or
 without DataLoader workers or a prefetch thread, and the same when a run is resumed exactly
 where it stopped. Ranks draw different items. Evaluation passes are pass 0, so every evaluation
@@ -31,14 +40,14 @@ import pyarrow as pa
 
 from tzrun.data.features import BatchBuilder, FeatureSpecs
 from tzrun.errors import DataError
-from tzrun.interfaces import ItemSampler
+from tzrun.interfaces import ItemSampler, RowSampler
 
 if TYPE_CHECKING:
     from tzrun.config.schema import RunConfig
     from tzrun.data.batch import Batch
     from tzrun.kernel.registry import Registries
 
-__all__ = ["SAMPLED_OUTPUT", "EncodedItems", "NegativesBuilder", "with_negatives"]
+__all__ = ["SAMPLED_OUTPUT", "EncodedItems", "NegativesBuilder", "ExpandingBuilder", "batch_rng", "with_sampler"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,12 @@ SAMPLED_OUTPUT = "sampled_similarity"
 
 _PADDING_INDEX = 2**32  # the step index of padding batches (never a real step)
 _UNBOUNDED_HINT = ', or set data.on_bad_row = "skip" to leave such rows out'
+
+
+def batch_rng(seed: int, rank: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator of the batch at step ``index`` of pass ``epoch`` on ``rank`` (``seed``:
+    ``train.seed``); what every sampler draws with."""
+    return np.random.Generator(np.random.PCG64([seed & (2**63 - 1), rank, epoch, index]))
 
 
 class EncodedItems:
@@ -128,11 +143,11 @@ class NegativesBuilder:
         self.builder = builder
         self.sampler = sampler
         self.items = EncodedItems(sampler.items, builder.specs, sampler.source)
-        self.seed, self.rank = seed & (2**63 - 1), rank
+        self.seed, self.rank = seed, rank
 
     def rng(self, epoch: int, index: int) -> np.random.Generator:
         """The generator of the batch at step ``index`` of pass ``epoch`` on this rank."""
-        return np.random.Generator(np.random.PCG64([self.seed, self.rank, epoch, index]))
+        return batch_rng(self.seed, self.rank, epoch, index)
 
     def build_at(self, table: pa.Table | pa.RecordBatch, source: str, epoch: int, index: int) -> "Batch":
         """The batch of ``table`` (step ``index`` of pass ``epoch``) with its sampled items."""
@@ -202,9 +217,61 @@ def _append_rows(kjt: Any, items: EncodedItems, rows: np.ndarray) -> Any:
     )
 
 
-def with_negatives(builder: BatchBuilder, cfg: "RunConfig", registries: "Registries", rank: int) -> Any:
-    """``builder`` as it is without ``[data.sampler]``; otherwise a :class:`NegativesBuilder`
-    over the sampler the config names (built here: the item table is read and encoded now).
+class ExpandingBuilder:
+    """A :class:`~tzrun.data.features.BatchBuilder` that first lets a
+    :class:`~tzrun.interfaces.RowSampler` replace each batch's rows (see the module docstring).
+
+    Args:
+        builder: encodes the rows the sampler returns.
+        sampler: the run's row sampler.
+        seed: ``train.seed``.
+        rank: this process's rank.
+    """
+
+    def __init__(self, builder: BatchBuilder, sampler: RowSampler, seed: int, rank: int) -> None:
+        self.builder, self.sampler = builder, sampler
+        self.seed, self.rank = seed, rank
+        self.specs = builder.specs
+
+    def rng(self, epoch: int, index: int) -> np.random.Generator:
+        """The generator of the batch at step ``index`` of pass ``epoch`` on this rank."""
+        return batch_rng(self.seed, self.rank, epoch, index)
+
+    def build_at(self, table: pa.Table | pa.RecordBatch, source: str, epoch: int, index: int) -> "Batch":
+        """The batch of the rows the sampler makes of ``table`` (step ``index`` of pass ``epoch``).
+
+        Raises:
+            DataError: naming the sampler's source, when what it returns is not a table or
+                lacks one of ``table``'s columns; and as the builder raises for a bad value.
+        """
+        return self.builder(self.expand(table, self.rng(epoch, index)), source)
+
+    def expand(self, table: pa.Table | pa.RecordBatch, rng: np.random.Generator) -> pa.Table:
+        """The rows the sampler makes of ``table`` with ``rng``, checked."""
+        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        labels = [name for name in self.builder.labels if name not in self.builder.derived_labels]
+        out = self.sampler.expand(rng, table, labels)
+        if not isinstance(out, pa.Table):
+            raise DataError(f"{self.sampler.source}: the sampler returned {type(out).__name__}, not a pyarrow.Table")
+        missing = [c for c in table.column_names if c not in out.column_names]
+        if missing:
+            raise DataError(f"{self.sampler.source}: the sampler's rows lack the input column(s) {', '.join(missing)}")
+        return out
+
+    def __call__(self, table: pa.Table | pa.RecordBatch, source: str) -> "Batch":
+        """The batch of ``table`` expanded with the generator of step 0 of pass 0 (callers that
+        know the batch's position use :meth:`build_at`)."""
+        return self.build_at(table, source, 0, 0)
+
+    def padding(self, skipped: Any = None) -> "Batch":
+        """A weight-0 padding batch (not expanded)."""
+        return self.builder.padding(skipped)
+
+
+def with_sampler(builder: BatchBuilder, cfg: "RunConfig", registries: "Registries", rank: int) -> Any:
+    """``builder`` as it is without ``[data.sampler]``; otherwise an :class:`ExpandingBuilder`
+    over a sampler registered with ``expands_rows=True``, or a :class:`NegativesBuilder` over
+    any other (built here: the sampler reads its tables now).
 
     Raises:
         DataError: for a bad item table (naming the file and the column).
@@ -212,7 +279,12 @@ def with_negatives(builder: BatchBuilder, cfg: "RunConfig", registries: "Registr
     if cfg.data.sampler is None:
         return builder
     component = cfg.data.sampler
-    sampler = registries["sampler"].get(component.type, "data.sampler.type").build(component.config)
+    entry = registries["sampler"].get(component.type, "data.sampler.type")
+    sampler = entry.build(component.config)
+    if entry.extras.get("expands_rows"):
+        if rank == 0:
+            log.info("data.sampler: each batch's rows are expanded by sampler '%s' (%s)", component.type, sampler.source)
+        return ExpandingBuilder(builder, sampler, cfg.train.seed, rank)
     out = NegativesBuilder(builder, sampler, cfg.train.seed, rank)
     if rank == 0:
         items = out.items

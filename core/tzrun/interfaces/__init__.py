@@ -9,7 +9,7 @@ plugins`` stay fast. Import every name from here; it is defined by topic in a su
 
 from __future__ import annotations
 
-from tzrun.interfaces.inputs import BAD_ROW_COLUMN, BAD_ROW_SEPARATOR, ItemSampler, Reader, RowGroup
+from tzrun.interfaces.inputs import BAD_ROW_COLUMN, BAD_ROW_SEPARATOR, ItemSampler, Reader, RowGroup, RowSampler
 from tzrun.interfaces.model import (
     DenseFeature,
     EmbeddingTable,
@@ -25,6 +25,7 @@ from tzrun.interfaces.registration import (
     RegisterMetrics,
     RegisterModels,
     RegisterReaders,
+    RegisterSamplers,
     RegisterStages,
 )
 from tzrun.interfaces.run import EvalResult, RunContext, StepInfo, TrainLog
@@ -37,6 +38,7 @@ __all__ = [
     "RegisterStages",
     "RegisterModels",
     "RegisterReaders",
+    "RegisterSamplers",
     "SparseOptimizerSpec",
     "DenseFeature",
     "SparseFeature",
@@ -48,6 +50,7 @@ __all__ = [
     "BAD_ROW_COLUMN",
     "BAD_ROW_SEPARATOR",
     "ItemSampler",
+    "RowSampler",
     "RunContext",
     "StepInfo",
     "TrainLog",

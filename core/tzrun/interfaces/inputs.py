@@ -1,6 +1,7 @@
 """What reader and sampler plugins return: row groups read as Arrow record batches
-(:class:`Reader`), the bad rows a reader isolates (:data:`BAD_ROW_COLUMN`), and the item
-table negatives are drawn from (:class:`ItemSampler`). Import them from :mod:`tzrun.interfaces`.
+(:class:`Reader`), the bad rows a reader isolates (:data:`BAD_ROW_COLUMN`), the item
+table negatives are drawn from (:class:`ItemSampler`), and a sampler that replaces a batch's
+rows (:class:`RowSampler`). Import them from :mod:`tzrun.interfaces`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import attrs
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["RowGroup", "Reader", "BAD_ROW_COLUMN", "BAD_ROW_SEPARATOR", "ItemSampler"]
+__all__ = ["RowGroup", "Reader", "BAD_ROW_COLUMN", "BAD_ROW_SEPARATOR", "ItemSampler", "RowSampler"]
 
 
 @attrs.frozen
@@ -102,3 +103,32 @@ class ItemSampler(Protocol):
         source of randomness a sampler may use, so that a resumed run draws the same items.
         ``batch`` holds the batch's input rows of positive sample weight (its positives; no
         rows for a padding batch), for a sampler that leaves them out."""
+
+
+class RowSampler(Protocol):
+    """What a sampler plugin's ``build(cfg)`` returns when it is registered with
+    ``expands_rows=True`` (``[data.sampler]``): it turns each batch's input rows into the rows
+    that are trained and evaluated on, before the core encodes them with the run's
+    ``[features]`` (see :mod:`tzrun.data.sampling`). TDM's sampler returns, for every input
+    row, its item's ancestors and per-level negatives, the row's other columns repeated."""
+
+    @property
+    def source(self) -> str:
+        """What the sampler reads (a file), named in errors."""
+
+    def expand(self, rng: Any, table: pa.Table, labels: Sequence[str]) -> pa.Table:
+        """The rows of one batch.
+
+        Args:
+            rng: the batch's ``numpy.random.Generator`` (seeded by the core from the run's seed,
+                the rank, the pass and the step), the only source of randomness a sampler may
+                use, so that a resumed run draws the same rows.
+            table: the batch's input rows, with every input column the run reads.
+            labels: the run's label columns (``data.labels`` but derived labels, which are
+                computed from the rows returned), which the sampler sets.
+
+        Returns:
+            A table with the same columns (any number of rows, 0 included); the core encodes it
+            as it encodes an input batch (features, labels, sample weight, group keys) and
+            names :attr:`source` when it lacks a column.
+        """

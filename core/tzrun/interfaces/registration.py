@@ -20,10 +20,10 @@ __all__ = [
 
 class Register(Protocol):
     """The ``register`` callback of the registration hooks whose kinds take no kind-specific
-    option: sparse and dense optimizers, lr schedules, train pipelines, samplers, commands (see
+    option: sparse and dense optimizers, lr schedules, train pipelines, commands (see
     :mod:`tzrun.hookspecs`). The other kinds have their own: :class:`RegisterLosses`,
     :class:`RegisterLossWeightings`, :class:`RegisterMetrics`, :class:`RegisterStages`,
-    :class:`RegisterModels`, :class:`RegisterReaders`, so that a type checker refuses a
+    :class:`RegisterModels`, :class:`RegisterReaders`, :class:`RegisterSamplers`, so that a type checker refuses a
     misspelled keyword. Each one's keywords are the runtime's (``tzrun.kernel.registry.KINDS``):
     ``tests/plugin_kit/test_contract.py`` holds them equal."""
 
@@ -84,4 +84,15 @@ class RegisterReaders(Protocol):
     def __call__(
         self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
         check: Optional[Callable[..., Iterable[tuple[str, str]]]] = None,
+    ) -> None: ...
+
+
+class RegisterSamplers(Protocol):
+    """``register`` of ``tzrun_register_samplers``: ``expands_rows=True`` for a sampler whose
+    ``build`` returns a :class:`~tzrun.interfaces.RowSampler` (it replaces each batch's rows),
+    ``False`` for an :class:`~tzrun.interfaces.ItemSampler` (its items are appended)."""
+
+    def __call__(
+        self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
+        expands_rows: bool = False,
     ) -> None: ...

@@ -35,7 +35,7 @@ from tzrun.data.features import BatchBuilder, FeatureSpecs
 from tzrun.data.input_check import DataReport, check_data
 from tzrun.data.loader import RankInput
 from tzrun.data.reader_bad_rows import read_columns
-from tzrun.data.sampling import with_negatives
+from tzrun.data.sampling import with_sampler
 from tzrun.interfaces import EvalResult, RunContext
 from tzrun.kernel.plugins import PluginManager, make_plugin_manager
 from tzrun.kernel.registry import Registries, collect_registries
@@ -215,12 +215,12 @@ class Session:
     def builder(self) -> Any:
         """Turns the reader's record batches into :class:`~tzrun.data.batch.Batch` es, with the
         run's labels, weights, group keys, ``data.on_bad_row`` and, with ``[data.sampler]``, the
-        sampled items."""
+        sampled items (or the sampler's rows)."""
         d = self.cfg.data
         f = self.facts
         builder = BatchBuilder(self.specs, d.labels, d.sample_weight, f.group_columns, on_bad_row=d.on_bad_row,
                                label_domains=f.label_domains, derived_labels=f.derived_labels)
-        return with_negatives(builder, self.cfg, self.registries, self.info.rank)  # [data.sampler]: sampled items too
+        return with_sampler(builder, self.cfg, self.registries, self.info.rank)  # [data.sampler]: sampled items or rows
 
     @property
     def columns(self) -> list[str]:
