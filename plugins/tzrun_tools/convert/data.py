@@ -26,7 +26,12 @@ _DATA_NOT_CONVERTED = {
     "negative_sample_mask_prob": "sample masking has no equivalent",
     "in_order": "batches are always in order here (resume is exact)",
 }
-_SAMPLERS = ("negative_sampler", "negative_sampler_v2", "hard_negative_sampler", "hard_negative_sampler_v2", "tdm_sampler")
+_SAMPLERS = ("negative_sampler", "negative_sampler_v2", "hard_negative_sampler", "hard_negative_sampler_v2")
+_TDM_NOT_CONVERTED = {
+    "attr_delimiter": "the tree is one Parquet node table here (tzrec-run tdm-tree), not delimited text",
+    "field_delimiter": "the tree is one Parquet node table here (tzrec-run tdm-tree), not delimited text",
+    "num_eval_sample": "evaluation rows are expanded as training rows are, with layer_num_sample",
+}
 
 
 def convert_data(node: Node, data: dict[str, Any]) -> None:
@@ -67,11 +72,43 @@ def convert_data(node: Node, data: dict[str, Any]) -> None:
             f"{str(node.value('force_base_data_group', 'bool', False)).lower()}: nothing to set: every feature of a "
             "batch has the same rows here, a sampler's items after the batch's own (the layout true asks for, which "
             "dssm_v2 needs); the models compute the same either way"))
+    tdm = node.child("tdm_sampler")
+    if tdm is not None:
+        data["sampler"] = _tdm_sampler(tdm)
     for name in _SAMPLERS:
         node.skip(name, "not converted: the converted two-tower model trains on in-batch negatives; to sample "
                         "negatives from an item table, add [data.sampler] type = \"negative\" with the sampled_softmax "
                         "loss (tzrec-run help retrieval; graph-based and hard-negative samplers have no equivalent)")
     node.rest()
+
+
+def _tdm_sampler(node: Node) -> dict[str, Any]:
+    """``tdm_sampler`` as ``[data.sampler] type = "tdm"``: its node and edge tables become the one
+    node table ``tzrec-run tdm-tree`` writes, beside them."""
+    import posixpath
+
+    items = node.value("item_input_path", "str", "")
+    tree = posixpath.join(posixpath.dirname(items) or ".", "nodes.parquet")
+    sampler: dict[str, Any] = {"type": "tdm", "tree": tree, "item_id": node.value("item_id_field", "str", "")}
+    sampler["layer_num_sample"] = node.values("layer_num_sample", "int")
+    attrs = node.values("attr_fields", "str")
+    if attrs:
+        sampler["attr_fields"] = attrs
+    ratio = node.value("remain_ratio", "float")
+    if ratio is not None:
+        sampler["remain_ratio"] = ratio
+    kind = node.value("probability_type", "str")
+    if kind is not None:
+        sampler["probability_type"] = kind.lower()
+    node.note("item_input_path", f"the node and edge tables are one Parquet node table here, {tree}: write it with "
+                                 "tzrec-run tdm-tree (tzrec-run help models, the tdm section)")
+    node.values("edge_input_path", "str")
+    node.values("predict_edge_input_path", "str")
+    node.note("predict_edge_input_path", "retrieval walks the same node table (tzrec-run tdm-retrieve)")
+    for name, reason in _TDM_NOT_CONVERTED.items():
+        node.skip(name, reason)
+    node.rest()
+    return sampler
 
 
 def _batch_cost(node: Node, data: dict[str, Any]) -> None:

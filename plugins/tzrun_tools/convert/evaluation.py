@@ -38,6 +38,7 @@ class _Task(NamedTuple):
     num_class: Optional[int] = None
     net: Optional[str] = None  # rocket_launching: "" (light) or "_booster", a suffix of the name and output read
     two_logits: bool = False  # a task of two classes: its two logits are class_logits/<tower>
+    one_logit: bool = False  # a model of one logit whatever num_class (tdm): two classes are binary
 
 
 class Outputs:
@@ -88,10 +89,11 @@ def _loss(node: Node, task: _Task, outputs: Outputs) -> None:
         loss.skip("label_smoothing", "ignored by TorchEasyRec's matching models too")
         node.note(name, "matching model: in_batch_softmax over the batch's other items (sampled negatives: "
                         "[data.sampler] and sampled_softmax: tzrec-run help retrieval)")
-    elif name == "softmax_cross_entropy" and task.net is not None and task.num_class == 2:
+    elif name == "softmax_cross_entropy" and (task.net is not None or task.one_logit) and task.num_class == 2:
         out = {"type": "binary_cross_entropy"}
         loss.copy(out, {"label_smoothing": ("label_smoothing", _F)})
-        node.note(name, "two classes: binary_cross_entropy on the one logit of each net here")
+        node.note(name, "two classes: binary_cross_entropy on the one logit of " + (
+            "the model" if task.one_logit else "each net") + " here")
     elif name == "softmax_cross_entropy":
         out = {"type": "softmax_cross_entropy"}
         if task.num_class:
@@ -225,7 +227,8 @@ def convert_model(node: Node, outputs: Outputs) -> Optional[str]:
     model_names = [n for n, v in node.fields.items() if n not in _MODEL_LEVEL and v and isinstance(v[-1], dict)]
     model_name = model_names[-1] if model_names else None
     num_class = node.fields.get("num_class", [None])[-1]
-    task = _Task(match=model_name in _MATCH_MODELS, num_class=num_class if isinstance(num_class, int) else None)
+    task = _Task(match=model_name in _MATCH_MODELS, num_class=num_class if isinstance(num_class, int) else None,
+                 one_logit=model_name == "tdm")
     if model_name == "rocket_launching":  # TorchEasyRec applies each loss and metric to both nets
         for suffix, net in (("_light", ""), ("_booster", "_booster")):
             _task_outputs(node, task._replace(suffix=suffix, net=net), outputs)

@@ -23,7 +23,8 @@ __all__ = ["Group", "SequenceGroupSpec", "Groups", "read_groups", "attention_mlp
 
 #: The models that read ``[[features.sequence]]`` groups, and whether their towers may attend
 #: with a query (``target_attention``).
-SEQUENCE_MODELS = {"dssm": False, "dssm_v2": False, "mmoe": True, "ple": True, "dbmtl": True, "pepnet": True, "multi_tower_din": True}
+SEQUENCE_MODELS = {"dssm": False, "dssm_v2": False, "mmoe": True, "ple": True, "dbmtl": True, "pepnet": True, "multi_tower_din": True,
+                   "tdm": True}
 
 _ENCODERS = ("din_encoder", "simple_attention", "pooling_encoder", "multi_window_din_encoder",
              "self_attention_encoder")
@@ -42,15 +43,16 @@ class SequenceGroupSpec(NamedTuple):
     """A TorchEasyRec sequence group: its name, its features (sequence features and, for a query,
     candidate features), the ``[[model.sequence_encoders]]`` table of its encoder (``None``:
     a ``SEQUENCE`` feature group, which a DIN tower reads), the encoder's ``max_seq_length``
-    (0: none; the encoder keeps a row's first ``max_seq_length`` ids) and ``query``: whether the
+    (0: none; the encoder keeps a row's first ``max_seq_length`` ids), ``query``: whether the
     group needs the candidate's features (``False`` for MIND's history, which its capsules read
-    without one)."""
+    without one), and ``cut_by``: what keeps those ids, as the notes say."""
 
     name: str
     features: list[str]
     encoder: Optional[dict[str, Any]]
     max_seq_length: int = 0
     query: bool = True
+    cut_by: str = "its encoder's max_seq_length"
 
 
 class Groups:
@@ -95,6 +97,10 @@ def read_groups(model: Node, model_name: Optional[str] = None) -> Groups:
             sequences[name] = node.values("feature_names", "str")
             if kind == "SEQUENCE" and model_name in ("multi_tower_din", "mind"):
                 out.sequences[name] = SequenceGroupSpec(name, sequences[name], None, query=model_name != "mind")
+            elif kind == "SEQUENCE" and model_name == "tdm":  # its windows read a row's first sum(windows_len) ids
+                out.sequences[name] = SequenceGroupSpec(name, sequences[name], None, sum(_tdm_windows(model)),
+                                                        cut_by="tdm's multiwindow_din (its windows counted from a "
+                                                               "row's first id)")
         for encoder in node.indexed_children("sequence_encoders"):
             _encoder(encoder, sequences, out, attends)
         node.skip("embedding_name_suffix", "independent tables per group have no equivalent: set table on the "
@@ -147,6 +153,15 @@ def _encoder(node: Node, sequences: dict[str, list[str]], out: Groups, attends: 
     out.pooling.update((f, pooling) for f in members)
     if grouped:
         out.sequences[source] = SequenceGroupSpec(source, members, {"type": "mean"}, cut)
+
+
+def _tdm_windows(model: Node) -> list[int]:
+    """``tdm.multiwindow_din.windows_len`` of ``model`` (``model_config``), read without using it
+    (the model's conversion reports it)."""
+    tdm = model.fields.get("tdm", [{}])[-1]
+    windin = tdm.get("multiwindow_din", [{}])[-1] if isinstance(tdm, dict) else {}
+    windows = windin.get("windows_len", []) if isinstance(windin, dict) else []
+    return [int(w) for w in windows if isinstance(w, int) or str(w).isdigit()]
 
 
 def attention_mlp(node: Node, name: str = "attn_mlp") -> dict[str, Any]:

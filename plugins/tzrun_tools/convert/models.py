@@ -1,6 +1,6 @@
 """The model of ``model_config``: ``[model]`` for ``deepfm``, ``wide_and_deep``, ``dlrm``, ``dcn_v1``, ``dcn_v2``, ``mask_net``,
 ``wukong``, ``mmoe``, ``ple``, ``dbmtl``, ``pepnet``, ``dssm``, ``dssm_v2``, ``mind``, ``multi_tower``,
-``multi_tower_din`` (``din``) and ``rocket_launching``, and which of the converted features it reads.
+``multi_tower_din`` (``din``), ``rocket_launching`` and ``tdm``, and which of the converted features it reads.
 
 TorchEasyRec's MLP messages become lists of layer widths (tzrec-run's MLPs are ``Linear -> ReLU``
 layers; dropout, other activations and normalization are reported). TorchEasyRec's models read
@@ -437,6 +437,57 @@ def _din(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, A
     return table
 
 
+def _tdm(model: Node, groups: Groups, feats: FeatureSet) -> Optional[dict[str, Any]]:
+    """``tdm``: multi-window attention over the ``SEQUENCE`` group, a final MLP over it and the other groups."""
+    sequence = [g.name for g in groups.groups.values() if g.type == "SEQUENCE"]
+    group = next((g for g in feats.sequence if sequence and g["name"] == sequence[0]), None)
+    if group is None or "query" not in group:
+        model.findings.not_converted.append(Finding(model.path, (
+            "no SEQUENCE feature group with the candidate's features converts to a sequence group with a query "
+            "(see its findings), so the model is not converted")))
+        return None
+    features = [n for g in groups.groups.values() if g.type != "SEQUENCE" for n in _names(groups, feats, g.name)]
+    table: dict[str, Any] = {"type": "tdm", "history": group["name"], "features": list(dict.fromkeys(features))}
+    windin = model.child("multiwindow_din")
+    if windin is not None:
+        table["windows_len"] = windin.values("windows_len", "int")
+        table.update(_tdm_attention(windin))
+        windin.rest()
+    final = model.child("final")
+    if final is not None:
+        table["final_hidden_units"] = final.values("hidden_units", "int")
+        table["final_batch_norm"] = final.value("use_bn", "bool", False)
+        _unsupported(final, "tdm's final MLP")
+        if final.value("activation", "str", "nn.ReLU") != "nn.ReLU":
+            final.skip("activation", "tdm's final MLP uses ReLU")
+        final.rest()
+    return table
+
+
+def _unsupported(mlp: Node, what: str, fields: tuple[str, ...] = ("dropout_ratio", "use_ln")) -> None:
+    """Report the MLP options of ``fields`` that ``mlp`` sets and ``what`` has not."""
+    reasons = {"dropout_ratio": "dropout", "use_bn": "batch normalization", "use_ln": "layer normalization"}
+    for field in fields:
+        if any(mlp.values(field, "str")) and mlp.value(field, "str") not in ("0", "0.0", "false"):
+            mlp.skip(field, f"{reasons[field]} has no equivalent in {what}")
+
+
+def _tdm_attention(windin: Node) -> dict[str, Any]:
+    """``multiwindow_din.attn_mlp`` as ``attention_hidden_units`` and ``attention_activation``."""
+    attn = windin.child("attn_mlp")
+    if attn is None:
+        return {}
+    table: dict[str, Any] = {"attention_hidden_units": attn.values("hidden_units", "int")}
+    activation = attn.value("activation", "str", "nn.ReLU").strip()
+    if activation in ("nn.ReLU", "nn.PReLU"):
+        table["attention_activation"] = "prelu" if activation == "nn.PReLU" else "relu"
+    else:
+        attn.skip("activation", f"tdm's attention MLP uses relu or prelu (nn.PReLU), not {activation}")
+    _unsupported(attn, "tdm's attention MLP", ("dropout_ratio", "use_bn", "use_ln"))
+    attn.rest()
+    return table
+
+
 def _dssm(model: Node, groups: Groups, feats: FeatureSet, v2: bool = False) -> Optional[dict[str, Any]]:
     """``dssm`` and ``dssm_v2``: each tower's group becomes its features. ``dssm_v2`` looks up one embedding group for
     both towers, as tzrec-run's towers do, so a feature in both groups stays in both; ``dssm`` keeps it in the user
@@ -558,7 +609,7 @@ _MODELS: dict[str, Callable[[Node, Groups, FeatureSet], Optional[dict[str, Any]]
     "wukong": _wukong,
     "mmoe": _mmoe, "ple": _ple, "dbmtl": _dbmtl, "pepnet": _pepnet, "dssm": _dssm,
     "dssm_v2": lambda m, g, f: _dssm(m, g, f, v2=True), "mind": _mind, "multi_tower_din": _din,
-    "multi_tower": _multi_tower, "rocket_launching": _rocket_launching,
+    "multi_tower": _multi_tower, "rocket_launching": _rocket_launching, "tdm": _tdm,
 }
 
 
@@ -579,10 +630,10 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
     model.rest()
     node.used.add(name)
     num_class = node.value("num_class", "int", 1)
-    if num_class == 2 and name == "rocket_launching":
+    if num_class == 2 and name in ("rocket_launching", "tdm"):
         node.used.add("num_class")
-        node.note("num_class", "2: one logit per net here, with binary losses (a two-class softmax is the sigmoid "
-                               "of the difference of its two logits)")
+        node.note("num_class", f"2: one logit{' per net' if name == 'rocket_launching' else ''} here, with binary "
+                               "losses (a two-class softmax is the sigmoid of the difference of its two logits)")
     elif num_class != 1:
         node.skip("num_class", f"{num_class}: tzrec-run's {name} outputs one logit per task")
     if name in ("dssm", "dssm_v2"):
@@ -594,6 +645,9 @@ def convert_architecture(node: Node, name: Optional[str], groups: Groups,
         for din in table.get("din_towers", ()):
             group = next(g for g in feats.sequence if g["name"] == din["sequence"])
             features |= {din["sequence"], *group["query"]}
+    elif name == "tdm":
+        group = next(g for g in feats.sequence if g["name"] == table["history"])
+        features = {*table["features"], table["history"], *group["query"]}
     else:
         features = set(_names(groups, feats))
     return ConvertedModel(table, features)

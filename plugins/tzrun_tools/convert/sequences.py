@@ -119,7 +119,7 @@ def _max_len(spec: SequenceGroupSpec, lengths: list[int], encoded: bool, table: 
     windows = spec.encoder is not None and spec.encoder["type"] == "multi_window_din"
     rule = truncation(longest, spec.max_seq_length, encoded,
                       "its multi_window_din_encoder's windows (counted from a row's first id)" if windows else
-                      "its encoder's max_seq_length")
+                      spec.cut_by)
     if rule is None:
         findings.not_converted.append(Finding(where, (
             "no sequence_length: TorchEasyRec keeps every id; set max_len of the group to the longest sequence "
