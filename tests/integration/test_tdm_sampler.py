@@ -68,7 +68,11 @@ def _train(taobao: Path, model_dir: Path, recorder: Losses, *extra: str, resume:
     return train(Session(load_config(raw, registries), raw, pm, registries), resume=resume)
 
 
-def test_tdm_learns_to_tell_a_clicks_nodes_from_sampled_ones(taobao, tmp_path):
+def test_tdm_learns_its_tree_and_retrieves_by_beam_search_with_its_export(taobao, tmp_path):
+    import pyarrow.parquet as pq
+
+    from tests.conftest import cli
+
     losses = Losses()
     result = _train(taobao, tmp_path / "run", losses, "train.num_epochs=2")
     assert result.steps == 32
@@ -76,6 +80,20 @@ def test_tdm_learns_to_tell_a_clicks_nodes_from_sampled_ones(taobao, tmp_path):
     # eval rows are expanded too: 512 clicks x 17 nodes, 5 of each 17 positive
     assert evaluation["rows"] == 512 * 17
     assert evaluation["auc"] > 0.7, evaluation
+    sets = [a for s in _overrides(taobao, tmp_path / "run") for a in ("--set", s)]
+    exported = cli(["export", str(EXAMPLE), *sets, "--out", str(tmp_path / "export")])
+    assert exported.returncode == 0, exported.stderr[-4000:]
+    users = pq.read_table(sorted((taobao / "eval").glob("*.parquet"))[0]).slice(0, 64)
+    pq.write_table(users, tmp_path / "users.parquet")
+    retrieved = cli(["tdm-retrieve", str(tmp_path / "export"), "--tree", str(taobao / "nodes.parquet"),
+                     "--input", str(tmp_path / "users.parquet"), "--item-id", "adgroup_id", "--top-k", "20",
+                     "--keep-column", "user_id", "--out", str(tmp_path / "recall.parquet")])
+    assert retrieved.returncode == 0, retrieved.stderr[-4000:]
+    assert "20 item ids for each of 64 rows (beam 40); recall@20 of the input's adgroup_id" in retrieved.stdout
+    written = pq.read_table(tmp_path / "recall.parquet").to_pydict()
+    items = set(pq.read_table(taobao / "items.parquet").column("adgroup_id").to_pylist())
+    assert written["user_id"] == users.column("user_id").to_pylist()
+    assert all(len(set(ids)) == 20 and set(ids) <= items for ids in written["recall_ids"])  # distinct leaves
 
 
 def test_a_run_stopped_and_resumed_draws_the_same_rows(taobao, tmp_path):
