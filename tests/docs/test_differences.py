@@ -53,6 +53,10 @@ NOT_DIFFERENCES: Mapping[tuple[str, str], str] = {
     ("exponential_decay", "decay_size"): "in the table as 'schedule checks' (no option gives the crash)",
     ("pareto", "min_weights"): "TorchEasyRec's pareto_min_loss_weight, with the same meaning",
     ("negative", "item_id"): "TorchEasyRec's item_id_field, with the same meaning",
+    ("tdm", "tree"): "TorchEasyRec's node and edge tables in one file: the 'tdm training on the tree' row",
+    ("tdm_retrieve", "top_k"): "TorchEasyRec's --recall_num, with the same meaning",
+    ("tdm_retrieve", "beam"): "the same default as TorchEasyRec's 2 * recall_num: the 'tdm retrieval' row",
+    ("tdm_retrieve", "keep_column"): "TorchEasyRec's --reserved_columns, with the same meaning",
 }
 
 #: Sections (``page#anchor``) that name TorchEasyRec without stating a difference, with the reason.

@@ -64,6 +64,9 @@ HEADING_TARGETS: Mapping[tuple[str, str], str] = {
     ("sparse_optimizers.md", "Options"): "sparse_optimizer:*",
     # the same [[model.sequence_encoders]] table of dssm and mmoe (one class)
     ("models.md", "Sequence encoders (dssm, mmoe)"): "model:dssm",
+    # the tdm section's two tables: the model's options and its sampler's
+    ("models.md", "tdm"): "model:tdm",
+    ("models.md", "The tdm sampler"): "sampler:tdm",
 }
 
 #: Tables with a ``default`` column that describe no config class of tzrec-run, by (page,

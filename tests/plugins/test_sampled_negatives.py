@@ -101,7 +101,7 @@ def test_the_sampled_example_passes_check():
 @pytest.mark.parametrize(("override", "message"), [
     ("data.sampler.num_negatives=0", "data.sampler.num_negatives: must be >= 1, got 0"),
     ("data.sampler.item_ids=1", "data.sampler.item_ids: unknown key"),
-    ('data.sampler.type="negatives"', "data.sampler.type: unknown sampler 'negatives' (available: negative; did you mean 'negative'?)"),
+    ('data.sampler.type="negatives"', "data.sampler.type: unknown sampler 'negatives' (available: negative, tdm; did you mean 'negative'?)"),
     ("data.sampler.weight_by_count=true", "data.sampler: set weight or weight_by_count, not both"),
     ('data.sampler.column_types={price="decimal"}', "column 'price': unknown type 'decimal'"),
 ])
