@@ -48,6 +48,7 @@ from tzrun.runner.run_log import log_param_groups, log_skipped, log_time_to_firs
 from tzrun.runner.retention import prune_checkpoints, read_best, record_best
 from tzrun.runner.result import TrainResult
 from tzrun.runner.session import Session
+from tzrun.runner.launch import record_exit_code
 from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
 from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates, state_key
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
@@ -256,6 +257,7 @@ class Trainer(TrainerCheckpoints):
             self.wait_for_saves(prune=True)
             self._log0_warning("stopped by %s at step %d after writing %s; rerun with --resume to continue "
                                "(exit code %d)", self.stopped_by, self.step, self.last_checkpoint, EXIT_STOPPED_BY_SIGNAL)
+            record_exit_code(EXIT_STOPPED_BY_SIGNAL)  # now: torchrun ends this rank with a signal once another exits
             return False
         self.save(evaluation_pending=True)  # first: an evaluation that fails leaves it complete
         return self.conclude_boundary(self.evaluate())
