@@ -18,9 +18,7 @@ process that must exit 0:
 Steps 3 to 6 run on CPU with every table capped at ``--max-table-rows`` rows (``--set`` on the
 feature's ``num_buckets`` or ``hash_bucket_size``; the data is drawn for the capped config): the
 point is that each piece fits the next, not the memory of the full tables, which step 2 checks.
-The models that other branches are building (mind, rocket_launching, tdm) appear as ``no model``
-rows until their config is in ``EXAMPLES`` and ``convert`` writes their model: then they run
-through every step with no change here.
+A config ``convert`` writes no model for appears as a ``no model`` row.
 
 It fetches nothing and writes only below ``--work`` (a temporary directory by default). It takes
 minutes per example on a small CPU host; run it alone::
@@ -49,12 +47,9 @@ sys.path.insert(0, str(REPO))
 from tests.core.torcheasyrec_examples import EXAMPLES  # noqa: E402 - the repository's own copies
 
 #: Examples written for a GPU cluster (Criteo Terabyte's 40M-row tables: 24 GiB with their optimizer state, more
-#: than check's estimate allows on this CPU host): checked with ``--device cuda``, as tests/core/test_convert.py does.
-GPU_EXAMPLES = {"wukong_criteo", "masknet_criteo", "dcn_v2_criteo"}
-
-#: TorchEasyRec's examples of models being built on other branches; a ``no model`` row until they
-#: are in ``EXAMPLES``.
-AWAITED = {"mind_taobao": "mind", "rocket_launching_criteo": "rocket_launching", "tdm_taobao": "tdm"}
+#: than check's estimate allows on this CPU host; tdm_taobao's sparse Adam, which FBGEMM fuses on GPUs only):
+#: checked with ``--device cuda``, as tests/core/test_convert.py does.
+GPU_EXAMPLES = {"wukong_criteo", "masknet_criteo", "dcn_v2_criteo", "rocket_launching_criteo", "tdm_taobao"}
 
 _STEPS = ("convert", "check", "synth", "train", "export", "predict")
 
@@ -102,9 +97,40 @@ def _small(config: dict, work: Path, steps: int) -> list[str]:
     """``--set`` lines for a short CPU run into ``work``."""
     sets = [f'model_dir="{work / "run"}"', "data.batch_size=256", "data.eval_batch_size=256", "data.num_workers=0",
             f"train.num_steps={steps}", "train.save_checkpoints_steps=0", "train.stages=[]"]
-    if config.get("data", {}).get("sampler"):
+    if config.get("data", {}).get("sampler", {}).get("type") == "negative":
         sets.append("data.sampler.num_negatives=64")
+    if config.get("train", {}).get("sparse_optimizer", {}).get("type") not in (None, "sgd", "adagrad", "rowwise_adagrad"):
+        sets.append('train.sparse_optimizer.cpu_policy="data_parallel"')  # FBGEMM fuses it on GPUs only
     return sets
+
+
+def _items(train: Path, columns: list[str], out: Path) -> Path:
+    """The item table of the synthetic rows: the first row of each item id, ``columns`` only."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    table = ds.dataset(str(train), format="parquet").to_table(columns=columns)
+    ids = table.column(columns[0])
+    first = pc.index_in(pc.unique(ids), value_set=ids)  # each unique id's first row
+    pq.write_table(table.take(first), out)
+    return out
+
+
+def _tree(row: Row, config: dict, data: Path, work: Path, timeout: float) -> list[str] | None:
+    """A ``tdm`` sampler's tree, built with ``tzrec-run tdm-tree`` from the synthetic training rows
+    (its items and their attributes), as a migrating team builds it from its item table; the
+    ``--set`` line pointing the sampler at it ([] without a tdm sampler, None on failure)."""
+    sampler = config.get("data", {}).get("sampler", {})
+    if sampler.get("type") != "tdm":
+        return []
+    attrs = sampler.get("attr_fields", [])
+    items = _items(data / "train", [sampler["item_id"], *attrs], work / "items.parquet")
+    cmd = ["tdm-tree", str(items), "--item-id", sampler["item_id"], "--cate-id", attrs[0],
+           *(a for f in attrs[1:] for a in ("--attr-fields", f)), "--out", str(work / "nodes.parquet")]
+    if _step(row, "synth", cmd, timeout) is None:
+        return None
+    return [f'data.sampler.tree="{work / "nodes.parquet"}"']
 
 
 def _sets(lines: list[str]) -> list[str]:
@@ -150,7 +176,10 @@ def run_example(name: str, text: str, work: Path, args: argparse.Namespace) -> R
     if synth is None:
         return row
     pointed = shlex.split(synth.stdout.splitlines()[-1])[1::2]
-    run = _sets(inputs + cpu + pointed + _small(config, work, args.steps))
+    tree = _tree(row, config, data, work, args.timeout)
+    if tree is None:
+        return row
+    run = _sets(inputs + cpu + pointed + tree + _small(config, work, args.steps))
     if _step(row, "train", ["train", str(toml), *run, "--overwrite"], args.timeout) is None:
         return row
     if _step(row, "export", ["export", str(toml), *run, "--out", str(work / "export")], args.timeout) is None:
@@ -192,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the examples, print the table; 1 when a row failed."""
     args = _parser().parse_args(argv)
-    names = args.only or [*EXAMPLES, *(n for n in AWAITED if n not in EXAMPLES)]
+    names = args.only or list(EXAMPLES)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tzrec-e2e-") as tmp:
         work = args.work or Path(tmp)
@@ -201,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             if name in EXAMPLES:
                 row = run_example(name, EXAMPLES[name], work / name, args)
             else:
-                row = Row(name, AWAITED.get(name, "-"), note="no model: no copy of the config in EXAMPLES yet")
+                row = Row(name, "-", note=f"not an example of tests/core/torcheasyrec_examples.py: {sorted(EXAMPLES)}")
             row.seconds = time.monotonic() - start
             print(f"{name}: {' '.join(f'{k}={v}' for k, v in row.steps.items())} {row.note}", file=sys.stderr, flush=True)
             rows.append(row)
