@@ -20,8 +20,13 @@ seed (in a real launch every rank has its own; a set's order may differ across r
 
 What stays different from real processes, and so stays with ``run_cli``: the forks are children
 of their server, not of the client (the parent-death signal of a rank follows the server; the
-launcher's orphan reaping has nothing to reap), so the launcher, signal, fault and kill tests
-use real launches; so do memory-cap tests (a fork starts with the server's pages).
+launcher's orphan reaping has nothing to reap; a fork leads a session of its own), so the tests
+of what happens to the launcher or to torchrun's agent (a signal or SIGKILL to either, Ctrl-C
+at a terminal) use real launches; so do memory-cap tests (a fork starts with the server's
+pages). A fault inside a rank (tests/integration/fault_plugin.py: a rank that raises, freezes,
+signals or SIGKILLs itself) runs warm: the client exits as its fork did, killed by the same
+signal, so torchrun's agent sees what it would see of a real rank, and the fault plugin's
+directory on ``PYTHONPATH`` is read by the fork's plugin manager as by a fresh interpreter's.
 Nothing here can hang a test: a client whose server is gone exits 70 at once, a fork whose
 client is gone is killed, and a server whose test process is gone kills its forks and exits.
 """

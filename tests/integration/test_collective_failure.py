@@ -2,7 +2,8 @@
 rank that freezes, ends the whole job within seconds, naming the rank, with the documented exit
 code, and leaves the last complete checkpoint usable (:mod:`tzrun.runner.watchdog`), and the
 model dir's log file the failing rank's error. The jobs start with torchrun's own spelling,
-``--nproc_per_node``."""
+``--nproc_per_node``, their processes forked from warm interpreters (tests/warm_ranks.py: the
+faults act inside a rank)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import EXAMPLE, REPO, cli, example_overrides
 from tests.integration import fault_plugin
 from tests.integration.test_train import _sets
+from tests.warm_ranks import warm_executable
 from tzrun.errors import EXIT_DATA, EXIT_RANK_LOST
 from tzrun.runner.checkpoint import list_checkpoints
 
@@ -42,7 +43,7 @@ def _run(criteo_dir, tmp_path, fault, *extra, timeout=120, model_dir=None, flags
     env = {**os.environ, **fault_plugin.install(Path(tempfile.mkdtemp(dir=tmp_path, prefix="site-"))), fault_plugin.ENV: fault,
            fault_plugin.STAMP_ENV: str(tmp_path / "fault-time"),
            "TZRUN_STRICT_PLUGINS": "1", "PYTHONFAULTHANDLER": "1"}
-    cmd = [sys.executable, "-m", "tzrun", "train", str(config),
+    cmd = [str(warm_executable()), "-m", "tzrun", "train", str(config),
            *_sets(example_overrides(criteo_dir, model_dir, *STEPS, *extra)), "--nproc_per_node", "2", *flags]
     # a session of its own, so that cleanup reaches every process the job started
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,

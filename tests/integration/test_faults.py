@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import EXAMPLE, cli, example_overrides, run_cli
+from tests.conftest import EXAMPLE, cli, example_overrides
 from tests.warm_ranks import warm_cli
 from tests.integration import fault_plugin
 from tests.integration.test_train import _results, _sets
@@ -35,8 +35,8 @@ def _train(criteo_dir, model_dir, *args, env=None, nproc=2, extra=()):
         return cli([*cmd, *args])  # one process: in this one
     if nproc > 1:
         cmd += ["--nproc-per-node", str(nproc)]
-    # a fault (env: the fault plugin) needs real processes; a plain 2-rank run starts warm
-    return run_cli([*cmd, *args], env=env) if env is not None else warm_cli([*cmd, *args])
+    # the faults (env: the fault plugin) act inside a rank, so the ranks start warm too
+    return warm_cli([*cmd, *args], env=env)
 
 
 @pytest.fixture(scope="module")

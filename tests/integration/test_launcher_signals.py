@@ -172,9 +172,8 @@ def test_two_ranks_refuse_a_model_dir_a_live_run_holds_together_with_exit_73(cri
                                                    "started": time.time(), "command": "tzrec-run train a.toml"}))
     config = tmp_path / "run.toml"
     config.write_text(EXAMPLE.read_text())
-    proc = subprocess.run([sys.executable, "-m", "tzrun", "train", str(config),
-                           *_sets(example_overrides(criteo_dir, model_dir, *STEPS)), "--nproc-per-node", "2"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = warm_cli(["train", str(config), *_sets(example_overrides(criteo_dir, model_dir, *STEPS)), "--nproc-per-node", "2"],
+                    timeout=120)
     assert proc.returncode == EXIT_CANT_WRITE, proc.stderr[-3000:]  # every rank refused (73), not torchrun's failure (1)
     assert f"is in use by another run (host {socket.gethostname()}, pid {os.getpid()}" in proc.stderr
     assert sorted(p.name for p in model_dir.iterdir()) == [LOCK_FILE]

@@ -10,7 +10,6 @@ ignores permissions. Both are gone when the namespace's last process exits.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -34,35 +33,53 @@ def _namespaces_work() -> bool:
 needs_mounts = pytest.mark.skipif(not _namespaces_work(), reason="needs unshare -m and mount (root or user namespaces)")
 
 
-def _script(criteo_dir, tmp_path) -> str:
+def _steps(criteo_dir, tmp_path) -> list[list]:
+    """The steps run in the namespace: ``["sh", COMMAND, NAME]`` or ``["tzrec-run", ARGS, NAME]``
+    (NAME: the ``@@`` marker printed after it with its exit code, if any)."""
     disk = tmp_path / "disk"
     disk.mkdir()
     model_dir = disk / "run"
     config = tmp_path / "run.toml"
     config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
 
-    def tzrun(command: str, *extra: str, resume: bool = False) -> str:
+    def tzrun(command: str, name: str, *extra: str, resume: bool = False) -> list:
         sets = _sets(example_overrides(criteo_dir, model_dir, "train.save_checkpoints_steps=3", *extra))
         more = ["--resume"] if resume else ["--checkpoint", "latest"] if command == "evaluate" else []
-        args = [sys.executable, "-m", "tzrun", command, str(config), *sets, *more]
-        return " ".join(shlex.quote(a) for a in args)
+        return ["tzrec-run", [command, str(config), *sets, *more], name]
 
-    return "\n".join([
-        f"mount -t tmpfs -o size=64m tmpfs {disk} || exit 99",
-        f"{tzrun('train', 'train.num_steps=3')}; echo \"@@ trained $?\"",
+    return [
+        ["sh", f"mount -t tmpfs -o size=64m tmpfs {disk}", "mounted"],
+        tzrun("train", "trained", "train.num_steps=3"),
         # a read-only model dir: evaluate, then resume
-        f"mount --bind {model_dir} {model_dir} && mount -o remount,ro,bind {model_dir} || exit 98",
-        f"{tzrun('evaluate', 'train.num_steps=3')}; echo \"@@ evaluate-read-only $?\"",
-        f"{tzrun('train', 'train.num_steps=6', resume=True)}; echo \"@@ resume-read-only $?\"",
-        f"umount {model_dir}",
+        ["sh", f"mount --bind {model_dir} {model_dir} && mount -o remount,ro,bind {model_dir}", "read-only"],
+        tzrun("evaluate", "evaluate-read-only", "train.num_steps=3"),
+        tzrun("train", "resume-read-only", "train.num_steps=6", resume=True),
+        ["sh", f"umount {model_dir}", None],
         # a full disk: leave 1 MB, less than a checkpoint (3.6 MB) needs
-        f"avail=$(df -k --output=avail {disk} | tail -1)",
-        f"dd if=/dev/zero of={disk}/filler bs=1K count=$((avail - 1024)) 2>/dev/null",
-        f"{tzrun('train', 'train.num_steps=6', resume=True)}; echo \"@@ resume-full $?\"",
-        f"rm {disk}/filler",
-        f"ls {model_dir}/checkpoints; echo '@@ listed'",
-        f"{tzrun('evaluate', 'train.num_steps=3')}; echo \"@@ evaluate-after $?\"",
-    ])
+        ["sh", f"avail=$(df -k --output=avail {disk} | tail -1); "
+               f"dd if=/dev/zero of={disk}/filler bs=1K count=$((avail - 1024)) 2>/dev/null", None],
+        tzrun("train", "resume-full", "train.num_steps=6", resume=True),
+        ["sh", f"rm {disk}/filler; ls {model_dir}/checkpoints", "listed"],
+        tzrun("evaluate", "evaluate-after", "train.num_steps=3"),
+    ]
+
+
+def _drive(steps_json: str) -> None:
+    """Run the steps of :func:`_steps` in this process (in the namespace): the commands through
+    the CLI's entry function, one interpreter for all of them (``tests.conftest.cli``)."""
+    import json
+
+    from tests.conftest import cli
+
+    for kind, what, name in json.loads(steps_json):
+        if kind == "sh":
+            code = subprocess.run(["sh", "-c", what], stderr=subprocess.STDOUT).returncode
+        else:
+            proc = cli(what)
+            print(proc.stdout + proc.stderr, flush=True)
+            code = proc.returncode
+        if name is not None:
+            print(f"@@ {name} {code}", flush=True)
 
 
 def _sections(output: str) -> dict[str, tuple[int, str]]:
@@ -80,10 +97,14 @@ def _sections(output: str) -> dict[str, tuple[int, str]]:
 
 @needs_mounts
 def test_a_full_disk_and_a_read_only_model_dir_are_named_and_lose_nothing(criteo_dir, tmp_path):
-    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", _script(criteo_dir, tmp_path)],
+    import json
+
+    drive = f"from tests.integration.test_write_failures import _drive; _drive({json.dumps(json.dumps(_steps(criteo_dir, tmp_path)))})"
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", drive],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400, cwd=REPO,
                           env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     steps = _sections(proc.stdout)
+    assert steps.get("mounted", (1,))[0] == 0 and steps["read-only"][0] == 0, proc.stdout[-3000:]
     assert set(steps) >= {"trained", "evaluate-read-only", "resume-read-only", "resume-full", "evaluate-after"}, proc.stdout[-3000:]
     assert steps["trained"][0] == 0, steps["trained"][1][-3000:]
     model_dir = tmp_path / "disk" / "run"

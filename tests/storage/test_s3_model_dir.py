@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -147,8 +146,7 @@ def _torchrun(criteo_dir: Path, tmp_path: Path, model_dir: str, *flags: str, fau
     config.write_text(EXAMPLE.read_text().replace("num_epochs = 1", ""))
     overrides = example_overrides(criteo_dir, "", "train.num_steps=8", "train.save_checkpoints_steps=3")
     overrides = [o for o in overrides if not o.startswith("model_dir")] + [f'model_dir="{model_dir}"']
-    python = sys.executable if fault else str(warm_executable())  # a plain 2-rank run starts warm
-    cmd = [python, "-m", "tzrun", "train", str(config), *[a for o in overrides for a in ("--set", o)],
+    cmd = [str(warm_executable()), "-m", "tzrun", "train", str(config), *[a for o in overrides for a in ("--set", o)],
            "--nproc-per-node", "2", *flags]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
                             start_new_session=True)

@@ -67,7 +67,7 @@ def test_a_store_that_cannot_be_reached_is_one_line_naming_the_url_and_where_to_
     config = tmp_path / "run.toml"
     config.write_text(tiny_config_text(tmp_path / "data", tmp_path / "run"))
     dead = {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
-            "AWS_DEFAULT_REGION": "us-east-1"}
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1"}  # one try: the retries' pauses add nothing here
     proc = run_cli(["train", str(config), "--set", 'data.train_input="s3://team/criteo/train"',
                     "--set", 'data.eval_input="s3://team/criteo/eval"'], env=dead, timeout=120)
     assert proc.returncode == EXIT_CONFIG, proc.stderr
