@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import EXAMPLE, cli, example_overrides, run_cli
+from tests.conftest import EXAMPLE, cli, example_overrides
+from tests.warm_ranks import warm_cli
 from tests.integration import fault_plugin
 from tests.integration.test_train import _results, _sets
 from tzrun.runner.checkpoint import is_complete, list_checkpoints
@@ -20,8 +21,8 @@ def _train(criteo_dir, model_dir, *args, env=None):
     path.write_text(config)
     overrides = example_overrides(criteo_dir, model_dir, "train.num_steps=10", "train.save_checkpoints_steps=6",
                                   "data.num_workers=1")
-    # Ctrl-C needs a process of its own; the resume does not
-    return run_cli(["train", str(path), *_sets(overrides), *args], env=env) if env else cli(["train", str(path), *_sets(overrides), *args])
+    # Ctrl-C needs a process of its own (forked warm: tests/warm_ranks.py); the resume does not
+    return warm_cli(["train", str(path), *_sets(overrides), *args], env=env) if env else cli(["train", str(path), *_sets(overrides), *args])
 
 
 def test_ctrl_c_saves_a_checkpoint_exits_75_without_a_traceback_and_resumes(criteo_dir, tmp_path):
