@@ -208,17 +208,11 @@ def test_examples_pass_check(example):
 
 
 def test_check_refuses_a_loss_or_metric_reading_an_output_the_model_lacks():
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.conftest import cli
 
-    repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tzrun", "check", str(repo / "examples" / "mmoe_taobao.toml"),
-         "--set", 'losses=[{type = "binary_cross_entropy", label = "click"}]',
-         "--set", 'metrics=[{type = "auc", label = "click", prediction = "prob/ctr"}]'],
-        capture_output=True, text=True, cwd=repo,
-    )
+    proc = cli(["check", str(REPO / "examples" / "mmoe_taobao.toml"),
+                "--set", 'losses=[{type = "binary_cross_entropy", label = "click"}]',
+                "--set", 'metrics=[{type = "auc", label = "click", prediction = "prob/ctr"}]'])
     assert proc.returncode == EXIT_CONFIG
     assert ("losses[0]: reads the model output 'logits' (the default of loss 'binary_cross_entropy'), but mmoe "
             "outputs logits/ctr, probs/ctr, logits/cvr, probs/cvr") in proc.stderr
