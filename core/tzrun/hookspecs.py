@@ -280,6 +280,11 @@ def tzrun_register_samplers(register: RegisterSamplers) -> None:
     batch's ``numpy.random.Generator`` (seeded from the run's seed, the rank, the pass and the
     step: the same draws on resume) and a sampler never sees the model (see
     :mod:`tzrun.data.sampling`).
+
+    ``register(..., check=fn)`` adds a check that ``tzrec-run check`` and every training run make
+    before reading: ``fn(sampler_cfg)`` returns ``(key, message)`` pairs, ``key`` relative to
+    ``[data.sampler]``; it may read the sampler's own files (TDM's tree against
+    ``layer_num_sample``) and leaves a file it cannot read to ``build``, which names it.
     """
 
 

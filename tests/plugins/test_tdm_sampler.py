@@ -117,8 +117,8 @@ def test_the_draw_is_the_generators(tmp_path):
 
 
 @pytest.mark.parametrize(("layers", "batch", "message"), [
-    ((0, 1, 2), _batch(), "the tree has 4 levels but data.sampler.layer_num_sample has 3 entries"),
-    ((0, 2, 2, 3), _batch(), r"data.sampler.layer_num_sample\[1\] = 2, but level 1 has 2 node\(s\), so at most 1"),
+    ((0, 1, 2), _batch(), "data.sampler.layer_num_sample: the tree has 4 levels but layer_num_sample has 3 entries; give 4"),
+    ((0, 2, 2, 3), _batch(), r"data.sampler.layer_num_sample\[1\]: is 2, but level 1 of the tree has 2 node\(s\), so at most 1"),
     ((0, 1, 2, 3), _batch(items=(3, 42)), "item id 42 \\(column 'item'\\) is not a leaf of the tree"),
     ((0, 1, 2, 3), _batch(items=(3, 12)), "item id 12 .* is not a leaf"),
     ((0, 1, 2, 3), _batch().drop_columns(["item"]), "the input has no column 'item' \\(data.sampler.item_id\\)"),
@@ -228,3 +228,40 @@ def test_a_batch_expands_the_same_read_whole_or_resumed(tmp_path, workers):
     assert len(whole) == 6 and all(len(b) == 16 * (1 + 2 + 6) for b in whole)
     assert read(start=2) == whole[2:]
     assert read(epoch=1) != whole
+
+
+def test_check_refuses_a_tree_of_other_levels_than_layer_num_sample(tmp_path):
+    """``tzrec-run check`` reads the tree's levels (one line: the TOML path, the file, both
+    numbers, the fix); a tree not written yet is left to the run."""
+    from tests.conftest import cli
+
+    tree = _tree(tmp_path)  # 4 levels
+    path = tmp_path / "tdm.toml"
+    path.write_text(CONFIG.replace('tree = "nodes.parquet"', f'tree = "{tree}"').replace("[0, 1, 2, 3]", "[0, 1, 2]"))
+    proc = cli(["check", str(path)])
+    assert proc.returncode != 0
+    assert (f"  data.sampler.layer_num_sample: {tree}: the tree has 4 levels but layer_num_sample has 3 entries; "
+            "give 4, one per level, root (0) first\n") in proc.stderr
+    proc = cli(["check", str(path), "--set", "data.sampler.layer_num_sample=[0, 2, 2, 3]"])
+    assert proc.returncode != 0
+    assert (f"  data.sampler.layer_num_sample[1]: {tree}: is 2, but level 1 of the tree has 2 node(s), so at most 1 "
+            "negatives besides the positive; lower it\n") in proc.stderr
+    proc = cli(["check", str(path), "--set", f'data.sampler.tree="{tmp_path / "later.parquet"}"'])
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_skipped_rows_count_input_rows_not_their_copies(tmp_path):
+    """An input row with a bad user id is left out with all its 9 rows and counted once, and the
+    rows read are the input's, so data.max_bad_row_fraction is a share of input rows."""
+    from tzrun.data.batch import SkippedRows, tally_skipped
+
+    builder = ExpandingBuilder(BatchBuilder(feature_specs(FEATURES), ["click"], None, on_bad_row="skip"),
+                               _sampler(tmp_path), seed=3, rank=0)
+    bad = _batch(items=(3, 8, 5)).set_column(0, "user", pa.array([100, 5000, 300]))
+    batch = builder.build_at(bad, "train.parquet", 0, 0)
+    assert batch.weights.shape == (2 * 9,)
+    assert batch.sparse["user"].values().tolist().count(300) == 9 and 5000 not in batch.sparse["user"].values().tolist()
+    assert batch.skipped == SkippedRows(1, {"user: id outside [0, 1000)": 1})
+    total = SkippedRows()
+    list(tally_skipped([batch, builder.build_at(_batch(), "train.parquet", 0, 1)], total))
+    assert (total.rows, total.read) == (1, 3 + 2)

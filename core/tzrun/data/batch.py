@@ -25,7 +25,8 @@ class SkippedRows:
             ``"cat_3: id outside [0, 1000)"``, ``"label: NaN"``, ``"weight: negative"``. A row
             with several problems counts under each, so these can add up to more than ``rows``.
         read: input rows read in all, the dropped ones included (counted by
-            :func:`tally_skipped`; 0 in a batch's own counts; not compared by ``==``).
+            :func:`tally_skipped`; not compared by ``==``). 0 in a batch's own counts, but for
+            a batch a row sampler expanded (its input rows: :mod:`tzrun.data.sampling`).
     """
 
     rows: int = 0
@@ -65,8 +66,9 @@ def tally_skipped(batches: Iterable["Batch"], into: SkippedRows) -> Iterator["Ba
     ahead of the steps done by that much.
     """
     for batch in batches:
-        into.add(batch.skipped)
-        into.read += batch.num_rows + batch.skipped.rows
+        into.add(batch.skipped)  # a batch a sampler expanded records its input rows as read
+        if not batch.skipped.read:
+            into.read += batch.num_rows + batch.skipped.rows
         yield batch
 
 

@@ -21,7 +21,10 @@ table and the column.
 rows (an Arrow table of every column the run reads) to the sampler, which returns the rows to
 train on, as many as it makes, labels set (TDM: each row's ancestors and per-level negatives,
 the user's columns repeated); those rows are encoded as an input batch is, so ``B`` is their
-number and nothing is appended. A weight-0 padding batch is not expanded.
+number and nothing is appended. A weight-0 padding batch is not expanded. Under
+``data.on_bad_row = "skip"`` the rows left out are counted by the input rows they came from
+(an input row with a bad value counts once, not once per copy), and the rows read are the
+input's, so ``data.max_bad_row_fraction`` is a share of input rows.
 
 **Determinism.** The items (or rows) of the batch at step ``index`` of pass ``epoch`` on rank ``rank``
 are drawn with ``numpy.random.Generator(PCG64([seed, rank, epoch, index]))``: the same with or
@@ -56,6 +59,9 @@ log = logging.getLogger(__name__)
 SAMPLED_OUTPUT = "sampled_similarity"
 
 _PADDING_INDEX = 2**32  # the step index of padding batches (never a real step)
+#: the column an :class:`ExpandingBuilder` adds to a batch's input rows: each row's index, which
+#: the sampler carries into the rows it makes of it, so that bad rows count once per input row
+INPUT_ROW = "__tzrun_input_row"
 _UNBOUNDED_HINT = ', or set data.on_bad_row = "skip" to leave such rows out'
 
 
@@ -244,7 +250,18 @@ class ExpandingBuilder:
             DataError: naming the sampler's source, when what it returns is not a table or
                 lacks one of ``table``'s columns; and as the builder raises for a bad value.
         """
-        return self.builder(self.expand(table, self.rng(epoch, index)), source)
+        from tzrun.data.batch import SkippedRows
+
+        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        out = self.expand(table.append_column(INPUT_ROW, pa.array(np.arange(table.num_rows))), self.rng(epoch, index))
+        batch, masks = self.builder.build_rows(out.drop_columns([INPUT_ROW]), source)
+        if masks:  # "skip": count the input rows behind the rows left out, once each
+            origin = out.column(INPUT_ROW).to_numpy()
+            dropped = np.logical_or.reduce(list(masks.values()))
+            batch.skipped = SkippedRows(np.unique(origin[dropped]).size,
+                                        {p: np.unique(origin[m]).size for p, m in masks.items()})
+        batch.skipped.read = table.num_rows
+        return batch
 
     def expand(self, table: pa.Table | pa.RecordBatch, rng: np.random.Generator) -> pa.Table:
         """The rows the sampler makes of ``table`` with ``rng``, checked."""

@@ -123,7 +123,9 @@ class RowSampler(Protocol):
             rng: the batch's ``numpy.random.Generator`` (seeded by the core from the run's seed,
                 the rank, the pass and the step), the only source of randomness a sampler may
                 use, so that a resumed run draws the same rows.
-            table: the batch's input rows, with every input column the run reads.
+            table: the batch's input rows, with every input column the run reads and the
+                core's ``__tzrun_input_row`` (each row's index: keep it with the row's other
+                columns, so that a bad row is counted once per input row).
             labels: the run's label columns (``data.labels`` but derived labels, which are
                 computed from the rows returned), which the sampler sets.
 

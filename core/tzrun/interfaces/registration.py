@@ -90,9 +90,10 @@ class RegisterReaders(Protocol):
 class RegisterSamplers(Protocol):
     """``register`` of ``tzrun_register_samplers``: ``expands_rows=True`` for a sampler whose
     ``build`` returns a :class:`~tzrun.interfaces.RowSampler` (it replaces each batch's rows),
-    ``False`` for an :class:`~tzrun.interfaces.ItemSampler` (its items are appended)."""
+    ``False`` for an :class:`~tzrun.interfaces.ItemSampler` (its items are appended);
+    ``check=fn``: ``fn(cfg)`` returns ``(key, message)`` pairs that ``tzrec-run check`` reports."""
 
     def __call__(
         self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
-        expands_rows: bool = False,
+        expands_rows: bool = False, check: Optional[Callable[..., Iterable[tuple[str, str]]]] = None,
     ) -> None: ...

@@ -67,7 +67,7 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("stage", "tzrun_register_stages", "stage", "stages", {"check": None, "outputs": None}),
             Kind("model", "tzrun_register_models", "model", "models", {"outputs": None}),
             Kind("reader", "tzrun_register_readers", "reader", "readers", {"check": None}),
-            Kind("sampler", "tzrun_register_samplers", "sampler", "samplers", {"expands_rows": False}),
+            Kind("sampler", "tzrun_register_samplers", "sampler", "samplers", {"expands_rows": False, "check": None}),
             Kind("command", "tzrun_register_commands", "command", "commands"),
         )
     }

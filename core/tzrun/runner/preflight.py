@@ -71,16 +71,22 @@ def _sampler_problems(facts: RunFacts) -> list[ConfigProblem]:
     """What ``check`` reports about ``[data.sampler]`` (the sampler's own options are checked
     with the config): a sampler for a model that declares no :data:`SAMPLED_OUTPUT` output, or
     a loss or metric that reads it without a sampler, and features a sampler that appends items
-    cannot feed. A sampler that expands rows (``expands_rows=True``) fits every model."""
+    cannot feed; and the sampler's own ``check`` (``register(..., check=fn)``). A sampler that
+    expands rows (``expands_rows=True``) fits every model."""
     cfg, registries = facts.cfg, facts.registries
     declare = registries["model"].get(cfg.model.type, "model.type").extras.get("outputs")
     if cfg.data.sampler is not None:
-        if registries["sampler"].get(cfg.data.sampler.type, "data.sampler.type").extras.get("expands_rows"):
-            return []
+        entry = registries["sampler"].get(cfg.data.sampler.type, "data.sampler.type")
+        check = entry.extras.get("check")
+        own = [ConfigProblem(f"data.sampler.{key}" if key else "data.sampler", message)
+               for key, message in (check(cfg.data.sampler.config) if check is not None else ())]
+        if entry.extras.get("expands_rows"):
+            return own
         if declare is not None and SAMPLED_OUTPUT not in declare(cfg.model.config):
-            return [ConfigProblem("data.sampler", f"model {cfg.model.type} does not use sampled negatives (it makes no "
-                                                  f"'{SAMPLED_OUTPUT}' output); remove [data.sampler] or use a two-tower model")]
-        return appended_item_problems(cfg.features)
+            return own + [ConfigProblem("data.sampler", f"model {cfg.model.type} does not use sampled negatives (it makes "
+                                                        f"no '{SAMPLED_OUTPUT}' output); remove [data.sampler] or use a "
+                                                        "two-tower model")]
+        return own + appended_item_problems(cfg.features)
     reads = [(f"{what}[{i}]", s.prediction) for what in ("losses", "metrics", "train_metrics")
              for i, s in enumerate(facts.slots(what))]
     return [ConfigProblem(path, f"reads '{SAMPLED_OUTPUT}', which needs sampled negatives: add [data.sampler] "

@@ -27,7 +27,7 @@ import attrs
 
 from tzrun.errors import DataError
 
-__all__ = ["TDMSamplerConfig", "TDMSampler", "build_tdm_sampler"]
+__all__ = ["TDMSamplerConfig", "TDMSampler", "build_tdm_sampler", "check_tdm_sampler", "level_problems"]
 
 #: the node table's columns that are the tree's own, never a feature's
 TREE_COLUMNS = ("tree_level", "tree_code", "parent", "is_leaf")
@@ -117,14 +117,9 @@ class TDMSampler:
         if (levels[leaf] != self.num_levels - 1).any():
             raise DataError(f"{cfg.tree}: leaves above the last level {self.num_levels - 1}; TDM's sampler needs "
                             "every leaf on the last level (write the tree with tzrec-run tdm-tree)")
-        if len(cfg.layer_num_sample) != self.num_levels:
-            raise DataError(f"{cfg.tree}: the tree has {self.num_levels} levels but data.sampler.layer_num_sample "
-                            f"has {len(cfg.layer_num_sample)} entries; give one per level, root first")
         counts = np.bincount(levels, minlength=self.num_levels)
-        for level, (wanted, have) in enumerate(zip(cfg.layer_num_sample, counts.tolist())):
-            if level and wanted > have - 1:
-                raise DataError(f"{cfg.tree}: data.sampler.layer_num_sample[{level}] = {wanted}, but level {level} "
-                                f"has {have} node(s), so at most {have - 1} negatives besides the positive")
+        for key, message in level_problems(cfg, counts.tolist()):
+            raise DataError(f"{cfg.tree}: data.sampler.{key}: {message}")
 
     @property
     def source(self) -> str:
@@ -205,6 +200,36 @@ class TDMSampler:
                 out = out.set_column(out.column_names.index(name), name,
                                      pa.array(flags).cast(table.schema.field(name).type))
         return out
+
+
+def level_problems(cfg: TDMSamplerConfig, counts: Sequence[int]) -> list[tuple[str, str]]:
+    """What is wrong with ``layer_num_sample`` for a tree of ``counts[l]`` nodes on level ``l``:
+    ``(key, message)`` pairs, ``key`` under ``[data.sampler]`` (the sampler and ``check`` both
+    report them)."""
+    wanted = cfg.layer_num_sample
+    if len(wanted) != len(counts):
+        return [("layer_num_sample", f"the tree has {len(counts)} levels but layer_num_sample has {len(wanted)} "
+                                     f"entries; give {len(counts)}, one per level, root (0) first")]
+    return [(f"layer_num_sample[{level}]", f"is {k}, but level {level} of the tree has {have} node(s), so at most "
+                                           f"{have - 1} negatives besides the positive; lower it")
+            for level, (k, have) in enumerate(zip(wanted, counts)) if level and k > have - 1]
+
+
+def check_tdm_sampler(cfg: TDMSamplerConfig) -> list[tuple[str, str]]:
+    """``tzrec-run check``'s look at the tree: :func:`level_problems` from its ``tree_level``
+    column; nothing when the file cannot be read (the sampler names it when the run starts)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        levels = pq.read_table(cfg.tree, columns=["tree_level"]).column("tree_level").to_numpy()
+    except (pa.ArrowException, OSError, KeyError):
+        return []
+    if levels.size == 0 or levels.min() < 0:
+        return []
+    counts = np.bincount(levels.astype(np.int64)).tolist()
+    return [(key, f"{cfg.tree}: {message}") for key, message in level_problems(cfg, counts)]
 
 
 def _level_weights(kind: str, count: int) -> list[float]:
