@@ -10,7 +10,9 @@ process that must exit 0:
 2. ``check`` it for its cluster: ``--device cuda`` for the examples written for GPU clusters
    (Criteo Terabyte's 40M-row tables: check's memory estimate refuses them on a CPU host), plain
    ``check`` otherwise;
-3. ``data synth --like`` it into synthetic Parquet (and a sampler's item table);
+3. ``data synth --like`` it into synthetic Parquet (and a sampler's item table; for a ``tdm``
+   sampler, its tree built with ``tzrec-run tdm-tree`` from the synthetic items and
+   ``layer_num_sample`` set to the tree's levels, the deepest levels keeping the config's counts);
 4. ``train`` ``--steps`` steps on CPU, on that data (the ``--set`` lines ``data synth`` printed);
 5. ``export`` the last checkpoint;
 6. ``predict`` the eval rows with the export.
@@ -120,17 +122,33 @@ def _items(train: Path, columns: list[str], out: Path) -> Path:
 def _tree(row: Row, config: dict, data: Path, work: Path, timeout: float) -> list[str] | None:
     """A ``tdm`` sampler's tree, built with ``tzrec-run tdm-tree`` from the synthetic training rows
     (its items and their attributes), as a migrating team builds it from its item table; the
-    ``--set`` line pointing the sampler at it ([] without a tdm sampler, None on failure)."""
+    ``--set`` lines pointing the sampler at it and giving one ``layer_num_sample`` entry per
+    level of it (:func:`_layers`) ([] without a tdm sampler, None on failure)."""
     sampler = config.get("data", {}).get("sampler", {})
     if sampler.get("type") != "tdm":
         return []
     attrs = sampler.get("attr_fields", [])
     items = _items(data / "train", [sampler["item_id"], *attrs], work / "items.parquet")
     cmd = ["tdm-tree", str(items), "--item-id", sampler["item_id"], "--cate-id", attrs[0],
-           *(a for f in attrs[1:] for a in ("--attr-fields", f)), "--out", str(work / "nodes.parquet")]
+           *(a for f in attrs for a in ("--attr-fields", f)), "--out", str(work / "nodes.parquet")]
     if _step(row, "synth", cmd, timeout) is None:
         return None
-    return [f'data.sampler.tree="{work / "nodes.parquet"}"']
+    layers = _layers(sampler["layer_num_sample"], work / "nodes.parquet")
+    return [f'data.sampler.tree="{work / "nodes.parquet"}"', f"data.sampler.layer_num_sample={layers}"]
+
+
+def _layers(configured: list[int], tree: Path) -> list[int]:
+    """``layer_num_sample`` for ``tree``, from the converted config's: one entry per level of
+    the tree, root 0; each level takes the entry of the configured level as far from the leaves
+    (the deep levels, where most negatives are drawn, keep their counts), at most the level's
+    nodes but one."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    counts = np.bincount(pq.read_table(tree, columns=["tree_level"]).column("tree_level").to_numpy()).tolist()
+    tail = configured[-(len(counts) - 1):]
+    tail = [configured[-1]] * (len(counts) - 1 - len(tail)) + tail  # a tree deeper than the config's
+    return [0] + [min(k, have - 1) for k, have in zip(tail, counts[1:])]
 
 
 def _sets(lines: list[str]) -> list[str]:

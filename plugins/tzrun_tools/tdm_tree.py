@@ -45,7 +45,10 @@ class TDMTreeOptions:
     Attributes:
         items: the item table, a Parquet file or a directory of them.
         item_id: its integer item id column (TorchEasyRec's ``--item_id_field``).
-        cate_id: its category column (``--cate_id_field``).
+        cate_id: its category column (``--cate_id_field``): the initial tree's order.
+        cluster_from: where the learnt item embeddings are (a checkpoint, a model dir, or a
+            Parquet file): the tree is clustered from them (:mod:`tzrun_tools.tdm_cluster`).
+        embedding_column: a Parquet ``cluster_from``'s embedding column (``--embedding_field``).
         attr_fields: columns a non-leaf node takes the most common value of (``--attr_fields``).
         raw_attr_fields: numeric columns a non-leaf node takes the mean of (``--raw_attr_fields``).
         branching: children per node (``--n_cluster``).
@@ -55,7 +58,14 @@ class TDMTreeOptions:
     items: str = attrs.field(metadata={"positional": True, "metavar": "ITEMS",
                                        "help": "the item table: a Parquet file or a directory of them"})
     item_id: str = attrs.field(metadata={"metavar": "COLUMN", "help": "the integer item id column"})
-    cate_id: str = attrs.field(metadata={"metavar": "COLUMN", "help": "the category column the leaves are sorted by"})
+    cate_id: str | None = attrs.field(default=None, metadata={
+        "metavar": "COLUMN", "help": "the category column the leaves are sorted by (the initial tree)"})
+    cluster_from: str | None = attrs.field(default=None, metadata={
+        "metavar": "PATH", "help": "cluster the items by their learnt embeddings instead (TorchEasyRec's cluster_tree): "
+                                  "a checkpoint of a tdm run (or its model dir: the latest) or a Parquet file of item ids "
+                                  "and embeddings"})
+    embedding_column: str = attrs.field(default="item_emb", metadata={
+        "metavar": "COLUMN", "help": "the embedding column of a Parquet --cluster-from (default item_emb)"})
     attr_fields: tuple[str, ...] = attrs.field(default=(), metadata={
         "metavar": "COLUMN", "help": "a column a non-leaf node takes the most common value of (repeatable)"})
     raw_attr_fields: tuple[str, ...] = attrs.field(default=(), metadata={
@@ -63,6 +73,11 @@ class TDMTreeOptions:
     branching: int = attrs.field(default=2, validator=_at_least_two, metadata={
         "metavar": "K", "help": "children per node (default 2)"})
     out: str = attrs.field(metadata={"metavar": "FILE", "help": "the node table to write (a new Parquet file)"})
+
+    def __attrs_post_init__(self) -> None:
+        if (self.cate_id is None) == (self.cluster_from is None):
+            raise ValueError("give --cate-id (the initial tree, items sorted by category) or --cluster-from (a tree "
+                             "clustered from learnt embeddings), not both or neither")
 
 
 def _codes(n: int, branching: int) -> np.ndarray:
@@ -142,7 +157,7 @@ def _mean(groups: np.ndarray, values: pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 def _checked_items(table: pa.Table, options: TDMTreeOptions) -> pa.Table:
     source = options.items
-    for flag, names in (("--item-id", [options.item_id]), ("--cate-id", [options.cate_id]),
+    for flag, names in (("--item-id", [options.item_id]), ("--cate-id", [options.cate_id] if options.cate_id else []),
                         ("--attr-fields", options.attr_fields), ("--raw-attr-fields", options.raw_attr_fields)):
         for name in names:
             if name not in table.column_names:
@@ -166,8 +181,9 @@ def _checked_items(table: pa.Table, options: TDMTreeOptions) -> pa.Table:
     return table
 
 
-def build_tree(items: pa.Table, options: TDMTreeOptions) -> pa.Table:
-    """The node table of ``items`` (see the module docstring).
+def build_tree(items: pa.Table, options: TDMTreeOptions, embeddings: Optional[np.ndarray] = None) -> pa.Table:
+    """The node table of ``items`` (see the module docstring); with ``embeddings`` (``[items, D]``,
+    row ``i`` item ``i``'s), the tree clustered from them (:mod:`tzrun_tools.tdm_cluster`).
 
     Raises:
         DataError: naming the table and the option, for a missing column, an id that is not an
@@ -175,15 +191,26 @@ def build_tree(items: pa.Table, options: TDMTreeOptions) -> pa.Table:
     """
     import pyarrow.compute as pc
 
+    from tzrun_tools.tdm_cluster import cluster_codes
+
     items = _checked_items(items, options)
     branching = options.branching
-    cates = pc.fill_null(items.column(options.cate_id).cast(pa.string()), "").to_pylist()
     ids = items.column(options.item_id).cast(pa.int64()).to_numpy()
+    if embeddings is not None:  # in id order: the tree does not depend on the table's row order
+        by_id = np.argsort(ids, kind="stable")
+        codes = cluster_codes(embeddings[by_id], branching)
+        return _node_table(items.take(pa.array(by_id)), ids[by_id], codes, options, int(_level(codes, branching).max()))
+    cates = pc.fill_null(items.column(options.cate_id).cast(pa.string()), "").to_pylist()
     order = sorted(range(len(ids)), key=lambda r: (cates[r], ids[r]))
-    items = items.take(pa.array(order))
-    ids = ids[order]
-    codes = _codes(len(ids), branching)
-    floor = (branching ** _depth(len(ids), branching) - 1) // (branching - 1)  # the last level's first code
+    return _node_table(items.take(pa.array(order)), ids[order], _codes(len(ids), branching), options,
+                       _depth(len(ids), branching))
+
+
+def _node_table(items: pa.Table, ids: np.ndarray, codes: np.ndarray, options: TDMTreeOptions, depth: int) -> pa.Table:
+    """The node table of the leaves ``ids`` (rows of ``items``) at ``codes``, each pulled down to
+    level ``depth``."""
+    branching = options.branching
+    floor = (branching ** depth - 1) // (branching - 1)  # the last level's first code
     while (codes < floor).any():
         codes = np.where(codes < floor, codes * branching + 1, codes)
     leaf_levels = _level(codes, branching)
@@ -217,21 +244,26 @@ def build_tree(items: pa.Table, options: TDMTreeOptions) -> pa.Table:
 
 
 def _read_items(path: str, columns: Sequence[str]) -> pa.Table:
+    """The item table's ``columns``; of a node table (an ``is_leaf`` column), its leaves."""
     import pyarrow.parquet as pq
 
     if not os.path.exists(path):
         raise DataError(f"{path}: the item table does not exist; fix the path")
     try:
-        return pq.read_table(path, columns=list(dict.fromkeys(c for c in columns if c)))
+        leaves = "is_leaf" in pq.read_schema(path).names if os.path.isfile(path) else False
+        wanted = list(dict.fromkeys(c for c in columns if c))
+        table = pq.read_table(path, columns=wanted + ["is_leaf"] * leaves)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: cannot read the item table as Parquet: {exc}") from None
+    return table.filter(table.column("is_leaf")).select(wanted) if leaves else table
 
 
 def tdm_tree(options: TDMTreeOptions) -> Optional[int]:
     """``tzrec-run tdm-tree``: read the items, build the tree, write the node table.
 
     Raises:
-        DataError: for a bad item table (see :func:`build_tree`).
+        DataError: for a bad item table (see :func:`build_tree`) or bad embeddings (see
+            :func:`tzrun_tools.tdm_cluster.item_embeddings`).
         TzrunError: when ``out`` exists (it is never overwritten).
     """
     import io
@@ -242,13 +274,21 @@ def tdm_tree(options: TDMTreeOptions) -> Optional[int]:
 
     if os.path.exists(options.out):
         raise TzrunError(f"{options.out}: exists; tdm-tree writes a new file (remove it or choose another --out)")
-    wanted = [options.item_id, options.cate_id, *options.attr_fields, *options.raw_attr_fields]
-    nodes = build_tree(_read_items(options.items, wanted), options)
+    wanted = [options.item_id, options.cate_id or "", *options.attr_fields, *options.raw_attr_fields]
+    items = _read_items(options.items, wanted)
+    embeddings = None
+    if options.cluster_from is not None:
+        from tzrun_tools.tdm_cluster import item_embeddings
+
+        ids = _checked_items(items, options).column(options.item_id).cast(pa.int64()).to_numpy()
+        embeddings = item_embeddings(options.cluster_from, options.item_id, ids, options.embedding_column)
+    nodes = build_tree(items, options, embeddings)
     buffer = io.BytesIO()
     pq.write_table(nodes, buffer)
     write_atomic(options.out, buffer.getvalue())
     leaves = int(pa.compute.sum(nodes.column("is_leaf").cast(pa.int64())).as_py())
     levels = int(pa.compute.max(nodes.column("tree_level")).as_py()) + 1
+    how = f", clustered from the embeddings of {options.cluster_from}" if options.cluster_from else ""
     print(f"wrote {options.out}: {nodes.num_rows} nodes ({leaves} items) on {levels} levels, "
-          f"{options.branching} children per node")
+          f"{options.branching} children per node{how}")
     return 0

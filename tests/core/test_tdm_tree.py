@@ -21,7 +21,7 @@ from tzrun_tools.tdm_tree import TDMTreeOptions, build_tree
 
 
 def _options(**more) -> TDMTreeOptions:
-    return TDMTreeOptions(items="items.parquet", item_id="item", cate_id="cate", out="nodes.parquet", **more)
+    return TDMTreeOptions(**{"items": "items.parquet", "item_id": "item", "cate_id": "cate", "out": "nodes.parquet", **more})
 
 
 def torcheasyrec_codes(ids: list[int], cates: list[str], k: int) -> dict[int, int]:
@@ -142,3 +142,154 @@ def test_the_command_writes_the_node_table_and_never_overwrites(tmp_path):
     missing = tzrun_cli(["tdm-tree", str(tmp_path / "none.parquet"), "--item-id", "item", "--cate-id", "cate",
                          "--out", str(tmp_path / "x.parquet")], site)
     assert missing.returncode != 0 and "the item table does not exist" in missing.stderr
+
+
+# -- the clustered tree (--cluster-from) ---------------------------------------------------------
+
+
+def _leaves_below(nodes: dict) -> dict[int, frozenset]:
+    """Each node id -> the item ids of the leaves below it (a leaf: itself)."""
+    below: dict[int, set] = {i: set() for i in nodes["item"]}
+    parent = dict(zip(nodes["item"], nodes["parent"]))
+    for item, leaf in zip(nodes["item"], nodes["is_leaf"]):
+        at = item if leaf else None
+        while at is not None:
+            below[at].add(item)
+            at = parent[at]
+    return {i: frozenset(s) for i, s in below.items()}
+
+
+def torcheasyrec_clusters(data, k: int) -> set[frozenset]:
+    """TorchEasyRec's ``TreeCluster._cluster`` and ``_mini_batch`` with scikit-learn's KMeans, as
+    written there: every node's set of rows (the leaf sets of the tree it builds)."""
+    import numpy as np
+    from sklearn.cluster import KMeans
+
+    def split(index):
+        x = data[index]
+        kmeans = KMeans(n_clusters=k, random_state=0).fit(x)
+        labels, ave, subs, remain = kmeans.labels_, int(len(index) / k), [], []
+        for i in range(k):
+            sub_i = np.where(labels == i)[0]
+            if len(sub_i) <= ave:
+                subs.append(index[sub_i])
+            else:
+                ordered = index[sub_i][np.argsort(kmeans.transform(x[sub_i])[:, i])]
+                subs.append(ordered[:ave])
+                remain.extend(ordered[ave:])
+        remain, idx = np.array(remain, dtype=int), 0
+        while idx < k and len(remain) > 0:
+            if len(subs[idx]) < ave:
+                diff = min(len(remain), ave - len(subs[idx]))
+                ordered = remain[np.argsort(kmeans.transform(data[remain])[:, idx])]
+                subs[idx], remain = np.append(subs[idx], ordered[:diff]), ordered[diff:]
+            idx += 1
+        if len(remain) > 0:
+            subs[0] = np.append(subs[0], remain)
+        return subs
+
+    out, queue = set(), [np.arange(len(data))]
+    while queue:
+        index = queue.pop()
+        out.add(frozenset(index.tolist()))
+        if len(index) > k:
+            queue.extend(s for s in split(index) if len(s) > 0)
+        elif len(index) > 1:
+            out.update(frozenset([i]) for i in index.tolist())
+    return out
+
+
+def _planted(levels: int = 5, seed: int = 0):
+    """``2 ** levels`` items whose embeddings nest in halves (each split 10 times wider than the
+    next), their ids shuffled: every binary split of them is unambiguous."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = 2 ** levels
+    bits = (np.arange(n)[:, None] >> np.arange(levels)[None, ::-1]) & 1
+    data = (2 * bits - 1) * 10.0 ** np.arange(levels, 0, -1)[None, :] + rng.normal(0, 0.01, (n, levels))
+    ids = rng.permutation(n) + 100
+    return ids, data
+
+
+def test_planted_clusters_share_a_subtree_as_in_torcheasyrecs_cluster_tree():
+    ids, data = _planted()
+    items = pa.table({"item": ids, "brand": ids % 3})
+    nodes = build_tree(items, _options(cate_id=None, cluster_from="x.parquet", attr_fields=("brand",)), data).to_pydict()
+    ours = {s for s in _leaves_below(nodes).values()}
+    by_row = {int(i): r for r, i in enumerate(ids)}
+    assert {frozenset(by_row[i] for i in s) for s in ours} == torcheasyrec_clusters(data, 2)
+    for group in range(4):  # the 4 planted clusters of 8 items each (the first 2 splits)
+        assert frozenset(range(8 * group, 8 * group + 8)) in {frozenset(by_row[i] for i in s) for s in ours}
+    assert set(nodes["tree_level"][i] for i, leaf in enumerate(nodes["is_leaf"]) if leaf) == {5}
+
+
+@pytest.mark.parametrize(("n", "k"), [(37, 3), (100, 4), (23, 2)])
+def test_each_split_is_balanced_as_torcheasyrecs_the_remainder_in_the_first_child(n, k):
+    import numpy as np
+
+    data = np.random.default_rng(n).normal(size=(n, 6))
+    items = pa.table({"item": np.arange(n) * 7})
+    nodes = build_tree(items, _options(cate_id=None, cluster_from="x.parquet", branching=k), data).to_pydict()
+    below = _leaves_below(nodes)
+    code = dict(zip(nodes["item"], nodes["tree_code"]))
+    children: dict = {}
+    for item, parent in zip(nodes["item"], nodes["parent"]):
+        if parent is not None:
+            children.setdefault(parent, []).append(item)
+    for parent, kids in children.items():
+        m = len(below[parent])
+        sizes = [len(below[c]) for c in sorted(kids, key=code.get)]
+        assert sizes == ([1] * m if m <= k else [m // k + m % k] + [m // k] * (k - 1)), (parent, m, sizes)
+    levels = [lv for lv, leaf in zip(nodes["tree_level"], nodes["is_leaf"]) if leaf]
+    assert len(levels) == n and len(set(levels)) == 1  # every leaf on the last level
+    again = build_tree(items, _options(cate_id=None, cluster_from="x.parquet", branching=k), data)
+    assert again.to_pydict() == nodes  # deterministic
+
+
+def test_the_command_clusters_from_a_parquet_file_of_embeddings(tmp_path):
+    from tzrun_tools.tdm_tree import tdm_tree
+
+    ids, data = _planted(levels=3)
+    pq.write_table(pa.table({"item": ids, "brand": ids % 2}), tmp_path / "items.parquet")
+    pq.write_table(pa.table({"item": ids[::-1], "item_emb": data[::-1].tolist()}), tmp_path / "emb.parquet")
+    out = tmp_path / "nodes.parquet"
+    tdm_tree(TDMTreeOptions(items=str(tmp_path / "items.parquet"), item_id="item", cluster_from=str(tmp_path / "emb.parquet"),
+                            attr_fields=("brand",), out=str(out)))
+    nodes = pq.read_table(out).to_pydict()
+    assert nodes["tree_level"] == [0, 1, 1, 2, 2, 2, 2] + [3] * 8 and sorted(nodes["item"][7:]) == sorted(ids.tolist())
+    by_row = {int(i): r for r, i in enumerate(ids)}
+    halves = {frozenset(by_row[i] for i in s) for s in _leaves_below(nodes).values()}
+    assert frozenset(range(4)) in halves and frozenset(range(4, 8)) in halves
+    # a new tree from an old tree: its leaves are the items
+    again = tmp_path / "again.parquet"
+    tdm_tree(TDMTreeOptions(items=str(out), item_id="item", cluster_from=str(tmp_path / "emb.parquet"),
+                            attr_fields=("brand",), out=str(again)))
+    assert pq.read_table(again).equals(pq.read_table(out))
+
+
+@pytest.mark.parametrize(("embeddings", "message"), [
+    ({"item": [1, 2], "vec": [[1.0], [2.0]]}, "no column 'item_emb' (--embedding-column) in the embeddings (columns: item, vec); fix --embedding-column"),
+    ({"id": [1, 2], "item_emb": [[1.0], [2.0]]}, "no column 'item' (--item-id) in the embeddings"),
+    ({"item": [1, 2], "item_emb": [[1.0, 2.0], [2.0]]}, "embedding lengths differ in column 'item_emb': row 1 has 1, row 0 has 2"),
+    ({"item": [1, 3], "item_emb": [[1.0], [2.0]]}, "no embedding for item id 2 (1 item(s) of the item table)"),
+    ({"item": [1, 2], "item_emb": [[1.0], None]}, "1 null embedding(s)"),
+    ({"item": [1, 2], "item_emb": ["a", "b"]}, "has type string; an embedding is a list of numbers"),
+])
+def test_bad_embeddings_are_one_line_naming_the_file(tmp_path, embeddings, message):
+    from tzrun_tools.tdm_tree import tdm_tree
+
+    pq.write_table(pa.table({"item": [1, 2]}), tmp_path / "items.parquet")
+    pq.write_table(pa.table(embeddings), tmp_path / "emb.parquet")
+    with pytest.raises(DataError) as excinfo:
+        tdm_tree(TDMTreeOptions(items=str(tmp_path / "items.parquet"), item_id="item",
+                                cluster_from=str(tmp_path / "emb.parquet"), out=str(tmp_path / "nodes.parquet")))
+    assert str(excinfo.value).startswith(f"{tmp_path / 'emb.parquet'}: ") and message in str(excinfo.value)
+    assert "\n" not in str(excinfo.value)
+
+
+def test_cate_id_or_cluster_from():
+    with pytest.raises(ValueError, match="give --cate-id .* or --cluster-from"):
+        _options(cate_id=None)
+    with pytest.raises(ValueError, match="not both"):
+        _options(cluster_from="emb.parquet")
