@@ -84,15 +84,20 @@ def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
 def _caps(config: dict, limit: int) -> list[str]:
     """``--set`` lines capping every table of the converted ``config`` at ``limit`` rows."""
     out = []
-    features = config.get("features", {})
-    places = [(f"features.sparse[{i}]", f) for i, f in enumerate(features.get("sparse", []))]
-    places += [(f"features.sequence[{g}].features[{j}]", f) for g, group in enumerate(features.get("sequence", []))
-               for j, f in enumerate(group.get("features", []))]
-    for path, feature in places:
+    for path, feature in _id_features(config):
         for key in ("num_buckets", "hash_bucket_size"):
             if feature.get(key, 0) > limit:
                 out.append(f"{path}.{key}={limit}")
     return out
+
+
+def _id_features(config: dict) -> list[tuple[str, dict]]:
+    """Every id feature of ``config`` (sparse, then sequences') and its TOML path."""
+    features = config.get("features", {})
+    places = [(f"features.sparse[{i}]", f) for i, f in enumerate(features.get("sparse", []))]
+    places += [(f"features.sequence[{g}].features[{j}]", f) for g, group in enumerate(features.get("sequence", []))
+               for j, f in enumerate(group.get("features", []))]
+    return places
 
 
 def _small(config: dict, work: Path, steps: int) -> list[str]:
@@ -119,11 +124,12 @@ def _items(train: Path, columns: list[str], out: Path) -> Path:
     return out
 
 
-def _tree(row: Row, config: dict, data: Path, work: Path, timeout: float) -> list[str] | None:
+def _tree(row: Row, config: dict, data: Path, work: Path, timeout: float, limit: int) -> list[str] | None:
     """A ``tdm`` sampler's tree, built with ``tzrec-run tdm-tree`` from the synthetic training rows
     (its items and their attributes), as a migrating team builds it from its item table; the
-    ``--set`` lines pointing the sampler at it and giving one ``layer_num_sample`` entry per
-    level of it (:func:`_layers`) ([] without a tdm sampler, None on failure)."""
+    ``--set`` lines pointing the sampler at it, giving one ``layer_num_sample`` entry per level
+    of it (:func:`_layers`) and the item id's table a row per node id ([] without a tdm
+    sampler, None on failure)."""
     sampler = config.get("data", {}).get("sampler", {})
     if sampler.get("type") != "tdm":
         return []
@@ -134,7 +140,21 @@ def _tree(row: Row, config: dict, data: Path, work: Path, timeout: float) -> lis
     if _step(row, "synth", cmd, timeout) is None:
         return None
     layers = _layers(sampler["layer_num_sample"], work / "nodes.parquet")
-    return [f'data.sampler.tree="{work / "nodes.parquet"}"', f"data.sampler.layer_num_sample={layers}"]
+    return [f'data.sampler.tree="{work / "nodes.parquet"}"', f"data.sampler.layer_num_sample={layers}",
+            *_node_buckets(config, sampler["item_id"], work / "nodes.parquet", limit)]
+
+
+def _node_buckets(config: dict, item_id: str, tree: Path, limit: int) -> list[str]:
+    """``--set`` lines giving the item id's table (every id feature sharing it, its buckets
+    capped at ``limit``) a row for each node id of ``tree`` (its non-leaf ids follow the items')."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    rows = pc.max(pq.read_table(tree, columns=[item_id]).column(item_id)).as_py() + 1
+    places = _id_features(config)
+    tables = {f.get("table") or f"{f['name']}_emb" for _, f in places if f.get("column", f["name"]) == item_id}
+    return [f"{path}.num_buckets={rows}" for path, f in places
+            if (f.get("table") or f"{f['name']}_emb") in tables and min(f.get("num_buckets", rows), limit) < rows]
 
 
 def _layers(configured: list[int], tree: Path) -> list[int]:
@@ -194,7 +214,7 @@ def run_example(name: str, text: str, work: Path, args: argparse.Namespace) -> R
     if synth is None:
         return row
     pointed = shlex.split(synth.stdout.splitlines()[-1])[1::2]
-    tree = _tree(row, config, data, work, args.timeout)
+    tree = _tree(row, config, data, work, args.timeout, args.max_table_rows)
     if tree is None:
         return row
     run = _sets(inputs + cpu + pointed + tree + _small(config, work, args.steps))

@@ -219,7 +219,7 @@ def _checkpoint_rows(source: str, item_id: str, ids: np.ndarray) -> np.ndarray:
                         f"{shapes[keys[0]][0]} rows ({rows}); rebuild from this run's items")
     state = {keys[0]: torch.empty(shapes[keys[0]], dtype=torch.float32)}
     view.load_state(state)
-    return _finite(state[keys[0]][torch.from_numpy(ids)].double().numpy(), str(view.path))
+    return _finite(state[keys[0]][torch.from_numpy(ids.astype(np.int64, copy=True))].double().numpy(), str(view.path))
 
 
 def _item_table(view: Any, source: str, item_id: str) -> tuple[str, str]:

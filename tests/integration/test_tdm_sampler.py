@@ -121,3 +121,36 @@ def test_tdm_trains_on_its_tree_on_two_ranks(taobao, tmp_path):
     result = json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
     assert result["step"] == 8 and result["rows"] == 512 * 17
     assert 0.0 < result["auc"] <= 1.0
+
+
+def test_a_tree_clustered_from_the_trained_embeddings_trains_on(taobao, tmp_path):
+    """TorchEasyRec's retrain loop: train on the initial tree, cluster the items by the item id's
+    learnt embeddings (tdm-tree --cluster-from the run), go on training on the new tree."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tzrun.errors import DataError
+    from tzrun_tools.tdm_tree import TDMTreeOptions, tdm_tree
+
+    first = _train(taobao, tmp_path / "first", Losses(), "train.num_steps=4")
+    assert first.steps == 4
+    learnt = tmp_path / "learnt.parquet"
+    options = dict(items=str(taobao / "nodes.parquet"), item_id="adgroup_id", cluster_from=str(tmp_path / "first"),
+                   attr_fields=("cate_id", "campaign_id", "customer", "brand"), raw_attr_fields=("price", "item_ctr_7d"),
+                   branching=8)
+    tdm_tree(TDMTreeOptions(**options, out=str(learnt)))
+    old, new = pq.read_table(taobao / "nodes.parquet"), pq.read_table(learnt)
+    leaves = [t.filter(t.column("is_leaf")) for t in (old, new)]
+    assert sorted(leaves[0].column("adgroup_id").to_pylist()) == sorted(leaves[1].column("adgroup_id").to_pylist())
+    assert not leaves[0].column("tree_code").equals(leaves[1].column("tree_code"))  # the items moved
+    counts = np.bincount(new.column("tree_level").to_numpy()).tolist()
+    layers = [0] + [min(2, c - 1) for c in counts[1:]]
+    again = _train(taobao, tmp_path / "again", Losses(), "train.num_steps=4",
+                   f'data.sampler.tree="{learnt}"', f"data.sampler.layer_num_sample={layers}")
+    assert again.steps == 4
+    pq.write_table(pa.table({"item": leaves[0].column("adgroup_id")}), tmp_path / "items.parquet")
+    with pytest.raises(DataError, match="no \\[\\[features.sparse\\]\\] reads column 'item' \\(--item-id\\) in the "
+                                        "checkpoint's config, so it has no item table"):
+        tdm_tree(TDMTreeOptions(items=str(tmp_path / "items.parquet"), item_id="item",
+                                cluster_from=str(tmp_path / "first"), out=str(tmp_path / "x.parquet")))
