@@ -111,13 +111,16 @@ def _small(config: dict, work: Path, steps: int) -> list[str]:
     return sets
 
 
-def _items(train: Path, columns: list[str], out: Path) -> Path:
-    """The item table of the synthetic rows: the first row of each item id, ``columns`` only."""
+def _items(data: Path, columns: list[str], out: Path) -> Path:
+    """The item table of the synthetic rows, train and eval: the first row of each item id,
+    ``columns`` only."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    table = ds.dataset(str(train), format="parquet").to_table(columns=columns)
+    table = pa.concat_tables([ds.dataset(str(data / part), format="parquet").to_table(columns=columns)
+                              for part in ("train", "eval")])
     ids = table.column(columns[0])
     first = pc.index_in(pc.unique(ids), value_set=ids)  # each unique id's first row
     pq.write_table(table.take(first), out)
@@ -125,16 +128,16 @@ def _items(train: Path, columns: list[str], out: Path) -> Path:
 
 
 def _tree(row: Row, config: dict, data: Path, work: Path, timeout: float, limit: int) -> list[str] | None:
-    """A ``tdm`` sampler's tree, built with ``tzrec-run tdm-tree`` from the synthetic training rows
-    (its items and their attributes), as a migrating team builds it from its item table; the
-    ``--set`` lines pointing the sampler at it, giving one ``layer_num_sample`` entry per level
-    of it (:func:`_layers`) and the item id's table a row per node id ([] without a tdm
-    sampler, None on failure)."""
+    """A ``tdm`` sampler's tree, built with ``tzrec-run tdm-tree`` from the synthetic rows' items
+    (train and eval: every clicked item is a leaf) and their attributes, as a migrating team
+    builds it from its item table; the ``--set`` lines pointing the sampler at it, giving one
+    ``layer_num_sample`` entry per level of it (:func:`_layers`) and the item id's table a row
+    per node id ([] without a tdm sampler, None on failure)."""
     sampler = config.get("data", {}).get("sampler", {})
     if sampler.get("type") != "tdm":
         return []
     attrs = sampler.get("attr_fields", [])
-    items = _items(data / "train", [sampler["item_id"], *attrs], work / "items.parquet")
+    items = _items(data, [sampler["item_id"], *attrs], work / "items.parquet")
     cmd = ["tdm-tree", str(items), "--item-id", sampler["item_id"], "--cate-id", attrs[0],
            *(a for f in attrs for a in ("--attr-fields", f)), "--out", str(work / "nodes.parquet")]
     if _step(row, "synth", cmd, timeout) is None:

@@ -44,8 +44,9 @@ MAX_ITERATIONS = 300
 
 def _sq_distances(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """``[n, k]`` squared distances (never negative)."""
-    d = (x * x).sum(1)[:, None] - 2.0 * x @ centres.T + (centres * centres).sum(1)[None, :]
-    return np.maximum(d, 0.0)
+    d: np.ndarray = (x * x).sum(1)[:, None] - 2.0 * x @ centres.T + (centres * centres).sum(1)[None, :]
+    np.maximum(d, 0.0, out=d)
+    return d
 
 
 def _seed_centres(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
