@@ -106,8 +106,14 @@ def _small(config: dict, work: Path, steps: int) -> list[str]:
             f"train.num_steps={steps}", "train.save_checkpoints_steps=0", "train.stages=[]"]
     if config.get("data", {}).get("sampler", {}).get("type") == "negative":
         sets.append("data.sampler.num_negatives=64")
-    if config.get("train", {}).get("sparse_optimizer", {}).get("type") not in (None, "sgd", "adagrad", "rowwise_adagrad"):
-        sets.append('train.sparse_optimizer.cpu_policy="data_parallel"')  # FBGEMM fuses it on GPUs only
+    optimizer = config.get("train", {}).get("sparse_optimizer", {})
+    if optimizer.get("type") not in (None, "sgd", "adagrad", "rowwise_adagrad"):  # FBGEMM fuses it on GPUs only
+        if config.get("features", {}).get("sequence"):
+            # a sequence's table cannot train data-parallel on CPU (FBGEMM's CPU dense kernel
+            # pools every lookup): rowwise_adagrad at the config's lr stands in for this CPU run
+            sets.append(f'train.sparse_optimizer={{type = "rowwise_adagrad", lr = {optimizer.get("lr", 0.001)}}}')
+        else:
+            sets.append('train.sparse_optimizer.cpu_policy="data_parallel"')
     return sets
 
 

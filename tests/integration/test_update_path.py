@@ -613,3 +613,32 @@ def test_two_ranks_skip_a_step_with_an_overflowing_gradient_together(tmp_path, c
     skipped = sorted(line.split("] tzrun: ") for line in proc.stderr.splitlines() if "its update was skipped" in line)
     ranks, messages = [r[-6:] for r, _ in skipped], [m.split(":")[0] for _, m in skipped]
     assert ranks == ["rank 0", "rank 1"] and messages[0] == messages[1], skipped  # both ranks, the same single step
+
+
+def test_a_sequence_table_cannot_train_data_parallel_on_cpu_and_check_says_so_in_one_line():
+    """FBGEMM's CPU dense kernel, which trains data-parallel tables, pools every lookup (it
+    ignores PoolingMode.NONE): a sequence's table would fail on the first step inside
+    TorchRec's lookup, so check and train refuse it up front, naming the table and its readers."""
+    from tests.conftest import REPO, cli
+    from tzrun.errors import EXIT_CONFIG
+
+    proc = cli(["check", str(REPO / "examples" / "din_taobao.toml"), "--no-data", "--device", "cpu",
+                "--set", 'train.sparse_optimizer={type = "adam", lr = 0.01, cpu_policy = "data_parallel"}'])
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert ("train.sparse_optimizer.cpu_policy: table 'adgroup_id_emb' (read by features.sequence[0].features[0], "
+            "features.sparse[10]) is looked up unpooled, as a sequence, and FBGEMM's CPU kernel for data-parallel "
+            "tables pools every lookup: it cannot train data-parallel on CPU. Give the features reading it a "
+            "sparse_optimizer FBGEMM fuses on CPU (sgd, adagrad or rowwise_adagrad), or train on CUDA") in proc.stderr
+    # the pooled tables of the same config train data-parallel as before: only the sequence's is refused
+    assert proc.stderr.count("cpu_policy:") == 1, proc.stderr
+
+
+def test_fbgemm_cpu_dense_kernel_still_pools_an_unpooled_lookup():
+    """Why the refusal above exists. When this fails, FBGEMM's CPU kernel honours
+    PoolingMode.NONE: lift the refusal (tzrun.runner.sharding._unpooled_data_parallel_problems)."""
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import DenseTableBatchedEmbeddingBagsCodegen
+
+    kernel = DenseTableBatchedEmbeddingBagsCodegen([(10, 4), (10, 4)], pooling_mode=PoolingMode.NONE, use_cpu=True)
+    out = kernel(torch.tensor([1, 2, 3, 4, 5, 6, 7]), torch.tensor([0, 3, 5, 6, 7]))
+    assert tuple(out.shape) == (2, 8)  # pooled: [batch, tables * dim]; unpooled would be [7 ids, 4]

@@ -206,6 +206,21 @@ def _fuse_sparse_updates(modules: Sequence[nn.Module], updates: Mapping[str, "Ta
                 apply_optimizer_in_backward(update.spec.optimizer_class, [weight], dict(update.spec.kwargs))
 
 
+def _unpooled_data_parallel_problems(module: nn.Module, table: str, path: str, features: Sequence[str]) -> list[ConfigProblem]:
+    """A table looked up unpooled (an ``EmbeddingCollection``: sequences) cannot train
+    data-parallel on CPU: FBGEMM's CPU dense kernel ignores ``PoolingMode.NONE`` and pools
+    every bag, so TorchRec's lookup fails on the first step (``split_with_sizes``)."""
+    from torchrec import EmbeddingCollection
+
+    if not isinstance(module, EmbeddingCollection):
+        return []
+    readers = f" (read by {', '.join(features)})" if features else ""
+    return [ConfigProblem(f"{path}.cpu_policy", (
+        f"table '{table}'{readers} is looked up unpooled, as a sequence, and FBGEMM's CPU kernel for data-parallel "
+        "tables pools every lookup: it cannot train data-parallel on CPU. Give the features reading it a "
+        "sparse_optimizer FBGEMM fuses on CPU (sgd, adagrad or rowwise_adagrad), or train on CUDA"))]
+
+
 @attrs.frozen
 class TableUpdate:
     """How one embedding table is updated.
@@ -268,6 +283,7 @@ def plan_table_updates(
                 policy = component.fields.cpu_policy
                 if policy == "data_parallel" and spec.torch_fallback is not None:
                     data_parallel = True
+                    problems += _unpooled_data_parallel_problems(module, table.name, path, [w for w, _ in users])
                 elif policy == "data_parallel":
                     problems.append(ConfigProblem(f"{path}.cpu_policy", f"sparse optimizer '{component.type}' has no torch equivalent to train data-parallel with; on CPU use sgd, adagrad or rowwise_adagrad"))
                 else:
