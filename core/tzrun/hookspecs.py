@@ -288,6 +288,36 @@ def tzrun_register_samplers(register: RegisterSamplers) -> None:
     """
 
 
+@hookspec
+def tzrun_register_eviction_policies(register: Register) -> None:
+    """Register the eviction policies of collision-free ids by name (``zch.eviction_policy =
+    { type = ... }`` on an id feature, see docs/zch.md).
+
+    Called once per run, on every rank, before the config's component sections are checked.
+    Call ``register(name, config=..., build=...)``; ``build(cfg, admission)`` returns a TorchRec
+    ``torchrec.modules.mc_modules.MCHEvictionPolicy`` (the score that decides which ids keep
+    their rows at an eviction), passing ``admission`` (None, or what an admission filter's
+    ``build`` returned) as its ``threshold_filtering_func``. Built once per table, on every
+    rank; the policy's state lives in TorchRec's managed-collision module, so it is in every
+    checkpoint.
+    """
+
+
+@hookspec
+def tzrun_register_admission_filters(register: Register) -> None:
+    """Register the admission filters of collision-free ids by name (``zch.admission = { type =
+    ... }`` on an id feature, see docs/zch.md).
+
+    Called once per run, on every rank, before the config's component sections are checked.
+    Call ``register(name, config=..., build=...)``; ``build(cfg)`` returns a callable that
+    TorchRec's eviction policies call at each eviction with the counts of the distinct new ids
+    seen since the last one (a 1-d int64 tensor) and that returns ``(mask, threshold)``: a
+    boolean mask of the ids that may enter the table, and the threshold it applied (a number
+    or a tensor). It must be a pure function of the counts (every rank and every resume
+    decides alike); an id it refuses keeps reading the miss row.
+    """
+
+
 @hookspec(firstresult=True)
 def tzrun_open_export(path: str, on_bad_row: str) -> Any:
     """Open the export at ``path`` for ``tzrec-run predict --export`` (a complete export, or a

@@ -130,7 +130,7 @@ def test_id_feature_needs_exactly_one_bucketing(tzrun_pm):
     problems = problems_of(MINIMAL, "features.sparse[0].hash_bucket_size=10", pm=tzrun_pm)
     assert problems == [
         "features.sparse[0]: feature 'c0': set exactly one of num_buckets, hash_bucket_size, vocab, vocab_file, "
-        "boundaries (given: num_buckets, hash_bucket_size)"
+        "boundaries, zch (given: num_buckets, hash_bucket_size)"
     ]
 
 

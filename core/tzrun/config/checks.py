@@ -205,6 +205,8 @@ def _table_size(feature: SparseFeatureConfig) -> int:
         return len(feature.vocab) + 1
     if feature.boundaries is not None:
         return len(feature.boundaries) + 1
+    if feature.zch is not None:
+        return feature.zch.size
     if feature.vocab_file is not None:
         try:
             return len(read_vocab_file(feature.vocab_file)) + 1

@@ -10,7 +10,7 @@ import attrs
 from tzrun.config.base import Component, _non_empty_text, _positive
 from tzrun.errors import did_you_mean
 
-__all__ = ["DenseFeatureConfig", "EmbeddingConstraintsConfig", "SparseFeatureConfig", "SequenceFeatureConfig",
+__all__ = ["DenseFeatureConfig", "EmbeddingConstraintsConfig", "ZchConfig", "SparseFeatureConfig", "SequenceFeatureConfig",
            "SequenceDenseConfig", "SequenceGroupConfig", "FeaturesConfig", "SHARDING_TYPES", "COMPUTE_KERNELS"]
 
 
@@ -83,12 +83,46 @@ class EmbeddingConstraintsConfig:
     compute_kernels: Optional[tuple[str, ...]] = attrs.field(default=None, validator=_choices(COMPUTE_KERNELS))
 
 
+def _at_least(minimum: int) -> Any:
+    def check(instance: Any, attribute: Any, value: int) -> None:
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}", attribute)
+
+    return check
+
+
+@attrs.frozen
+class ZchConfig:
+    """``zch = { size = ..., ... }`` on an id feature: collision-free ids (TorchEasyRec's ``zch``,
+    TorchRec's managed collision). Every distinct id gets a row of its own while the table has
+    room; every ``eviction_interval`` steps the ids seen since the last eviction compete with
+    the table's ids by the eviction policy's score, and a new id enters only if an admission
+    filter (when set) lets it. An id not (or not yet) in the table reads a shared miss row. See
+    docs/zch.md.
+
+    Attributes:
+        size: the table's rows (TorchEasyRec's ``zch_size``); a multiple of the world size
+            (the table is sharded row-wise, one slice per rank; each slice keeps one row for
+            ids it does not hold).
+        eviction_interval: steps between evictions (and admissions).
+        eviction_policy: ``{ type = "lfu" }`` (the default), ``lru`` or ``distance_lfu`` with
+            their options, or a plugin's (``tzrec-run plugins``).
+        admission: which new ids may enter at an eviction, ``{ type = "threshold",
+            min_count = 2 }`` or a plugin's; unset: every id may.
+    """
+
+    size: int = attrs.field(validator=_at_least(2), metadata={"missing": "zch needs size = <the table's rows>, e.g. size = 100000"})
+    eviction_interval: int = attrs.field(default=5, validator=_at_least(1))
+    eviction_policy: Component = Component("lfu")
+    admission: Optional[Component] = None
+
+
 @attrs.frozen
 class SparseFeatureConfig:
     """``[[features.sparse]]``: a categorical id input with an embedding table.
 
-    Set exactly one of ``num_buckets``, ``hash_bucket_size``, ``vocab``, ``vocab_file`` and
-    ``boundaries``: it says how the column's values become ids, and how many rows the table
+    Set exactly one of ``num_buckets``, ``hash_bucket_size``, ``vocab``, ``vocab_file``,
+    ``boundaries`` and ``zch``: it says how the column's values become ids, and how many rows the table
     has. Features that share a table must agree on its size, ``embedding_dim``, ``pooling``,
     ``trainable``, ``sparse_optimizer`` and ``embedding_constraints``. The hash, the
     out-of-vocabulary id, the boundary convention and weights: see docs/data.md, Id features.
@@ -110,6 +144,9 @@ class SparseFeatureConfig:
         boundaries: a numeric column bucketized: ``x`` is id ``#{b in boundaries: b <= x}``
             (``numpy.searchsorted(boundaries, x, side="right")``); strictly increasing; the
             table has ``len(boundaries) + 1`` rows.
+        zch: collision-free ids (:class:`ZchConfig`): every value (an integer, or a string
+            hashed with FNV-1a 64) keeps a row of its own while it is frequent enough; the
+            table has ``zch.size`` rows.
         separator: a string column holds several values per row separated by it
             (``"a|b|c"``); empty pieces are ignored. List columns need none.
         weight_column: a column of per-id weights parallel to ``column`` (a list column, or
@@ -140,6 +177,7 @@ class SparseFeatureConfig:
     vocab: Optional[tuple[str, ...]] = None
     vocab_file: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
     boundaries: Optional[tuple[float, ...]] = None
+    zch: Optional[ZchConfig] = None
     separator: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
     weight_column: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
     embedding_dim: int = 16
@@ -170,6 +208,7 @@ class SequenceFeatureConfig:
         vocab: tokens; ``vocab[i]`` is id ``i + 1``, any other token id 0.
         vocab_file: a UTF-8 file of tokens, one per line, read like ``vocab``.
         boundaries: numbers bucketized, ``id = #{b in boundaries: b <= x}``.
+        zch: collision-free ids (as on ``[[features.sparse]]``).
         embedding_dim: the embedding width, a positive multiple of 4 (default: the owner's,
             else 16).
         table: the embedding table's name (default: ``<name>_emb``); naming a
@@ -188,6 +227,7 @@ class SequenceFeatureConfig:
     vocab: Optional[tuple[str, ...]] = None
     vocab_file: Optional[str] = attrs.field(default=None, validator=_non_empty_text)
     boundaries: Optional[tuple[float, ...]] = None
+    zch: Optional[ZchConfig] = None
     embedding_dim: Optional[int] = None
     table: Optional[str] = None
     sparse_optimizer: Optional[Component] = None

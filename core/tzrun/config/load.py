@@ -461,6 +461,8 @@ def _places(node: Any, cls: type, segments: list[str], path: str) -> Iterator[tu
     key = join_path(path, name)
     if name in table:
         value = table[name]
+    elif rest and schema_default(cls, name) is None:
+        return  # an optional table left out (``zch``) holds no component
     elif rest:
         value = [] if is_array else {}
     else:

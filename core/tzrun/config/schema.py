@@ -20,6 +20,7 @@ from tzrun.config.features_schema import (
     SequenceFeatureConfig,
     SequenceGroupConfig,
     SparseFeatureConfig,
+    ZchConfig,
 )
 from tzrun.config.component_fields import (
     DenseOptimizerFields,
@@ -49,6 +50,7 @@ __all__ = [
     "DataConfig",
     "DenseFeatureConfig",
     "SparseFeatureConfig",
+    "ZchConfig",
     "SequenceDenseConfig",
     "SequenceFeatureConfig",
     "SequenceGroupConfig",

@@ -19,7 +19,7 @@ __all__ = ["ID_KINDS", "DEFAULT_SEQUENCE_DIM", "table_name", "resolved_sequences
            "check_sequences", "appended_item_problems"]
 
 #: The keys that say how a feature's values become ids; exactly one is set.
-ID_KINDS = ("num_buckets", "hash_bucket_size", "vocab", "vocab_file", "boundaries")
+ID_KINDS = ("num_buckets", "hash_bucket_size", "vocab", "vocab_file", "boundaries", "zch")
 
 #: A sequence's ``embedding_dim`` when neither it nor its table's owner sets one.
 DEFAULT_SEQUENCE_DIM = 16

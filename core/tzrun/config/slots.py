@@ -62,6 +62,10 @@ COMPONENT_SLOTS: Mapping[str, Slot] = MappingProxyType({
         "lr_schedule": "per-table sparse optimizers share ``train.sparse_optimizer.lr_schedule``, "
                        "applied to their own ``lr``",
     }),
+    "features.sparse.zch.eviction_policy": Slot("eviction_policy"),
+    "features.sparse.zch.admission": Slot("admission_filter"),
+    "features.sequence.features.zch.eviction_policy": Slot("eviction_policy"),
+    "features.sequence.features.zch.admission": Slot("admission_filter"),
     "losses": Slot("loss", LossFields),
     "metrics": Slot("metric", MetricFields),
     "train_metrics": Slot("metric", TrainMetricFields),

@@ -68,6 +68,8 @@ KINDS: Mapping[str, Kind] = MappingProxyType(
             Kind("model", "tzrun_register_models", "model", "models", {"outputs": None}),
             Kind("reader", "tzrun_register_readers", "reader", "readers", {"check": None}),
             Kind("sampler", "tzrun_register_samplers", "sampler", "samplers", {"expands_rows": False, "check": None}),
+            Kind("eviction_policy", "tzrun_register_eviction_policies", "eviction policy", "eviction policies"),
+            Kind("admission_filter", "tzrun_register_admission_filters", "admission filter", "admission filters"),
             Kind("command", "tzrun_register_commands", "command", "commands"),
         )
     }
