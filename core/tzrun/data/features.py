@@ -115,7 +115,7 @@ def _sparse_spec(f: SparseFeatureConfig) -> SparseFeature:
             raise DataError(f"{f.vocab_file}: the vocab_file of feature '{f.name}' cannot be read: {exc}") from None
     return SparseFeature(
         f.name, f.column or f.name, table_name(f), f.num_buckets, f.hash_bucket_size, vocab,
-        f.boundaries, f.separator, f.weight_column, f.pooling,
+        f.boundaries, f.separator, f.weight_column, f.pooling, None if f.zch is None else f.zch.size,
     )
 
 

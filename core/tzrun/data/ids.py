@@ -11,6 +11,10 @@ then become ids in the feature's table:
 * ``vocab``: ``vocab[i]`` is id ``i + 1``, every other value id 0 (``OOV_ID``); integers
   are matched by their decimal text.
 * ``boundaries``: numbers bucketized, ``id = #{b in boundaries: b <= x}``; NaN counts as null.
+* ``zch``: raw ids in ``[0, ZCH_ID_SPACE)`` for TorchRec's managed collision: strings hashed
+  with FNV-1a 64, integers mixed with splitmix64's finalizer (so that ids spread evenly over
+  the row-wise slices of the table, each of which manages one range of raw ids), both modulo
+  ``ZCH_ID_SPACE``.
 
 A weight column must give every row exactly as many values as the id column does (nulls in
 the same places); its weights are the KeyedJaggedTensor's weights.
@@ -28,7 +32,10 @@ from tzrun.config.vocab import OOV_ID
 from tzrun.errors import DataError
 from tzrun.interfaces import SparseFeature
 
-__all__ = ["JaggedIds", "jagged_ids"]
+__all__ = ["ZCH_ID_SPACE", "JaggedIds", "jagged_ids", "zch_raw_ids"]
+
+#: The range of a collision-free feature's raw ids (TorchRec's default ``input_hash_size``).
+ZCH_ID_SPACE = 2**63 - 1
 
 
 @attrs.frozen
@@ -92,9 +99,26 @@ def _parsed(flat: pa.Array, target: pa.DataType, where: str, what: str) -> pa.Ar
         raise
 
 
+def zch_raw_ids(values: np.ndarray) -> np.ndarray:
+    """Integer ids mixed into ``[0, ZCH_ID_SPACE)`` (splitmix64's finalizer: a bijection of
+    64-bit words, so distinct ids stay distinct before the modulo)."""
+    z = values.astype(np.int64).view(np.uint64).copy()
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(ZCH_ID_SPACE)).astype(np.int64)
+
+
 def _to_ids(flat: pa.Array, feature: SparseFeature, where: str) -> np.ndarray:
     """The kept flat values as int64 ids (see the module docstring)."""
     text = is_hashable(flat.type)
+    if feature.zch_size is not None:
+        if pa.types.is_integer(flat.type):
+            return zch_raw_ids(flat.to_numpy(zero_copy_only=False))
+        if text:
+            return hash_to_buckets(flat, ZCH_ID_SPACE)
+        raise DataError(f"{where} has type {flat.type}; zch needs strings or integers")
     if feature.hash_bucket_size is not None:
         if pa.types.is_integer(flat.type):
             return np.mod(flat.to_numpy(zero_copy_only=False).astype(np.int64), feature.hash_bucket_size)

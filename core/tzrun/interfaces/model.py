@@ -67,7 +67,9 @@ class SparseFeature:
     Exactly one way of turning values into ids is set: ``num_buckets`` (integer ids in
     ``[0, num_buckets)``), ``hash_bucket_size`` (strings hashed with FNV-1a 64 into that many
     buckets, integers taken modulo it), ``vocab`` (token ``vocab[i]`` is id ``i + 1``, any
-    other token id 0) or ``boundaries`` (a number ``x`` is id ``#{b in boundaries: b <= x}``).
+    other token id 0), ``boundaries`` (a number ``x`` is id ``#{b in boundaries: b <= x}``) or
+    ``zch_size`` (collision-free ids: every value becomes a 63-bit raw id that TorchRec's
+    managed-collision module maps to one of ``zch_size`` rows, see docs/zch.md).
 
     Attributes:
         separator: a string column holds several values per row, split on it.
@@ -87,10 +89,13 @@ class SparseFeature:
     separator: str | None = None
     weight_column: str | None = None
     pooling: str = "sum"
+    zch_size: int | None = None
 
     @property
     def num_embeddings(self) -> int:
         """Rows of the embedding table this feature needs."""
+        if self.zch_size is not None:
+            return self.zch_size
         if self.vocab is not None:
             return len(self.vocab) + 1
         if self.boundaries is not None:

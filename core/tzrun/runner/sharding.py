@@ -4,6 +4,7 @@ device, for training and ``tzrec-run plan`` alike."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Sequence
 
 import attrs
@@ -19,6 +20,8 @@ from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory, host_memory_problem
 from tzrun.runner.model import TrainModel, build_model, embedding_modules, embedding_tables
 from tzrun.runner.update import LossScale
+from tzrun.runner.zch import check_zch_world_size, swap_managed_collisions, zch_table_names
+from tzrun.runner.zch_sharding import with_zch_sharder
 
 __all__ = ["MODEL_PARALLEL_SHARDING_TYPES", "fused_constraints", "table_constraints", "ShardingSetup",
            "prepare_sharding", "TableUpdate", "plan_table_updates"]
@@ -44,7 +47,8 @@ def fused_constraints(embedding_modules: Sequence[nn.Module]) -> dict[str, Any]:
 
 
 def table_constraints(
-    cfg: RunConfig, embedding_modules: Sequence[nn.Module], updates: Mapping[str, "TableUpdate"], device: torch.device
+    cfg: RunConfig, embedding_modules: Sequence[nn.Module], updates: Mapping[str, "TableUpdate"], device: torch.device,
+    managed: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, Any]:
     """The planner constraints of every table, as training and ``tzrec-run plan`` both use them.
 
@@ -52,7 +56,8 @@ def table_constraints(
     replaces the keys it sets, then the ``embedding_constraints`` of the features reading the
     table replace the keys they set (features sharing a table agree: checked with the config).
     A table trained data-parallel on CPU (``cpu_policy = "data_parallel"``) gets
-    ``data_parallel`` on the ``dense`` kernel.
+    ``data_parallel`` on the ``dense`` kernel. A ``managed`` table (``zch``) is sharded
+    row-wise: TorchRec's managed-collision sharder offers nothing else.
 
     Raises:
         ConfigError: for a feature's ``embedding_constraints`` on a data-parallel table, or
@@ -68,12 +73,16 @@ def table_constraints(
     bag_offered = EmbeddingBagCollectionSharder().sharding_types(device.type)
     unpooled_offered = EmbeddingCollectionSharder().sharding_types(device.type)
     constraints = fused_constraints(embedding_modules)
+
     features = id_features(cfg.features)
     glob = cfg.train.global_embedding_constraints
     problems: list[ConfigProblem] = []
     for module in embedding_modules:
-        offered = unpooled_offered if isinstance(module, EmbeddingCollection) else bag_offered
         for table, _ in embedding_tables(module):
+            offered = unpooled_offered if isinstance(module, EmbeddingCollection) else bag_offered
+            if table.name in managed:
+                offered = ["row_wise"]  # TorchRec's managed-collision sharder: row-wise only
+                constraints[table.name] = dataclasses.replace(constraints[table.name], sharding_types=list(offered))
             layers = [("train.global_embedding_constraints", glob)] if glob is not None else []
             layers += [
                 (f"{path}.embedding_constraints", f.embedding_constraints)
@@ -171,11 +180,13 @@ def prepare_sharding(
     cfg = facts.cfg
     batch_size = cfg.data.batch_size if batch_size is None else batch_size
     train_model = build_model(facts, torch.device("meta"), loss_scale, compute_device=device.type)
+    check_zch_world_size(cfg, world_size)
+    swap_managed_collisions(train_model.model, cfg, facts.registries, world_size)
     modules = embedding_modules(train_model)
     if not modules:
         raise ConfigError("model", [ConfigProblem("model.type", f"model '{cfg.model.type}' built no EmbeddingBagCollection; tzrec-run shards embeddings with TorchRec")])
     updates = plan_table_updates(cfg, facts.registries, modules, device)
-    constraints = table_constraints(cfg, modules, updates, device)
+    constraints = table_constraints(cfg, modules, updates, device, zch_table_names(list(train_model.modules())))
     _fuse_sparse_updates(modules, updates)
     problem = host_memory_problem(modules, updates, world_size, local_world_size, host)
     if problem is not None:
@@ -191,7 +202,8 @@ def prepare_sharding(
         topology=topology, batch_size=batch_size, constraints=constraints,
         stats=list(stats) if stats is not None else None,
     )
-    return ShardingSetup(train_model, modules, updates, constraints, get_default_sharders(), topology, planner, batch_size)
+    sharders = with_zch_sharder(get_default_sharders())
+    return ShardingSetup(train_model, modules, updates, constraints, sharders, topology, planner, batch_size)
 
 
 def _fuse_sparse_updates(modules: Sequence[nn.Module], updates: Mapping[str, "TableUpdate"]) -> None:

@@ -1,0 +1,227 @@
+"""Collision-free ids (``zch`` on an id feature, docs/zch.md): the embedding collections a model
+built that hold a ``zch`` table are swapped, before sharding, for TorchRec's managed-collision
+ones.
+
+The route (measured, see docs/zch.md, Design notes): TorchRec offers no CPU sharding type for
+a managed-collision *bag* collection (TorchRec issue 2958), but shards a managed-collision
+``EmbeddingCollection`` row-wise on CPU as on CUDA. So a ``zch`` table is always looked up
+unpooled by a ``ManagedCollisionEmbeddingCollection`` (``MCHManagedCollisionModule`` per
+table, one slice per rank) and, where the model built an ``EmbeddingBagCollection``, pooled
+after the lookup (:class:`ManagedBagCollection`, which answers as the bag collection did: a
+``KeyedTensor`` of the same keys). The model's code does not change. A table is a ``zch`` table
+when a feature it reads has ``zch`` (DeepFM's wide table of a ``zch`` feature is one too).
+
+Eviction policies and admission filters are plugin components (``tzrun_register_eviction_
+policies``, ``tzrun_register_admission_filters``), built here per table.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+import torch.fx
+from torch import nn
+
+from tzrun.config.schema import RunConfig, ZchConfig
+from tzrun.config.sequences import id_features
+from tzrun.errors import ConfigError, ConfigProblem
+from tzrun.kernel.registry import Registries
+
+__all__ = ["zch_features", "check_zch_world_size", "swap_managed_collisions", "ManagedBagCollection",
+           "ManagedCollection", "zch_table_names"]
+
+
+def zch_features(cfg: RunConfig) -> dict[str, tuple[str, ZchConfig]]:
+    """``feature name -> (its TOML path, its zch block)`` of every collision-free id feature."""
+    return {name: (path, f.zch) for name, (path, f) in id_features(cfg.features).items() if f.zch is not None}
+
+
+def check_zch_world_size(cfg: RunConfig, world_size: int) -> None:
+    """Each rank holds one row-wise slice of a ``zch`` table: its size must split evenly.
+
+    Raises:
+        ConfigError: naming each ``zch.size`` that ``world_size`` does not divide.
+    """
+    problems = []
+    for name, (path, zch) in zch_features(cfg).items():
+        if zch.size % world_size:
+            lower = max(world_size, zch.size - zch.size % world_size)
+            problems.append(ConfigProblem(
+                f"{path}.zch.size", f"feature '{name}': {zch.size} rows do not split over {world_size} ranks "
+                                    f"(each rank holds one slice); use {lower} or {lower + world_size}"))
+    if problems:
+        raise ConfigError("features", problems)
+
+
+def _table_zch(config: Any, features: Mapping[str, tuple[str, ZchConfig]]) -> Optional[tuple[str, ZchConfig]]:
+    """The zch block of the first of a table's features that has one (None: a plain table)."""
+    return next((features[n] for n in config.feature_names if n in features), None)
+
+
+def _managed_module(config: Any, zch: tuple[str, ZchConfig], registries: Registries, buckets: int) -> Any:
+    """TorchRec's ``MCHManagedCollisionModule`` of one table, its policy and filter built by
+    the plugins the config names."""
+    from torchrec.modules.mc_modules import MCHManagedCollisionModule
+
+    from tzrun.data.ids import ZCH_ID_SPACE
+
+    path, block = zch
+    admission = None
+    if block.admission is not None:
+        entry = registries["admission_filter"].get(block.admission.type, f"{path}.zch.admission.type")
+        admission = entry.build(block.admission.config)
+    policy_entry = registries["eviction_policy"].get(block.eviction_policy.type, f"{path}.zch.eviction_policy.type")
+    policy = policy_entry.build(block.eviction_policy.config, admission)
+    return MCHManagedCollisionModule(
+        zch_size=config.num_embeddings, device=torch.device("meta"), eviction_policy=policy,
+        eviction_interval=block.eviction_interval, input_hash_size=ZCH_ID_SPACE, buckets=buckets,
+    )
+
+
+def _managed_collection(configs: Sequence[Any], features: Mapping[str, tuple[str, ZchConfig]],
+                        registries: Registries, buckets: int) -> nn.Module:
+    """A ``ManagedCollisionEmbeddingCollection`` over ``configs`` (unpooled ``EmbeddingConfig`` s)."""
+    from torchrec import EmbeddingCollection
+    from torchrec.modules.mc_embedding_modules import ManagedCollisionEmbeddingCollection
+    from torchrec.modules.mc_modules import ManagedCollisionCollection
+
+    modules = {c.name: _managed_module(c, _table_zch(c, features), registries, buckets) for c in configs}  # type: ignore[arg-type]
+    collection = EmbeddingCollection(tables=list(configs), device=torch.device("meta"))
+    return ManagedCollisionEmbeddingCollection(
+        collection, ManagedCollisionCollection(modules, list(configs)), return_remapped_features=False,
+    )
+
+
+def _unpooled(config: Any) -> Any:
+    """The ``EmbeddingConfig`` of a bag table (same rows, width, features and initializer)."""
+    from torchrec import EmbeddingConfig
+
+    return EmbeddingConfig(
+        name=config.name, num_embeddings=config.num_embeddings, embedding_dim=config.embedding_dim,
+        feature_names=list(config.feature_names), weight_init_min=config.weight_init_min,
+        weight_init_max=config.weight_init_max, init_fn=config.init_fn, data_type=config.data_type,
+    )
+
+
+@torch.fx.wrap
+def _pool(embeddings: Mapping[str, Any], keys: list[str], means: list[bool], plain: Any) -> Any:
+    """A ``KeyedTensor`` of ``keys``: the pooled rows of each feature's unpooled lookup (``mean``
+    where ``means`` says so), or its column of ``plain`` (a bag collection's ``KeyedTensor``)."""
+    from torchrec import KeyedTensor
+
+    embeddings = dict(embeddings.items())  # a sharded lookup's answer is awaitable
+    tensors = []
+    for key, mean in zip(keys, means):
+        if key not in embeddings:
+            tensors.append(plain[key])
+            continue
+        jagged = embeddings[key]
+        lengths = jagged.lengths()
+        rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+        values = jagged.values()
+        pooled = torch.zeros(lengths.numel(), values.shape[1], dtype=values.dtype, device=values.device)
+        pooled = pooled.index_add(0, rows, values)
+        if mean:
+            pooled = pooled / lengths.clamp_min(1).unsqueeze(1).to(values.dtype)
+        tensors.append(pooled)
+    return KeyedTensor.from_tensor_list(keys, tensors)
+
+
+class ManagedBagCollection(nn.Module):
+    """What stands in for an ``EmbeddingBagCollection`` holding ``zch`` tables: its plain tables
+    in a bag collection, its ``zch`` tables in a managed-collision ``EmbeddingCollection``
+    pooled after the lookup. ``forward(kjt)`` returns a ``KeyedTensor`` of the bag collection's
+    keys, in its order."""
+
+    def __init__(self, bags: Any, features: Mapping[str, tuple[str, ZchConfig]], registries: Registries, buckets: int) -> None:
+        super().__init__()
+        from torchrec import EmbeddingBagCollection, PoolingType
+
+        configs = bags.embedding_bag_configs()
+        plain = [c for c in configs if _table_zch(c, features) is None]
+        managed = [c for c in configs if _table_zch(c, features) is not None]
+        self.plain = EmbeddingBagCollection(tables=plain, is_weighted=bags.is_weighted(), device=torch.device("meta")) if plain else None
+        self.managed = _managed_collection([_unpooled(c) for c in managed], features, registries, buckets)
+        self.keys = [name for c in configs for name in c.feature_names]
+        self.means = [c.pooling == PoolingType.MEAN for c in configs for _ in c.feature_names]
+
+    def forward(self, features: Any) -> Any:
+        plain = self.plain(features) if self.plain is not None else None
+        embeddings, _ = self.managed(features)
+        return _pool(embeddings, self.keys, self.means, plain)
+
+
+@torch.fx.wrap
+def _merged(first: Any, second: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(first.items()) if first is not None else {}
+    out.update(dict(second.items()))
+    return out
+
+
+class ManagedCollection(nn.Module):
+    """What stands in for an ``EmbeddingCollection`` holding ``zch`` tables: ``forward(kjt)``
+    returns the same ``{feature: JaggedTensor}``, the ``zch`` tables' rows looked up through a
+    managed-collision collection."""
+
+    def __init__(self, collection: Any, features: Mapping[str, tuple[str, ZchConfig]], registries: Registries, buckets: int) -> None:
+        super().__init__()
+        from torchrec import EmbeddingCollection
+
+        configs = collection.embedding_configs()
+        plain = [c for c in configs if _table_zch(c, features) is None]
+        self.plain = EmbeddingCollection(tables=plain, device=torch.device("meta")) if plain else None
+        self.managed = _managed_collection([c for c in configs if _table_zch(c, features) is not None], features, registries, buckets)
+
+    def forward(self, features: Any) -> Any:
+        plain = self.plain(features) if self.plain is not None else None
+        embeddings, _ = self.managed(features)
+        return _merged(plain, embeddings)
+
+
+def swap_managed_collisions(model: nn.Module, cfg: RunConfig, registries: Registries, world_size: int) -> int:
+    """Replace, in place, every embedding collection of ``model`` that holds a ``zch`` table by
+    its managed-collision stand-in (built on the meta device, like the model's).
+
+    Args:
+        model: the user's model (or the module wrapping it).
+        cfg: the run's config (which features have ``zch``).
+        registries: the run's registries (eviction policies, admission filters).
+        world_size: ranks the tables are sharded over (each ``zch`` table gets that many
+            buckets of raw ids, one slice per rank).
+
+    Returns:
+        How many collections were replaced.
+
+    Raises:
+        ConfigError: for a weighted run (``weight_column``): a ``zch`` table is looked up
+            unpooled, and TorchRec's managed-collision lookup takes no per-id weights.
+    """
+    from torchrec import EmbeddingBagCollection, EmbeddingCollection
+
+    features = zch_features(cfg)
+    if not features:
+        return 0
+    weighted = [f"features.sparse[{i}].weight_column" for i, f in enumerate(cfg.features.sparse) if f.weight_column]
+    if weighted:
+        raise ConfigError("features", [ConfigProblem(p, "zch features take no per-id weights (TorchRec's managed-collision "
+                                                        "lookup has none); remove weight_column or zch") for p in weighted])
+    swaps = []
+    for name, module in model.named_modules():
+        if isinstance(module, EmbeddingBagCollection):
+            if any(_table_zch(c, features) for c in module.embedding_bag_configs()):
+                swaps.append((name, ManagedBagCollection(module, features, registries, world_size)))
+        elif isinstance(module, EmbeddingCollection) and any(_table_zch(c, features) for c in module.embedding_configs()):
+            swaps.append((name, ManagedCollection(module, features, registries, world_size)))
+    for name, replacement in swaps:
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, attr, replacement)
+    return len(swaps)
+
+
+def zch_table_names(modules: Sequence[nn.Module]) -> set[str]:
+    """The tables of ``modules`` (embedding collections) that a managed-collision collection holds."""
+    from torchrec.modules.mc_embedding_modules import ManagedCollisionEmbeddingCollection
+
+    return {c.name for m in modules if isinstance(m, ManagedCollisionEmbeddingCollection)
+            for c in m._embedding_module.embedding_configs()}
