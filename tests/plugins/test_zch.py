@@ -1,0 +1,174 @@
+"""Collision-free ids through TorchRec's managed-collision modules, sharded on CPU in this
+process: evictions run every ``eviction_interval`` steps, and an id evicted and seen again
+gets a fresh row (initial weights, optimizer state zeroed) while its old row's training is gone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
+from tzrun.testing import load_config_text
+
+CONFIG = """
+model_dir = "runs/x"
+
+[data]
+train_input = "data/train"
+
+[[features.sparse]]
+name = "user"
+embedding_dim = 4
+zch = {{ size = {size}, eviction_interval = {interval}{more} }}
+
+[model]
+type = "deepfm"
+
+[[losses]]
+type = "binary_cross_entropy"
+
+[train]
+num_steps = 10
+sparse_optimizer = {{ type = "rowwise_adagrad", lr = 0.5 }}
+dense_optimizer = {{ type = "adam", lr = 0.001 }}
+"""
+
+#: the value every fresh row starts from (the table's initializer, as TorchRec resets it)
+FRESH = 0.25
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group():
+    """A one-process gloo group (TorchRec's sharding needs one); left alone if one exists."""
+    from tzrun.runner.distributed import init_distributed, shutdown_distributed
+
+    created = not dist.is_initialized()
+    init_distributed()
+    yield
+    if created:
+        shutdown_distributed()
+
+
+@pytest.fixture(scope="module")
+def registries():
+    return collect_registries(make_plugin_manager())
+
+
+class Bags(torch.nn.Module):
+    """A model's bag collection of the table ``user_emb`` (feature ``user``)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+
+        config = EmbeddingBagConfig(name="user_emb", num_embeddings=size, embedding_dim=4, feature_names=["user"],
+                                    init_fn=lambda t: torch.nn.init.constant_(t, FRESH))
+        self.bags = EmbeddingBagCollection(tables=[config], device=torch.device("meta"))
+
+    def forward(self, kjt: Any) -> Any:
+        return self.bags(kjt)
+
+
+def sharded(registries: Any, size: int, interval: int, more: str = "") -> Any:
+    """``Bags`` with the run's zch swap, row-wise adagrad fused, sharded as a run shards it."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.model_parallel import get_default_sharders
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.types import ShardingEnv
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+    from tzrun.runner.model import embedding_modules, embedding_tables
+    from tzrun.runner.sharding import fused_constraints
+    from tzrun.runner.zch import swap_managed_collisions, zch_table_names
+    from tzrun.runner.zch_sharding import with_zch_sharder
+
+    cfg, _ = load_config_text(CONFIG.format(size=size, interval=interval, more=more))
+    model = Bags(size)
+    assert swap_managed_collisions(model, cfg, registries, world_size=1) == 1
+    modules = embedding_modules(model)
+    assert zch_table_names(list(model.modules())) == {"user_emb"}
+    for module in modules:
+        for _, weight in embedding_tables(module):
+            apply_optimizer_in_backward(RowWiseAdagrad, [weight], {"lr": 0.5})
+    constraints = fused_constraints(modules)
+    for c in constraints.values():
+        c.sharding_types = ["row_wise"]
+    sharders = with_zch_sharder(get_default_sharders())
+    planner = EmbeddingShardingPlanner(topology=Topology(world_size=1, compute_device="cpu"), constraints=constraints)
+    plan = planner.collective_plan(model, sharders, dist.GroupMember.WORLD)
+    return DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.GroupMember.WORLD),
+                                    plan=plan, sharders=sharders, device=torch.device("cpu"))
+
+
+def step(model: Any, ids: list[int], backward: bool = True) -> None:
+    from torchrec import KeyedJaggedTensor
+
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=["user"], values=torch.tensor(ids, dtype=torch.int64),
+                                              lengths=torch.ones(len(ids), dtype=torch.int32))
+    pooled = model(kjt)
+    if backward:
+        (pooled.values() * torch.arange(1, 5, dtype=torch.float32)).sum().backward()
+
+
+def managed(model: Any) -> Any:
+    """The sharded managed-collision collection."""
+    return model.module.bags.managed
+
+
+def row_of(model: Any, raw_id: int) -> int | None:
+    """The row ``raw_id`` holds (None: it reads the miss row)."""
+    mch = managed(model)._managed_collision_collection._managed_collision_modules["user_emb"]
+    hit = (mch._mch_sorted_raw_ids == raw_id).nonzero()
+    return None if hit.numel() == 0 else int(mch._mch_remapped_ids_mapping[hit[0, 0]])
+
+
+def row_state(model: Any, row: int) -> tuple[torch.Tensor, float]:
+    """``(weights, row-wise adagrad accumulator)`` of one row."""
+    sharded = managed(model)
+    tbe, logical = sharded._table_to_tbe_and_index["user_emb"]
+    weight = sharded._embedding_module.embeddings.get_parameter("user_emb.weight")
+    return weight[row].detach().clone(), float(tbe.split_optimizer_states()[int(logical[0])][0][row])
+
+
+def test_evictions_run_every_eviction_interval_steps(registries):
+    model = sharded(registries, size=16, interval=3)
+    counts = []
+    for i in range(10):
+        step(model, [i, i + 100, 7])
+        counts.append(managed(model).evictions.get("user_emb", 0))
+    assert counts == [0, 0, 1, 1, 1, 2, 2, 2, 3, 3]
+
+
+def test_an_id_evicted_and_seen_again_gets_a_fresh_row(registries):
+    model = sharded(registries, size=4, interval=2, more=', eviction_policy = { type = "lru" }')  # 3 rows for ids, one miss
+    a, others = 11, [21, 22, 23]
+    for _ in range(4):
+        step(model, [a, a, 21])
+    old = row_of(model, a)
+    assert old is not None
+    weights, accumulator = row_state(model, old)
+    assert accumulator > 0 and not torch.allclose(weights, torch.full((4,), FRESH))  # trained
+    for _ in range(6):
+        step(model, others * 3)  # a is the least recently seen
+    assert row_of(model, a) is None  # evicted: a reads the miss row
+    for _ in range(5):  # a comes back, the most recent id now
+        step(model, [a] * 3, backward=False)
+        if row_of(model, a) is not None:
+            break
+    new = row_of(model, a)
+    assert new is not None
+    weights, accumulator = row_state(model, new)
+    assert accumulator == 0.0 and torch.equal(weights, torch.full((4,), FRESH))  # not its old row's training
+
+
+def test_an_admission_threshold_keeps_rare_ids_out(registries):
+    model = sharded(registries, size=16, interval=2, more=', admission = { type = "threshold", min_count = 3 }')
+    for _ in range(2):
+        step(model, [1, 1, 2, 5])  # over the window: 1 four times, 2 and 5 twice
+    assert row_of(model, 1) is not None
+    assert row_of(model, 2) is None and row_of(model, 5) is None
