@@ -23,6 +23,7 @@ from tzrun.runner.manifest import verify_hashes_by_default
 from tzrun.runner.position import DataPosition, ResumePoint
 from tzrun.runner.run_log import warn_if_plugins_changed
 from tzrun.runner.session import rng_state, set_rng_state
+from tzrun.runner.zch import load_zch_window_state, zch_window_state
 from tzrun.runner.stages import check_stage_states
 
 __all__ = ["TrainerCheckpoints"]
@@ -52,7 +53,8 @@ class TrainerCheckpoints:
                 stages=Blob(lambda: self._stage_state, self._load_stages),
             )
         state[f"rank.{rank}"] = Blob(
-            lambda: {"rng": rng_state(), "train_metric_windows": self.train_metrics.window_state()}, self._load_rank)
+            lambda: {"rng": rng_state(), "train_metric_windows": self.train_metrics.window_state(),
+                     "zch_windows": zch_window_state(built.model)}, self._load_rank)
         return state
 
     def save(self, *, evaluation_pending: bool = False) -> None:
@@ -168,3 +170,4 @@ class TrainerCheckpoints:
     def _load_rank(self, saved: dict[str, Any]) -> None:
         set_rng_state(saved["rng"])
         self.train_metrics.load_window_state(saved.get("train_metric_windows", {}))
+        load_zch_window_state(self.built.model, saved.get("zch_windows", {}))

@@ -28,7 +28,7 @@ from tzrun.config.sequences import id_features
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.kernel.registry import Registries
 
-__all__ = ["zch_features", "check_zch_world_size", "swap_managed_collisions", "ManagedBagCollection",
+__all__ = ["zch_features", "check_zch_world_size", "swap_managed_collisions", "ManagedBagCollection", "zch_window_state", "load_zch_window_state",
            "ManagedCollection", "zch_table_names"]
 
 
@@ -225,3 +225,48 @@ def zch_table_names(modules: Sequence[nn.Module]) -> set[str]:
 
     return {c.name for m in modules if isinstance(m, ManagedCollisionEmbeddingCollection)
             for c in m._embedding_module.embedding_configs()}
+
+
+def _managed_modules(model: nn.Module) -> dict[str, Any]:
+    """This rank's ``MCHManagedCollisionModule`` s of ``model`` (sharded or not), by module name."""
+    from torchrec.modules.mc_modules import MCHManagedCollisionModule
+
+    return {name: m for name, m in model.named_modules() if isinstance(m, MCHManagedCollisionModule)}
+
+
+def zch_window_state(model: nn.Module) -> dict[str, Any]:
+    """What TorchRec's managed-collision modules keep outside their state dict, by module name:
+    the ids seen since the last eviction (and the policy's history of them), and the step of
+    that eviction. Saved per rank, so that a resumed run evicts at the same steps with the same
+    candidates as an uninterrupted one."""
+    out = {}
+    for name, m in _managed_modules(model).items():
+        size, used = m._input_history_buffer_size, m._current_history_buffer_offset
+        out[name] = {
+            "buffer_size": size, "last_eviction_iter": m._last_eviction_iter, "current_iter": m._current_iter,
+            "history": m._history_accumulator[:used].clone() if size > 0 else torch.zeros(0, dtype=torch.int64),
+            "metadata": {k: v[:used].clone() for k, v in m._history_metadata.items()},
+        }
+    return out
+
+
+def load_zch_window_state(model: nn.Module, saved: Mapping[str, Any]) -> None:
+    """Restore :func:`zch_window_state` into ``model``'s managed-collision modules."""
+    for name, m in _managed_modules(model).items():
+        state = saved.get(name)
+        if state is None:
+            continue
+        size, history = int(state["buffer_size"]), state["history"]
+        m._current_iter, m._last_eviction_iter = int(state["current_iter"]), int(state["last_eviction_iter"])
+        if size <= 0:
+            continue
+        m._input_history_buffer_size = size
+        m._history_accumulator = torch.empty(size, dtype=torch.int64, device=m.device)
+        m._history_accumulator[: history.numel()] = history
+        for info in m._eviction_policy.metadata_info:
+            if info.is_history_metadata:
+                buffer = torch.zeros(size, dtype=torch.int64, device=m.device)
+                buffer[: history.numel()] = state["metadata"][info.metadata_name]
+                m.register_buffer("_history_" + info.metadata_name, buffer, persistent=False)
+                m._history_metadata[info.metadata_name] = buffer
+        m._current_history_buffer_offset = history.numel()

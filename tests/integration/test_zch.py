@@ -1,0 +1,113 @@
+"""DeepFM with collision-free ids (``zch``) on two id features: it trains on 2 CPU ranks with the
+zch tables sharded row-wise through TorchRec's managed-collision collection (their managed state
+in the checkpoint), and a run stopped by a signal between two evictions resumes exactly as the
+uninterrupted run (the same loss at every step, the same weights at the end)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.checkpoint_entries import read_saved
+from tests.conftest import REPO
+from tests.integration.test_resume import Losses
+from tests.warm_ranks import warm_cli
+from tzrun.config.load import load_config, parse_config
+from tzrun.kernel.plugins import make_plugin_manager
+from tzrun.kernel.registry import collect_registries
+from tzrun.runner.checkpoint import list_checkpoints
+from tzrun.runner.session import Session
+from tzrun.runner.trainer import train
+
+pytestmark = pytest.mark.slow
+
+ZCH = {
+    "cat_0": "zch = { size = 64, eviction_interval = 2 }",
+    "cat_1": 'zch = { size = 32, eviction_interval = 2, eviction_policy = { type = "lru" }, '
+             'admission = { type = "threshold", min_count = 2 } }',
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2,048 training and 1,024 eval rows of synthetic Criteo (read-only)."""
+    from tzrun_tools.synth import synth_criteo
+
+    root = tmp_path_factory.mktemp("zch_criteo")
+    synth_criteo(root, rows=2048, eval_rows=1024, seed=1, rows_per_file=1024, row_group_size=512)
+    return root
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The DeepFM example with cat_0 and cat_1 collision-free."""
+    text = (REPO / "examples" / "deepfm_criteo.toml").read_text()
+    for name, zch in ZCH.items():
+        text, n = re.subn(rf'name = "{name}"\nnum_buckets = \d+', f'name = "{name}"\n{zch}', text)
+        assert n == 1, name
+    path = tmp_path_factory.mktemp("zch_config") / "deepfm_zch.toml"
+    path.write_text(text)
+    return path
+
+
+def _sets(data: Path, model_dir: Path, *extra: str) -> list[str]:
+    sets = [f'data.train_input="{data / "train"}"', f'data.eval_input="{data / "eval"}"', f'model_dir="{model_dir}"',
+            "data.batch_size=256", "data.eval_batch_size=512", "data.num_workers=0", "model.deep_hidden_units=[16]",
+            "model.final_hidden_units=[8]", *extra]
+    return [a for s in sets for a in ("--set", s)]
+
+
+@pytest.mark.multiproc
+def test_deepfm_with_zch_on_two_id_features_trains_on_two_ranks(data, config, tmp_path):
+    model_dir = tmp_path / "run"
+    proc = warm_cli(["train", str(config), *_sets(data, model_dir), "--nproc-per-node", "2"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
+    assert result["step"] == 4 and 0.0 <= result["auc"] <= 1.0
+    meta = json.loads((model_dir / "checkpoints" / "step-4" / "meta.json").read_text())
+    assert meta["world_size"] == 2
+    for table in ("cat_0_emb", "cat_1_emb", "cat_0_emb_wide"):
+        assert f"{table}" in meta["plan"] and re.search(rf"{table}\s*\|\s*row_wise", meta["plan"]), table
+    saved = (model_dir / "checkpoints" / "step-4" / "state" / ".metadata").read_bytes()
+    assert b"_mch_sorted_raw_ids" in saved and b"_mch_remapped_ids_mapping" in saved  # the id -> row map
+    windows = read_saved(model_dir / "checkpoints" / "step-4", "rank.1")["zch_windows"]
+    assert len(windows) == 4  # this rank's managed slice of each zch table, deep and wide
+
+
+def _train(data: Path, config: Path, model_dir: Path, recorder: Losses, resume: bool = False):
+    pm = make_plugin_manager(plugins=[("losses", recorder)])
+    registries = collect_registries(pm)
+    overrides = [s for s in _sets(data, model_dir, "train.num_steps=8", "train.save_checkpoints_steps=3", "metrics=[]",
+                                  "train.stages=[]") if s != "--set"]
+    text = config.read_text().replace("num_epochs = 1", "num_steps = 8")
+    raw = parse_config(text.replace(f'eval_input = "data/criteo_synth/eval"\n', ""), str(config),
+                       [o for o in overrides if not o.startswith("data.eval_input")])
+    return train(Session(load_config(raw, registries), raw, pm, registries), resume=resume)
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    out = {}
+    for key, value in model.state_dict().items():
+        tensor = value.local_shards()[0].tensor if hasattr(value, "local_shards") else value
+        out[key] = tensor.detach().clone()
+    return out
+
+
+def test_a_zch_run_stopped_between_evictions_resumes_as_the_uninterrupted_run(data, config, tmp_path):
+    whole = Losses()
+    uninterrupted = _train(data, config, tmp_path / "whole", whole)
+    first = Losses(signal_at=5)  # eviction every 2 steps: step 5 is one step into a window
+    stopped = _train(data, config, tmp_path / "split", first)
+    assert stopped.stopped_by == "SIGUSR1" and [s for s, _ in list_checkpoints(tmp_path / "split")] == [3, 5]
+    rest = Losses()
+    resumed = _train(data, config, tmp_path / "split", rest, resume=True)
+    assert resumed.steps == 8 and sorted(rest.steps) == [6, 7, 8]
+    assert {**first.steps, **rest.steps} == whole.steps
+    a, b = _weights(uninterrupted.model), _weights(resumed.model)
+    assert any("_mch_sorted_raw_ids" in k for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
