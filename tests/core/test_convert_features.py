@@ -143,7 +143,7 @@ def test_fields_without_equivalent_are_reported_and_the_feature_kept(feature, pa
      "tzrec-run has no feature generator: compute 'a' into a column"),
     ('id_feature { feature_name: "a" embedding_dim: 8 }', "set none of hash_bucket_size"),
     ('id_feature { feature_name: "a" num_buckets: 9 }', "no embedding_dim"),
-    ('id_feature { feature_name: "a" embedding_dim: 8 zch { zch_size: 100 } }', "zch: dynamic"),
+    ('id_feature { feature_name: "a" embedding_dim: 8 dynamicemb { max_capacity: 100 } }', "dynamicemb: dynamic"),
     ('id_feature { feature_name: "a" num_buckets: 9 embedding_dim: 8 stub_type: true }', "stub feature"),
     ('raw_feature { feature_name: "a" value_dim: 4 }', "value_dim > 1"),
     ('id_feature { feature_name: "a" vocab_dict { key: "x" value: 2 } vocab_dict { key: "y" value: 2 } embedding_dim: 8 }',
@@ -475,3 +475,13 @@ def test_multi_tower_din_with_dice_keeps_it():
     conversion = convert_pipeline_config(dice, "din.config")
     assert conversion.tree["model"]["din_towers"] == [
         {"sequence": "seq", "attention_hidden_units": [256, 64], "attention_activation": "dice"}]
+
+
+def test_a_zch_feature_becomes_a_zch_table_and_its_lambda_filter_is_reported(tzrun_pm):
+    conversion = one('id_feature { feature_name: "a" embedding_dim: 8 zch { zch_size: 1000 eviction_interval: 3 '
+                     'distance_lfu { decay_exponent: 0.5 } threshold_filtering_func: "lambda x: x > 1" } }')
+    sparse = {f["name"]: f for f in conversion.tree["features"]["sparse"]}
+    assert sparse["a"]["zch"] == {"size": 1000, "eviction_interval": 3,
+                                  "eviction_policy": {"type": "distance_lfu", "decay_exponent": 0.5}}
+    assert "never evaluates" in reported(conversion)["feature_configs[0].id_feature.zch.threshold_filtering_func"]
+    checked(conversion, tzrun_pm)

@@ -2,7 +2,7 @@
 
 An ``id_feature`` (and a ``lookup_feature`` with buckets) becomes a sparse feature with the same
 buckets (``num_buckets``, ``hash_bucket_size``, ``vocab_list`` or ``vocab_dict`` as ``vocab``,
-``vocab_file``); a ``raw_feature`` with ``boundaries`` a bucketized sparse feature; one without a
+``vocab_file``, ``zch`` as a ``zch`` table); a ``raw_feature`` with ``boundaries`` a bucketized sparse feature; one without a
 dense feature (``zscore`` normalizers as ``mean``/``std``). A ``sequence_feature``'s id features
 (and raw features with ``boundaries``) become features named ``<sequence>__<feature>``
 (TorchEasyRec's names): the members of a sequence group the model reads
@@ -216,11 +216,10 @@ def _feature(kind: str, node: Node, out: FeatureSet, groups: Groups, seq: Option
              encoded: bool) -> list[str]:
     """Convert one id, raw or lookup feature; returns its tzrec-run name (or nothing)."""
     name = (seq.prefix if seq else "") + node.value("feature_name", "str", "")
-    for field in ("zch", "dynamicemb"):
-        if node.has(field):
-            _placeholder(kind, node, out, f"{field}: dynamic (collision-free) embedding tables have no equivalent; "
-                                          "declare the feature with hash_bucket_size instead", name)
-            return []
+    if node.has("dynamicemb"):
+        _placeholder(kind, node, out, "dynamicemb: dynamic embedding tables have no equivalent; declare the feature "
+                                      "with zch (collision-free ids, tzrec-run help zch) or hash_bucket_size instead", name)
+        return []
     if node.value("stub_type", "bool"):
         _placeholder(kind, node, out, "a stub feature only feeds the feature generator, which tzrec-run has not", name)
         return []
@@ -292,8 +291,40 @@ def _column(kind: str, node: Node, table: dict[str, Any], name: str, seq: Option
             table["column"] = column
 
 
+#: TorchEasyRec's ``ZeroCollisionHash`` eviction policies (its oneof) -> tzrec-run's
+_EVICTION_POLICIES = {"lfu": "lfu", "lru": "lru", "distance_lfu": "distance_lfu"}
+
+
+def _zch(node: Node, table: dict[str, Any]) -> None:
+    """``zch { zch_size eviction_interval lfu|lru|distance_lfu threshold_filtering_func }`` as a
+    ``zch`` table; the filter, a Python lambda string TorchEasyRec evaluates, is reported."""
+    zch = node.child("zch")
+    if zch is None:
+        return
+    block: dict[str, Any] = {"size": zch.value("zch_size", "int")}
+    if zch.has("eviction_interval"):
+        block["eviction_interval"] = zch.value("eviction_interval", "int")
+    policy = zch.which(_EVICTION_POLICIES)
+    if policy is not None:
+        options = zch.child(policy)
+        block["eviction_policy"] = {"type": _EVICTION_POLICIES[policy]}
+        if options is not None and options.has("decay_exponent"):
+            block["eviction_policy"]["decay_exponent"] = options.value("decay_exponent", "float")
+        if options is not None:
+            options.rest()
+    zch.skip("threshold_filtering_func", "a Python lambda string, which tzrec-run never evaluates: set "
+                                         "zch.admission = { type = \"threshold\", min_count = N } (or a plugin's filter)")
+    zch.rest()
+    table["zch"] = block
+
+
 def _ids(node: Node, table: dict[str, Any]) -> bool:
     """How a value becomes an id: ``False`` when no field says."""
+    if node.has("zch"):
+        for field in ("hash_bucket_size", "num_buckets", "vocab_list", "vocab_dict", "vocab_file"):
+            node.skip(field, "zch is set too; TorchEasyRec uses that one")
+        _zch(node, table)
+        return True
     given = [f for f in ("hash_bucket_size", "num_buckets", "vocab_list", "vocab_dict", "vocab_file") if node.has(f)]
     for extra in given[1:]:
         node.skip(extra, f"{given[0]} is set too; TorchEasyRec uses that one")
