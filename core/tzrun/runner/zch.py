@@ -206,7 +206,7 @@ def swap_managed_collisions(model: nn.Module, cfg: RunConfig, registries: Regist
     if weighted:
         raise ConfigError("features", [ConfigProblem(p, "zch features take no per-id weights (TorchRec's managed-collision "
                                                         "lookup has none); remove weight_column or zch") for p in weighted])
-    swaps = []
+    swaps: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
         if isinstance(module, EmbeddingBagCollection):
             if any(_table_zch(c, features) for c in module.embedding_bag_configs()):
