@@ -45,7 +45,7 @@ def check_component(
 
     Args:
         kind: a kind key (``"dense_optimizer"``, ``"metric"``, ``"loss"``, ``"lr_scheduler"``,
-            ``"sparse_optimizer"``, ``"stage"``).
+            ``"sparse_optimizer"``, ``"stage"``, ``"eviction_policy"``, ``"admission_filter"``).
         name: its registered name (or ``"plugin:name"``).
         options: its TOML options as a dict (structured strictly, as from a config).
         pm: the plugin manager (default: a fresh one with the installed plugins).

@@ -267,7 +267,43 @@ def _stage(entry: Entry, options: Any, group: bool) -> list[str]:
     return [p.split(": ", 1)[1] for p in hook_problems(stage, "x")]
 
 
+def _admission_filter(entry: Entry, options: Any, group: bool) -> list[str]:
+    import torch
+
+    admit = _call("build(cfg) must work", entry.build, options)
+    counts = torch.tensor([1, 5, 2, 9, 1, 3], dtype=torch.int64)
+    answer = _call("the filter must take a 1-d int64 tensor of counts", admit, counts)
+    if not (isinstance(answer, tuple) and len(answer) == 2):
+        return ["the filter must return (mask, threshold)"]
+    mask = answer[0]
+    if not (isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == counts.shape):
+        return ["its mask must be a bool tensor shaped like the counts"]
+    if not torch.equal(mask, admit(counts.clone())[0]):
+        return ["it must decide alike on equal counts (every rank and every resume must)"]
+    return []
+
+
+def _eviction_policy(entry: Entry, options: Any, group: bool) -> list[str]:
+    import torch
+    from torchrec.modules.mc_modules import MCHEvictionPolicy, MCHManagedCollisionModule
+    from torchrec.sparse.jagged_tensor import JaggedTensor
+
+    policy = _call("build(cfg, admission) must work", entry.build, options, None)
+    if not isinstance(policy, MCHEvictionPolicy):
+        return [f"build(cfg, admission) must return a torchrec MCHEvictionPolicy, not {type(policy).__name__}"]
+    module = MCHManagedCollisionModule(zch_size=4, device=torch.device("cpu"), eviction_policy=policy, eviction_interval=1)
+    for step in range(3):
+        ids = JaggedTensor(values=torch.tensor([step, step, 7, 9], dtype=torch.int64), lengths=torch.tensor([2, 2]))
+        out = _call("TorchRec's managed-collision module must run with it", module, {"t": ids})
+        rows = out["t"].values()
+        if bool(((rows < 0) | (rows >= 4)).any()):
+            return [f"ids must map to rows in [0, 4), got {rows.tolist()}"]
+    return []
+
+
 _PROBES: dict[str, Callable[[Entry, Any, bool], list[str]]] = {
+    "eviction_policy": _eviction_policy,
+    "admission_filter": _admission_filter,
     "dense_optimizer": _dense_optimizer,
     "sparse_optimizer": _sparse_optimizer,
     "lr_scheduler": _lr_scheduler,
