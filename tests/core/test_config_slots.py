@@ -28,7 +28,10 @@ EVERY_SLOT = [
     'parts = [{type = "sgd", lr = 0.1, pattern = "deep\\\\..*", lr_schedule = {type = "constant"}}]}',
     'features.sparse[0].sparse_optimizer={type = "rowwise_adagrad", lr = 0.1}',
     'features.sequence=[{name = "s", max_len = 2, features = [{name = "s0", column = "c0", num_buckets = 10, '
-    'embedding_dim = 4, sparse_optimizer = {type = "sgd", lr = 0.1}}]}]',
+    'embedding_dim = 4, sparse_optimizer = {type = "sgd", lr = 0.1}}, {name = "s1", column = "c0", embedding_dim = 4, '
+    'zch = {size = 8, eviction_policy = {type = "lru"}, admission = {type = "threshold"}}}]}]',
+    'features.sparse+=[{name = "z0", column = "c0", zch = {size = 8, eviction_policy = {type = "lfu"}, '
+    'admission = {type = "threshold"}}}]',
     'train.pipeline={type = "base"}',
     'train.stages=[{type = "progress"}, {type = "metrics_log"}]',
     'train.loss_weighting={type = "sum"}',
