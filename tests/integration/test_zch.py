@@ -111,3 +111,14 @@ def test_a_zch_run_stopped_between_evictions_resumes_as_the_uninterrupted_run(da
     assert any("_mch_sorted_raw_ids" in k for k in a)
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_an_export_of_a_zch_config_is_refused_by_name(config, tmp_path, capsys):
+    from tzrun.cli.main import main
+    from tzrun.errors import EXIT_CONFIG
+
+    code = main(["export", str(config), "--set", f'model_dir="{tmp_path / "run"}"', "--out", str(tmp_path / "export")])
+    err = capsys.readouterr().err
+    assert code == EXIT_CONFIG
+    assert "features.sparse[0].zch: an export cannot carry a zch table's id-to-row map yet" in err, err
+    assert not (tmp_path / "export").exists()
