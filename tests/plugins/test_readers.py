@@ -291,6 +291,7 @@ def test_a_criteo_text_input_trains_end_to_end(tmp_path):
     write_criteo(tmp_path / "eval.txt", 512, seed=2)
     run = run_tiny_training(
         tmp_path,
+        in_process=True,
         data_dir=tmp_path,  # unused: the inputs are overridden
         overrides=[
             f'data.train_input="{tmp_path / "train.txt"}"',
