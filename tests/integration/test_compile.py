@@ -44,6 +44,7 @@ EXAMPLES = {
     "dlrm_criteo": "criteo",
     "wide_and_deep_criteo": "criteo",
     "dcn_v2_criteo": "criteo",
+    "dcn_v1_criteo": "criteo",
     "mask_net_criteo": "criteo",
     "wukong_criteo": "criteo",
     "rocket_launching_criteo": "criteo",

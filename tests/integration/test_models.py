@@ -26,6 +26,8 @@ EXAMPLES = {
     "wide_and_deep_criteo": ("criteo", ["model.deep_hidden_units=[16]"], ["auc"]),
     "dcn_v2_criteo": ("criteo", ["model.backbone_hidden_units=[16]", "model.low_rank=4", "model.deep_hidden_units=[8]",
                                  "model.final_hidden_units=[8]"], ["auc"]),
+    "dcn_v1_criteo": ("criteo", ["model.cross_num=2", "model.deep_hidden_units=[8]", "model.final_hidden_units=[8]"],
+                      ["auc"]),
     "mask_net_criteo": ("criteo", ["model.n_mask_blocks=2", "model.hidden_dim=8", "model.reduction_ratio=0.5",
                                    "model.top_hidden_units=[8]"], ["auc"]),
     "wukong_criteo": ("criteo", ["model.dense_hidden_units=[8, 16]", "model.final_hidden_units=[8]",

@@ -18,7 +18,8 @@ __all__ = ["add_parsers", "COMMANDS", "EXAMPLES", "example_text", "synth_command
 
 #: The examples ``tzrec-run init --example`` writes (package data of tzrun_tools.templates).
 EXAMPLES = ("deepfm_criteo", "deepfm_criteo_text", "dlrm_criteo", "wide_and_deep_criteo", "dssm_taobao",
-            "dssm_taobao_sampled", "mmoe_taobao", "ple_taobao", "dbmtl_taobao", "din_taobao", "multi_tower_taobao", "dcn_v2_criteo", "mask_net_criteo",
+            "dssm_taobao_sampled", "mmoe_taobao", "ple_taobao", "dbmtl_taobao", "din_taobao", "multi_tower_taobao", "dcn_v2_criteo", "dcn_v1_criteo",
+            "mask_net_criteo",
             "wukong_criteo", "pepnet_taobao", "dssm_v2_taobao", "rocket_launching_criteo", "mind_taobao", "tdm_taobao")
 _SYNTH_LINE = re.compile(r"^#\s+(tzrec-run data synth [^#\n]*?)\s*(#.*)?$", re.M)
 
