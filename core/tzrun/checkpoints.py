@@ -28,6 +28,10 @@ from tzrun.io.storage import as_path
 
 __all__ = ["CheckpointView", "open_checkpoint", "find_checkpoint", "checkpoint_step"]
 
+#: the DCP key of a model state key: ``"model."`` (the saved entry) + ``"model."`` (the user's
+#: model inside the run's train model)
+_MODEL_PREFIX = "model.model."
+
 
 @attrs.frozen
 class CheckpointView:
@@ -124,6 +128,39 @@ class CheckpointView:
         from tzrun.runner.records import config_differences
 
         return config_differences(self.config, config)
+
+    def model_keys(self, model: Any, cfg: Any) -> dict[str, str]:
+        """The DCP key under which this checkpoint holds each state key of ``model``, the user's
+        model as its plugin builds it from the run's config ``cfg`` (unsharded):
+        ``model.model.<key>``, or, for a table of an embedding collection the run swapped for
+        its managed-collision stand-in (``zch``, docs/zch.md), the stand-in's key."""
+        from tzrun.runner.zch_layout import swapped_keys
+
+        return {k: _MODEL_PREFIX + v for k, v in swapped_keys(model, cfg).items()}
+
+    def zch_remaps(self, model: Any, cfg: Any) -> dict[tuple[str, str], Any]:
+        """``(collection, table) -> ZchRemap`` (an ``nn.Module``: raw ids -> rows, as the run
+        looked them up) of each ``zch`` table of ``model`` (as :meth:`model_keys`), loaded
+        from this checkpoint: its whole id-to-row map, whatever number of ranks wrote it.
+
+        Raises:
+            CheckpointError: when the checkpoint holds no map for one of them.
+        """
+        import torch
+
+        from tzrun.runner.zch_layout import ZchRemap, managed_tables
+
+        tables = managed_tables(model, cfg)
+        shapes = self.tensor_shapes()
+        missing = [t.table for t in tables if _MODEL_PREFIX + t.raw_ids_key not in shapes]
+        if missing:
+            raise CheckpointError(f"{self.path}: holds no id-to-row map of the zch table(s) {', '.join(missing)}: it "
+                                  "was not written with this config's zch features; use the config it was trained with")
+        state = {_MODEL_PREFIX + k: torch.empty(shapes[_MODEL_PREFIX + k], dtype=torch.int64)
+                 for t in tables for k in (t.raw_ids_key, t.rows_key)}
+        self.load_state(state)
+        return {(t.collection, t.table): ZchRemap(state[_MODEL_PREFIX + t.raw_ids_key], state[_MODEL_PREFIX + t.rows_key],
+                                                   self.world_size or 1) for t in tables}
 
     def _entries(self) -> Mapping[str, Any]:
         from tzrun.runner.dcp_metadata import read_metadata

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Optional
 
 import attrs
 
 import tzrun
-from tzrun.errors import ConfigError, ConfigProblem, WriteError
+from tzrun.errors import WriteError
 
 __all__ = ["ExportOptions", "ApplyDeltasOptions", "export", "apply_deltas"]
 
@@ -50,7 +50,6 @@ def export(options: ExportOptions) -> int:
     if options.model_dir:
         overrides.append(f"model_dir={json.dumps(options.model_dir)}")
     session = tzrun.Session.from_config(options.config, overrides, strict=options.strict)
-    _refuse_zch(session.cfg, options.config)
     done = export_command(session, options.checkpoint, options.out)
     programs = ", ".join(p.name for p in done.programs)
     print(f"exported {tzrun.redact_url(str(done.checkpoint))} (step {done.step}) to "
@@ -110,16 +109,6 @@ def apply_deltas(options: ApplyDeltasOptions) -> int:
     print(f"{options.out}: {len(tables)} table(s) at step {at} ({options.path} at step {step} plus the dumps of "
           f"{options.deltas})")
     return 0
-
-
-def _refuse_zch(cfg: Any, source: str) -> None:
-    """An export cannot carry a collision-free table's id-to-row map yet (docs/zch.md, Not yet)."""
-    paths = [f"features.sparse[{i}].zch" for i, f in enumerate(cfg.features.sparse) if f.zch is not None]
-    paths += [f"features.sequence[{g}].features[{j}].zch" for g, group in enumerate(cfg.features.sequence)
-              for j, f in enumerate(group.features) if f.zch is not None]
-    if paths:
-        raise ConfigError(source, [ConfigProblem(p, "an export cannot carry a zch table's id-to-row map yet "
-                                                    "(tzrec-run help zch, Not yet); use predict --checkpoint") for p in paths])
 
 
 def _check_out(out: str) -> None:

@@ -3,7 +3,8 @@
 The model is rebuilt on one process, on the CPU, without a process group and unsharded; its
 weights are read from the checkpoint through ``torch.distributed.checkpoint`` (which reshards,
 so a checkpoint of any number of ranks loads); its embedding collections become plain torch
-(:mod:`tzrun_serving.plain`); then each of its serving programs is traced by ``torch.export``
+(:mod:`tzrun_serving.plain`), a ``zch`` table's with its id-to-row map in front of its
+lookup (docs/zch.md, Export); then each of its serving programs is traced by ``torch.export``
 with a dynamic batch dimension and a dynamic id count per feature, and saved with
 ``torch.export.save``. Layout of an export::
 
@@ -42,8 +43,6 @@ __all__ = ["ServingProgram", "ServingModule", "load_unsharded", "serving_program
            "write_export", "export_checkpoint", "ExportResult", "claim_export_dir", "is_export_file", "is_legacy_export"]
 
 log = logging.getLogger("tzrun")
-
-_PREFIX = "model.model."  # DCP key of a model entry (see tzrun.runner.init_from)
 
 
 @attrs.frozen
@@ -194,13 +193,14 @@ def load_unsharded(facts: Any, checkpoint: CheckpointView) -> nn.Module:
     model: nn.Module = facts.registries["model"].get(cfg.model.type, "model.type").build(cfg.model.config, ctx)
     state = model.state_dict()
     saved = checkpoint.tensor_shapes()
-    problems = [f"'{k}' is not in it" for k in state if _PREFIX + k not in saved]
-    problems += [f"'{k}' has shape {list(saved[_PREFIX + k])} there and {list(v.shape)} here"
-                 for k, v in state.items() if _PREFIX + k in saved and tuple(saved[_PREFIX + k]) != tuple(v.shape)]
+    keys = checkpoint.model_keys(model, cfg)
+    problems = [f"'{k}' is not in it" for k in state if keys[k] not in saved]
+    problems += [f"'{k}' has shape {list(saved[keys[k]])} there and {list(v.shape)} here"
+                 for k, v in state.items() if keys[k] in saved and tuple(saved[keys[k]]) != tuple(v.shape)]
     if problems:
         raise CheckpointError(f"{checkpoint.path}: does not hold this config's model: " + "; ".join(problems[:6])
                               + ". Export it with the config it was trained with (its config is in meta.json)")
-    checkpoint.load_state({"model": {"model." + k: v for k, v in state.items()}})
+    checkpoint.load_state({keys[k]: v for k, v in state.items()})
     model.load_state_dict(state)
     ema = cfg.train.dense_optimizer.fields.ema
     if ema is not None and ema.use_for_eval:
@@ -269,10 +269,20 @@ def _dynamic_shapes(inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     return {"inputs": {name: axes[name] for name in inputs}}
 
 
-def export_model(model: nn.Module, specs: Any, outputs: Sequence[str]) -> dict[ServingProgram, Any]:
+def export_model(model: nn.Module, specs: Any, outputs: Sequence[str],
+                 remaps: Mapping[tuple[str, str], nn.Module] | None = None) -> dict[ServingProgram, Any]:
     """Swap ``model``'s embedding collections for plain torch and ``torch.export`` each of its
-    serving programs. Returns ``{program: ExportedProgram}``."""
-    swap_embedding_collections(model, [f.name for f in specs.pooled], _all_sequence_keys(specs))
+    serving programs. Returns ``{program: ExportedProgram}``.
+
+    Args:
+        model: the user's model, unsharded, with its weights.
+        specs: the run's feature specs.
+        outputs: the outputs the model declares (empty: what its forward returns).
+        remaps: ``(collection, table) -> id-to-row map`` of each ``zch`` table
+            (:meth:`tzrun.CheckpointView.zch_remaps`), traced into the programs in front of
+            the table's lookup.
+    """
+    swap_embedding_collections(model, [f.name for f in specs.pooled], _all_sequence_keys(specs), remaps or {})
     model.eval()
     if not outputs:  # the model declares none: what its forward returns
         everything = ServingProgram("model", (), _feature_names(specs))
@@ -382,10 +392,11 @@ def export_checkpoint(facts: Any, checkpoint: Path | CheckpointView, out: Path) 
     view = checkpoint if isinstance(checkpoint, CheckpointView) else open_checkpoint(checkpoint)
     view.verify()  # alone: in training, the other ranks are not here
     model = load_unsharded(facts, view)
+    remaps = view.zch_remaps(model, facts.cfg)
     entry = facts.registries["model"].get(facts.cfg.model.type, "model.type")
     declare = entry.extras.get("outputs")
     outputs = list(declare(facts.cfg.model.config)) if declare is not None else []
-    exported = export_model(model, facts.specs, outputs)
+    exported = export_model(model, facts.specs, outputs, remaps)
     source = {"path": str(view.path), "step": view.step, "marker_sha256": view.marker_sha256(),
               "world_size": view.meta.get("world_size"), "run_id": view.meta.get("run_id")}
     manifest = manifest_of(facts, list(exported), source)

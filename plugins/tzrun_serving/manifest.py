@@ -9,7 +9,7 @@ Format (``"format": "tzrun-export/1"``)::
       "batch_dim": "dynamic",
       "features": {
         "dense":  [{"name", "column", "fill_value", "log1p", "mean", "std"}],
-        "sparse": [{"name", "column", "table", "num_buckets" | "hash_bucket_size" | "vocab" | "boundaries",
+        "sparse": [{"name", "column", "table", "num_buckets" | "hash_bucket_size" | "vocab" | "boundaries" | "zch_size",
                     "separator", "weight_column", "pooling", "num_embeddings", "unpooled"}],
         "sequence": [{"name", "max_len", "keep", "query": [...], "features": [<as in sparse>],
                       "dense": [<as in dense>]}],
@@ -31,6 +31,10 @@ A program takes one dict of tensors (in the manifest's order):
 * ``weights``: float32 ``[n]``, per-id weights (only in a run where some feature has a
   ``weight_column``: the weight, divided by the row's id count for a ``mean`` feature; 1 for a
   feature without weights).
+
+A ``zch_size`` feature's ids are its 63-bit raw ids (a string hashed with FNV-1a 64, an
+integer mixed with splitmix64, see :mod:`tzrun.data.ids`): the program maps them to rows with
+the table's id-to-row map (docs/zch.md, Export).
 
 ``ids``/``lengths``/``weights`` hold the pooled id features only. The unpooled ones (each
 feature of a ``sequence`` group the program reads, then its ``"unpooled": true`` sparse

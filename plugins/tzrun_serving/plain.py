@@ -109,20 +109,24 @@ class PlainEmbeddingCollection(nn.Module):
     Args:
         tables: ``(name, weight, feature names)`` per table, in the collection's order.
         keys: the keys of ``batch.sequence``, in order (the rows of its lengths).
+        remaps: per feature of a ``zch`` table, its table's id-to-row map (raw ids -> rows).
     """
 
-    def __init__(self, tables: Sequence[tuple[str, torch.Tensor, Sequence[str]]], keys: Sequence[str]) -> None:
+    def __init__(self, tables: Sequence[tuple[str, torch.Tensor, Sequence[str]]], keys: Sequence[str],
+                 remaps: Mapping[str, nn.Module] | None = None) -> None:
         super().__init__()
         index = {name: i for i, name in enumerate(keys)}
         self.weights = nn.ParameterList(
             nn.Parameter(w.detach().to("cpu", torch.float32).clone(), requires_grad=False) for _, w, _ in tables)
         self.picks = [(name, t, index[name]) for t, (_, _, names) in enumerate(tables) for name in names]
+        self.remaps = nn.ModuleDict(dict(remaps or {}))
 
     def forward(self, features: PlainSequenceFeatures) -> dict[str, PlainJagged]:
-        return {
-            name: PlainJagged(torch.nn.functional.embedding(features.ids[name], self.weights[t]), features.lengths[row])
-            for name, t, row in self.picks
-        }
+        out = {}
+        for name, t, row in self.picks:
+            ids = self.remaps[name](features.ids[name]) if name in self.remaps else features.ids[name]
+            out[name] = PlainJagged(torch.nn.functional.embedding(ids, self.weights[t]), features.lengths[row])
+        return out
 
 
 class PlainKeyedTensor:
@@ -166,15 +170,19 @@ class PlainEmbeddingBagCollection(nn.Module):
             order; ``pooling`` is ``"sum"`` or ``"mean"``.
         is_weighted: the features carry per-id weights.
         features: the run's id features, in order (the rows of ``PlainFeatures.lengths``).
+        remaps: per feature of a ``zch`` table, its table's id-to-row map (raw ids -> rows),
+            applied to that feature's ids before the lookup.
     """
 
     def __init__(self, tables: Sequence[tuple[str, torch.Tensor, Sequence[str], str]], is_weighted: bool,
-                 features: Sequence[str]) -> None:
+                 features: Sequence[str], remaps: Mapping[str, nn.Module] | None = None) -> None:
         super().__init__()
+        index = {name: i for i, name in enumerate(features)}
+        self.remaps = nn.ModuleDict(dict(remaps or {}))
+        self.remapped = [(index[name], name) for name in self.remaps]
         self.is_weighted = is_weighted
         self.num_features = len(features)
         self.keys = [name for _, _, names, _ in tables for name in names]
-        index = {name: i for i, name in enumerate(features)}
         dims = sorted({int(w.shape[1]) for _, w, _, _ in tables})
         self.weights = nn.ParameterList()
         self.picks: list[list[tuple[str, int]]] = []  # per width: (feature, its row in lengths)
@@ -207,6 +215,8 @@ class PlainEmbeddingBagCollection(nn.Module):
         n = ids.shape[0]
         feature_of_id = torch.repeat_interleave(torch.arange(self.num_features), lengths.sum(dim=1), output_size=n)
         row_scale = torch.repeat_interleave(1.0 / flat.clamp(min=1).float(), flat, output_size=n)
+        for i, name in self.remapped:  # a zch feature's raw ids -> its table's rows
+            ids = torch.where(feature_of_id == i, self.remaps[name](ids), ids)
         pooled: dict[str, torch.Tensor] = {}
         for g, weight in enumerate(self.weights):
             mask, mean = getattr(self, f"mask_{g}")[feature_of_id], getattr(self, f"mean_{g}")[feature_of_id]
@@ -221,28 +231,34 @@ class PlainEmbeddingBagCollection(nn.Module):
         return PlainKeyedTensor(self.keys, [pooled[name] for name in self.keys])
 
 
-def _plain_of(module: nn.Module, features: Sequence[str], sequence_keys: Sequence[str]) -> nn.Module:
-    """The plain twin of one unsharded TorchRec collection."""
+def _plain_of(module: nn.Module, features: Sequence[str], sequence_keys: Sequence[str],
+              remaps: Mapping[str, nn.Module]) -> nn.Module:
+    """The plain twin of one unsharded TorchRec collection (``remaps``: its tables' id-to-row maps)."""
     from torchrec import EmbeddingBagCollection
 
     if not isinstance(module, EmbeddingBagCollection):  # an EmbeddingCollection
         collection: Any = module
+        configs = list(collection.embedding_configs())
         return PlainEmbeddingCollection(
-            [(t.name, collection.embeddings[t.name].weight, list(t.feature_names))
-             for t in collection.embedding_configs()],
-            sequence_keys)
-    tables = [
-        (t.name, module.embedding_bags[t.name].weight, list(t.feature_names), t.pooling.name.lower())
-        for t in module.embedding_bag_configs()
-    ]
-    return PlainEmbeddingBagCollection(tables, module.is_weighted(), features)
+            [(t.name, collection.embeddings[t.name].weight, list(t.feature_names)) for t in configs],
+            sequence_keys, _feature_remaps(configs, remaps))
+    configs = list(module.embedding_bag_configs())
+    tables = [(t.name, module.embedding_bags[t.name].weight, list(t.feature_names), t.pooling.name.lower()) for t in configs]
+    return PlainEmbeddingBagCollection(tables, module.is_weighted(), features, _feature_remaps(configs, remaps))
 
 
-def swap_embedding_collections(model: nn.Module, features: Sequence[str], sequence_keys: Sequence[str] = ()) -> list[str]:
+def _feature_remaps(configs: Sequence[Any], remaps: Mapping[str, nn.Module]) -> dict[str, nn.Module]:
+    """Each feature of a table that has an id-to-row map -> that map."""
+    return {f: remaps[t.name] for t in configs if t.name in remaps for f in t.feature_names}
+
+
+def swap_embedding_collections(model: nn.Module, features: Sequence[str], sequence_keys: Sequence[str] = (),
+                               remaps: Mapping[tuple[str, str], nn.Module] | None = None) -> list[str]:
     """Replace, in place, every TorchRec embedding collection of an unsharded ``model`` by its
     plain-torch twin (weights copied); ``features`` are the keys of ``batch.sparse`` (the pooled
-    id features) in order, ``sequence_keys`` those of ``batch.sequence``. Returns the swapped
-    modules' names.
+    id features) in order, ``sequence_keys`` those of ``batch.sequence``; ``remaps`` the
+    id-to-row map of each ``zch`` table by ``(collection name, table)``, looked up in front of
+    the table. Returns the swapped modules' names.
     """
     from torchrec import EmbeddingBagCollection, EmbeddingCollection
 
@@ -252,7 +268,8 @@ def swap_embedding_collections(model: nn.Module, features: Sequence[str], sequen
             continue
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, _plain_of(module, features, sequence_keys))
+        tables = {table: remap for (collection, table), remap in (remaps or {}).items() if collection == name}
+        setattr(parent, child, _plain_of(module, features, sequence_keys, tables))
         swapped.append(name)
     return swapped
 

@@ -1,7 +1,8 @@
 """DeepFM with collision-free ids (``zch``) on two id features: it trains on 2 CPU ranks with the
 zch tables sharded row-wise through TorchRec's managed-collision collection (their managed state
-in the checkpoint), and a run stopped by a signal between two evictions resumes exactly as the
-uninterrupted run (the same loss at every step, the same weights at the end)."""
+in the checkpoint), a run stopped by a signal between two evictions resumes exactly as the
+uninterrupted run (the same loss at every step, the same weights at the end), and an export,
+carrying each table's id-to-row map, scores the rows as the checkpoint does on 1 and 2 ranks."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
+import tzrun
 from tests.checkpoint_entries import read_saved
-from tests.conftest import REPO
+from tests.conftest import REPO, cli
 from tests.integration.test_resume import Losses
 from tests.warm_ranks import warm_cli
 from tzrun.config.load import load_config, parse_config
+from tzrun.data.ids import zch_raw_ids
 from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
@@ -76,6 +81,8 @@ def test_deepfm_with_zch_on_two_id_features_trains_on_two_ranks(data, config, tm
     assert b"_mch_sorted_raw_ids" in saved and b"_mch_remapped_ids_mapping" in saved  # the id -> row map
     windows = read_saved(model_dir / "checkpoints" / "step-4", "rank.1")["zch_windows"]
     assert len(windows) == 4  # this rank's managed slice of each zch table, deep and wide
+    by_export, by_checkpoint = _export_and_predict(config, data, model_dir, tmp_path, "--nproc-per-node", "2")
+    _assert_same_scores(by_export, by_checkpoint)  # an id missing reads the miss row of its own rank's slice
 
 
 def _train(data: Path, config: Path, model_dir: Path, recorder: Losses, resume: bool = False):
@@ -113,12 +120,51 @@ def test_a_zch_run_stopped_between_evictions_resumes_as_the_uninterrupted_run(da
         assert torch.equal(a[key], b[key]), key
 
 
-def test_an_export_of_a_zch_config_is_refused_by_name(config, tmp_path, capsys):
-    from tzrun.cli.main import main
-    from tzrun.errors import EXIT_CONFIG
+def _held(model_dir: Path, table_key: str) -> torch.Tensor:
+    """The raw ids a zch table of the run's last checkpoint holds (every slice's)."""
+    view = tzrun.find_checkpoint(model_dir, "latest")
+    key = f"model.model.{table_key}._mch_sorted_raw_ids"
+    state = {key: torch.empty(view.tensor_shapes()[key], dtype=torch.int64)}
+    view.load_state(state)
+    return state[key][state[key] < 2**63 - 1]
 
-    code = main(["export", str(config), "--set", f'model_dir="{tmp_path / "run"}"', "--out", str(tmp_path / "export")])
-    err = capsys.readouterr().err
-    assert code == EXIT_CONFIG
-    assert "features.sparse[0].zch: an export cannot carry a zch table's id-to-row map yet" in err, err
-    assert not (tmp_path / "export").exists()
+
+def _export_and_predict(config: Path, data: Path, model_dir: Path, tmp: Path, *ranks: str) -> tuple[Path, Path]:
+    """Export the run's last checkpoint, and score the eval rows with it and with the checkpoint
+    (on ``ranks``' ranks): the two prediction files."""
+    sets = _sets(data, model_dir)
+    made = cli(["export", str(config), *sets, "--out", str(tmp / "export")])
+    assert made.returncode == 0, made.stderr[-3000:]
+    by_export = cli(["predict", str(config), *sets, "--export", str(tmp / "export"), "--input", str(data / "eval"),
+                     "--output", str(tmp / "export.parquet")])
+    assert by_export.returncode == 0, by_export.stderr[-3000:]
+    command = ["predict", str(config), *sets, "--checkpoint", "latest", "--input", str(data / "eval"),
+               "--output", str(tmp / "checkpoint.parquet"), *ranks]
+    by_checkpoint = warm_cli(command) if ranks else cli(command)
+    assert by_checkpoint.returncode == 0, by_checkpoint.stderr[-3000:]
+    return tmp / "export.parquet", tmp / "checkpoint.parquet"
+
+
+def _assert_same_scores(a: Path, b: Path) -> None:
+    np.testing.assert_allclose(pq.read_table(a).column("probs").to_numpy(), pq.read_table(b).column("probs").to_numpy(),
+                               rtol=0, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def one_rank(data: Path, config: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The config trained on 1 rank (8 steps, a train record every 2): its model dir and the
+    train command's result (read-only)."""
+    model_dir = tmp_path_factory.mktemp("zch_one_rank") / "run"
+    done = cli(["train", str(config), *_sets(data, model_dir, "train.log_every_n_steps=2")])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return model_dir, done
+
+
+def test_an_export_of_a_zch_run_scores_as_its_checkpoint(data, config, one_rank, tmp_path):
+    model_dir, _ = one_rank
+    by_export, by_checkpoint = _export_and_predict(config, data, model_dir, tmp_path)
+    _assert_same_scores(by_export, by_checkpoint)
+    raw = torch.from_numpy(zch_raw_ids(pq.read_table(data / "eval").column("cat_0").to_numpy()))
+    held = torch.isin(raw, _held(model_dir, "deep_ebc.managed._managed_collision_collection._managed_collision_modules."
+                                            "cat_0_emb"))
+    assert held.any() and not held.all()  # the rows read trained rows of their own and the miss row
