@@ -168,3 +168,17 @@ def test_an_export_of_a_zch_run_scores_as_its_checkpoint(data, config, one_rank,
     held = torch.isin(raw, _held(model_dir, "deep_ebc.managed._managed_collision_collection._managed_collision_modules."
                                             "cat_0_emb"))
     assert held.any() and not held.all()  # the rows read trained rows of their own and the miss row
+
+
+def test_the_train_records_count_each_zch_tables_lookups_misses_evictions_and_rows_in_use(one_rank):
+    model_dir, done = one_rank
+    records = [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    assert [r["step"] for r in records] == [2, 4, 6, 8]
+    assert set(records[0]["zch"]) == {"cat_0_emb", "cat_1_emb", "cat_0_emb_wide", "cat_1_emb_wide"}
+    first, last = records[0]["zch"]["cat_0_emb"], records[-1]["zch"]["cat_0_emb"]
+    assert first["ids_seen"] == last["ids_seen"] == 2 * 256  # one cat_0 id a row, 256 rows a step, 2 steps a window
+    assert first["misses"] >= 256  # the first step's ids: no id holds a row before the first eviction
+    assert 0 < last["misses"] < last["ids_seen"] and last["miss_share"] == last["misses"] / last["ids_seen"]
+    assert first["evicted"] == first["rows_in_use"] == 63  # the first eviction gave all 64 rows but the miss row
+    assert last["rows_in_use"] == 63 and last["occupancy"] == 63 / 64
+    assert "zch/cat_0_emb=miss " in done.stderr + done.stdout  # the progress line

@@ -126,6 +126,12 @@ class TrainLog:
             system has no ``/proc``).
         device_memory_bytes: the most memory torch's CUDA allocator reserved on this rank's
             device during the window; None without a CUDA device.
+        zch: per ``zch`` table (docs/zch.md), what this rank's slice of it counted in the
+            window: ``ids_seen`` (ids looked up, repeats counted), ``misses`` (of them, those
+            that read the miss row: not admitted yet, or evicted), ``miss_share``, ``evicted``
+            (rows evictions gave to new ids), and at the window's end ``rows_in_use`` (rows
+            holding an id) and ``occupancy`` (``rows_in_use`` over the slice's rows); empty
+            without ``zch``.
     """
 
     step: int
@@ -145,6 +151,7 @@ class TrainLog:
     skipped_reasons: Mapping[str, int] = attrs.field(factory=dict)
     rss_bytes: Optional[int] = None
     device_memory_bytes: Optional[int] = None
+    zch: Mapping[str, Mapping[str, float]] = attrs.field(factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (what ``metrics_log`` writes, with ``"kind": "train"``)."""

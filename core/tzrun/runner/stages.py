@@ -232,8 +232,9 @@ class LogWindow:
         self._clock = now
 
     def close(self, step: int, epoch: int, lrs: Mapping[str, float], metrics: Mapping[str, float],
-              dense_params: Sequence[Any]) -> TrainLog:
-        """The record of the window (one sync for the losses), and a new window."""
+              dense_params: Sequence[Any], zch: Mapping[str, Mapping[str, float]] | None = None) -> TrainLog:
+        """The record of the window (one sync for the losses), and a new window; ``zch``: the
+        window's counts of the ``zch`` tables (:func:`tzrun.runner.zch.zch_counters`)."""
         import torch
 
         steps = max(self.steps, 1)
@@ -259,6 +260,7 @@ class LogWindow:
             skipped_reasons=dict(self.skipped.problems) if self.skipped is not None else {},
             rss_bytes=resident_bytes(),
             device_memory_bytes=device_peak_bytes(),
+            zch=dict(zch or {}),
         )
         self.steps, self.rows, self.loss_sum, self.losses_sum, self.weights_sum, self.seconds = 0, 0, None, {}, {}, 0.0
         self._waited_at_start = self.data.waited

@@ -53,6 +53,7 @@ from tzrun.runner.signals import EXIT_STOPPED_BY_SIGNAL, StopSignals
 from tzrun.runner.stages import LogWindow, TimedIterator, learning_rates, state_key
 from tzrun.runner.watchdog import current as current_watchdog, fail_collectively
 from tzrun.runner.trainer_checkpoints import TrainerCheckpoints
+from tzrun.runner.zch import zch_counters
 
 __all__ = ["TrainResult", "Trainer", "train", "EXIT_STOPPED_BY_SIGNAL"]
 
@@ -337,7 +338,7 @@ class Trainer(TrainerCheckpoints):
                        step=StepInfo(step, epoch, out.loss, out.losses, out.num_rows, lrs, metrics))
         if logging_now:
             self.raise_if_nonfinite()
-            record = self.window.close(step, epoch, all_lrs, metrics, update.dense_params)
+            record = self.window.close(step, epoch, all_lrs, metrics, update.dense_params, zch_counters(self.built.model))
             call_lifecycle(self.pm, "tzrun_after_train_log", run=self.run, log=record)
 
     def step_schedules(self, step: int) -> None:

@@ -17,6 +17,7 @@ policies``, ``tzrun_register_admission_filters``), built here per table.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
@@ -25,11 +26,12 @@ from torch import nn
 
 from tzrun.config.schema import RunConfig, ZchConfig
 from tzrun.config.sequences import id_features
+from tzrun.data.ids import ZCH_ID_SPACE
 from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.kernel.registry import Registries
 
 __all__ = ["zch_features", "check_zch_world_size", "swap_managed_collisions", "ManagedBagCollection", "zch_window_state", "load_zch_window_state",
-           "ManagedCollection", "zch_table_names"]
+           "ManagedCollection", "zch_table_names", "zch_counters"]
 
 
 def zch_features(cfg: RunConfig) -> dict[str, tuple[str, ZchConfig]]:
@@ -62,10 +64,6 @@ def _table_zch(config: Any, features: Mapping[str, tuple[str, ZchConfig]]) -> Op
 def _managed_module(config: Any, zch: tuple[str, ZchConfig], registries: Registries, buckets: int) -> Any:
     """TorchRec's ``MCHManagedCollisionModule`` of one table, its policy and filter built by
     the plugins the config names."""
-    from torchrec.modules.mc_modules import MCHManagedCollisionModule
-
-    from tzrun.data.ids import ZCH_ID_SPACE
-
     path, block = zch
     admission = None
     if block.admission is not None:
@@ -73,10 +71,61 @@ def _managed_module(config: Any, zch: tuple[str, ZchConfig], registries: Registr
         admission = entry.build(block.admission.config)
     policy_entry = registries["eviction_policy"].get(block.eviction_policy.type, f"{path}.zch.eviction_policy.type")
     policy = policy_entry.build(block.eviction_policy.config, admission)
-    return MCHManagedCollisionModule(
+    return _counted_module_type()(
         zch_size=config.num_embeddings, device=torch.device("meta"), eviction_policy=policy,
-        eviction_interval=block.eviction_interval, input_hash_size=ZCH_ID_SPACE, buckets=buckets,
+        eviction_interval=block.eviction_interval, input_hash_size=ZCH_ID_SPACE, buckets=buckets, name=config.name,
     )
+
+
+@functools.cache
+def _counted_module_type() -> type:
+    """TorchRec's ``MCHManagedCollisionModule``, counting what a user watches (the sharder
+    rebuilds each rank's slice with ``type(module)``, so every slice counts)."""
+    from torchrec.modules.mc_modules import MCHManagedCollisionModule
+
+    class CountedManagedCollision(MCHManagedCollisionModule):
+        """One slice's managed collision, counting in training the ids it looked up, those of
+        them that read its miss row (not admitted yet, or evicted), and the rows its evictions
+        gave to new ids; :meth:`take_counts` reads them (no sync until then)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)  # (not "_evicted": TorchRec's own flag)
+            self._window_lookups, self._window_evicted, self._window_misses = 0, 0, torch.zeros((), dtype=torch.int64)
+
+        def remap(self, features: Any, mutate_miss_lengths: bool = True, write_weights: Any = None) -> Any:
+            remapped = super().remap(features, mutate_miss_lengths, write_weights)
+            if self.training:
+                miss_row = self._output_global_offset + self._zch_size - 1
+                for jagged in remapped.values():
+                    values = jagged.values()
+                    self._window_lookups += values.numel()
+                    self._window_misses = self._window_misses.to(values.device) + (values == miss_row).sum()
+            return remapped
+
+        def evict(self) -> Optional[torch.Tensor]:
+            rows = super().evict()
+            if rows is not None:
+                self._window_evicted += rows.numel()
+            return rows
+
+        def take_counts(self) -> dict[str, float]:
+            """This slice's counts since the previous call, and its rows in use now."""
+            missed, used = int(self._window_misses), int((self._mch_sorted_raw_ids < ZCH_ID_SPACE).sum())
+            counts = {"ids_seen": self._window_lookups, "misses": missed, "miss_share": missed / max(self._window_lookups, 1),
+                      "evicted": self._window_evicted, "rows_in_use": used, "occupancy": used / self._zch_size}
+            self._window_lookups, self._window_evicted, self._window_misses = 0, 0, torch.zeros_like(self._window_misses)
+            return counts
+
+    return CountedManagedCollision
+
+
+def zch_counters(model: nn.Module) -> dict[str, dict[str, float]]:
+    """Per ``zch`` table, what this rank's slice of it counted since the previous call (a train
+    log's window): ``ids_seen`` (ids looked up in training, repeats counted), ``misses`` (of
+    them, those that read the miss row: not admitted yet, or evicted), ``miss_share``,
+    ``evicted`` (rows evictions gave to new ids), and now: ``rows_in_use`` (rows holding an id)
+    and ``occupancy`` (``rows_in_use`` over the slice's rows). Empty without ``zch``."""
+    return {m._name: m.take_counts() for m in _managed_modules(model).values() if hasattr(m, "take_counts")}
 
 
 def _managed_collection(configs: Sequence[Any], features: Mapping[str, tuple[str, ZchConfig]],
