@@ -83,6 +83,15 @@ def test_deepfm_with_zch_on_two_id_features_trains_on_two_ranks(data, config, tm
     assert len(windows) == 4  # this rank's managed slice of each zch table, deep and wide
     by_export, by_checkpoint = _export_and_predict(config, data, model_dir, tmp_path, "--nproc-per-node", "2")
     _assert_same_scores(by_export, by_checkpoint)  # an id missing reads the miss row of its own rank's slice
+    # 2 -> 1: the maps reshard with their tables, into one slice each
+    resumed = cli(["train", str(config), *_sets(data, model_dir, "train.num_epochs=2", "train.log_every_n_steps=1"),
+                   "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    records = [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines())
+               if r["kind"] == "train" and r["step"] > 4]
+    first = records[0]["zch"]["cat_0_emb"]
+    assert records[0]["step"] == 5 and first["rows_in_use"] == 2 * 31  # both slices' ids, before any eviction
+    assert first["misses"] < first["ids_seen"] == 256  # the ids held on 2 ranks find their rows on 1
 
 
 def _train(data: Path, config: Path, model_dir: Path, recorder: Losses, resume: bool = False):

@@ -189,3 +189,35 @@ def test_the_counters_of_a_window_are_its_lookups_misses_evictions_and_rows_in_u
     model.eval()
     step(model, [7, 8], backward=False)
     assert zch_counters(model)["user_emb"]["ids_seen"] == 0  # evaluation is not counted
+
+
+def _window(history: list[int], size: int = 8) -> dict[str, Any]:
+    ids = torch.tensor(history, dtype=torch.int64)
+    return {"buffer_size": size, "last_eviction_iter": 4, "current_iter": 5, "history": ids,
+            "metadata": {"last_access_iter": torch.full_like(ids, 5)}}
+
+
+def test_the_ids_seen_since_the_last_eviction_go_to_the_rank_whose_slice_holds_them_now():
+    from tzrun.runner.zch import reshard_zch_windows
+
+    upper = 2**62 + 3  # in the upper half of the raw ids: rank 1's slice of 2
+    two = [{"m": _window([3, 5, 3])}, {"m": _window([upper, upper + 1])}]
+    merged = reshard_zch_windows(two, rank=0, world_size=1)["m"]
+    assert merged["history"].tolist() == [3, 5, 3, upper, upper + 1] and merged["buffer_size"] == 16
+    assert merged["metadata"]["last_access_iter"].tolist() == [5] * 5
+    assert (merged["last_eviction_iter"], merged["current_iter"]) == (4, 5)  # the next eviction at the same step
+    one = [{"m": _window([3, upper, 5])}]
+    assert reshard_zch_windows(one, rank=0, world_size=2)["m"]["history"].tolist() == [3, 5]
+    assert reshard_zch_windows(one, rank=1, world_size=2)["m"]["history"].tolist() == [upper]
+
+
+def test_a_zch_checkpoint_loads_into_a_divisor_of_its_ranks_and_is_refused_on_more(registries):
+    from tzrun.errors import CheckpointError
+    from tzrun.runner.zch import check_zch_reshard
+
+    model = sharded(registries, size=4, interval=2)
+    check_zch_reshard(model, 2, 1, "ck")  # 2 -> 1 and 4 -> 2: each new slice is whole old slices
+    check_zch_reshard(model, 4, 2, "ck")
+    with pytest.raises(CheckpointError, match=r"^ck: written by 1 rank\(s\), .* divides 1 \(not 2\); use --nproc-per-node 1"):
+        check_zch_reshard(model, 1, 2, "ck")
+    check_zch_reshard(torch.nn.Linear(2, 2), 1, 2, "ck")  # without zch, any number of ranks

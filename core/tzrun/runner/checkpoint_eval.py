@@ -36,6 +36,7 @@ from tzrun.runner.session import Session
 from tzrun.io.write_errors import write_failure_message
 from tzrun.runner.records import config_differences
 from tzrun.runner.retention import BEST_FILE, read_best
+from tzrun.runner.zch import check_zch_reshard
 from tzrun.io.storage import as_path
 
 __all__ = ["CheckpointEvaluation", "resolve_checkpoint", "restore_checkpoint", "evaluate_checkpoint"]
@@ -143,6 +144,7 @@ def restore_checkpoint(session: Session, which: str) -> tuple[Path, dict[str, An
             + "\n".join(f"  {d}" for d in differences)
             + "\nUse it with the config it was trained with (its config is in meta.json), or pass --set to match."
         )
+    check_zch_reshard(session.built.model, meta.get("world_size"), session.info.world_size, path)
     return path, meta, _load_weights(session, path)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -23,7 +23,7 @@ from tzrun.runner.manifest import verify_hashes_by_default
 from tzrun.runner.position import DataPosition, ResumePoint
 from tzrun.runner.run_log import warn_if_plugins_changed
 from tzrun.runner.session import rng_state, set_rng_state
-from tzrun.runner.zch import load_zch_window_state, zch_window_state
+from tzrun.runner.zch import check_zch_reshard, load_zch_window_state, reshard_zch_windows, zch_window_state
 from tzrun.runner.stages import check_stage_states
 
 __all__ = ["TrainerCheckpoints"]
@@ -112,7 +112,11 @@ class TrainerCheckpoints:
         """Resume from the checkpoint at ``path`` (collective); returns where the data continues."""
         hashes = verify_hashes_by_default()
         verify_checkpoint(path, state_while_reading=hashes)  # state/'s hashes: as the load reads it
+        self._resharded_windows: list[Any] = []
         meta = load_checkpoint(path, self._state_to_load(path), verify=False, verify_reads=hashes)
+        if self._resharded_windows:
+            load_zch_window_state(self.built.model,
+                                  reshard_zch_windows(self._resharded_windows, self.info.rank, self.info.world_size))
         step = int(self._loaded_loop.get("step", meta["step"]))
         position = DataPosition.from_json(self._loaded_loop.get("data", meta["data"]))
         start = ResumePoint.after(step, position, self.session.whole_layout)
@@ -129,10 +133,19 @@ class TrainerCheckpoints:
 
     def _state_to_load(self, path: Path) -> dict[str, Any]:
         """:meth:`state`, without this rank's own part when the checkpoint was written by
-        another number of ranks (the RNG streams and metric windows do not carry over)."""
+        another number of ranks (the RNG streams and metric windows do not carry over): then
+        every old rank's ``zch`` windows are read instead, and this rank's share of them loaded
+        (:func:`~tzrun.runner.zch.reshard_zch_windows`)."""
         state = self.state(loading=True)
-        if read_meta(path).get("world_size") != self.info.world_size:
+        written_by = read_meta(path).get("world_size")
+        if written_by != self.info.world_size:
+            check_zch_reshard(self.built.model, written_by, self.info.world_size, path)
             del state[f"rank.{self.info.rank}"]
+            if zch_window_state(self.built.model) and isinstance(written_by, int):
+                windows: list[Any] = [{} for _ in range(written_by)]
+                for r in range(written_by):
+                    state[f"rank.{r}"] = Blob(dict, _put_windows(windows, r))
+                self._resharded_windows = windows
         return state
 
     def _gather(self, intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -171,3 +184,11 @@ class TrainerCheckpoints:
         set_rng_state(saved["rng"])
         self.train_metrics.load_window_state(saved.get("train_metric_windows", {}))
         load_zch_window_state(self.built.model, saved.get("zch_windows", {}))
+
+
+def _put_windows(windows: list[Any], rank: int) -> Callable[[dict[str, Any]], None]:
+    """Receives the saved entry of ``rank`` and keeps its ``zch`` windows in ``windows[rank]``."""
+    def put(saved: dict[str, Any]) -> None:
+        windows[rank] = saved.get("zch_windows", {})
+
+    return put

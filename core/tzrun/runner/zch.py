@@ -31,7 +31,8 @@ from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.kernel.registry import Registries
 
 __all__ = ["zch_features", "check_zch_world_size", "swap_managed_collisions", "ManagedBagCollection", "zch_window_state", "load_zch_window_state",
-           "ManagedCollection", "zch_table_names", "zch_counters"]
+           "ManagedCollection", "zch_table_names", "zch_counters", "reshard_zch_windows",
+           "check_zch_reshard"]
 
 
 def zch_features(cfg: RunConfig) -> dict[str, tuple[str, ZchConfig]]:
@@ -319,3 +320,39 @@ def load_zch_window_state(model: nn.Module, saved: Mapping[str, Any]) -> None:
                 m.register_buffer("_history_" + info.metadata_name, buffer, persistent=False)
                 m._history_metadata[info.metadata_name] = buffer
         m._current_history_buffer_offset = history.numel()
+
+
+def reshard_zch_windows(saved: Sequence[Mapping[str, Any]], rank: int, world_size: int) -> dict[str, Any]:
+    """This rank's :func:`zch_window_state` from those of a checkpoint written by another number
+    of ranks (``saved``: one per rank that wrote it): per managed module, the ids every old
+    slice saw since the last eviction whose raw id falls in this rank's slice now (the slice
+    ``raw_id // ceil((2**63 - 1) / world_size)``, as the row-wise lookup routes it), with the
+    policy's history of them, in old-rank order; the eviction step as saved."""
+    block = (ZCH_ID_SPACE + world_size - 1) // world_size
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(n for windows in saved for n in windows):
+        states = [windows[name] for windows in saved if name in windows]
+        history = torch.cat([s["history"] for s in states])
+        mine = torch.div(history, block, rounding_mode="floor") == rank
+        metadata = {k: torch.cat([s["metadata"][k] for s in states])[mine] for k in states[0]["metadata"]}
+        out[name] = {"buffer_size": sum(max(int(s["buffer_size"]), 0) for s in states) or -1,
+                     "last_eviction_iter": states[0]["last_eviction_iter"], "current_iter": states[0]["current_iter"],
+                     "history": history[mine], "metadata": metadata}
+    return out
+
+
+def check_zch_reshard(model: nn.Module, written_by: Any, world_size: int, path: Any) -> None:
+    """A ``zch`` table's map loads into a number of ranks that divides the number that wrote
+    it (2 -> 1, 4 -> 2): each new slice is then whole old slices, the raw ids it manages and
+    the rows it owns. Split over more ranks, a slice would get ids another rank looks up.
+
+    Raises:
+        CheckpointError: naming the checkpoint, both numbers of ranks and the fix.
+    """
+    from tzrun.errors import CheckpointError
+
+    if not isinstance(written_by, int) or written_by % world_size == 0 or not _managed_modules(model):
+        return
+    raise CheckpointError(f"{path}: written by {written_by} rank(s), and its zch tables' id-to-row maps load only into "
+                          f"a number of ranks that divides {written_by} (not {world_size}); use "
+                          f"--nproc-per-node {written_by} or a divisor of it (tzrec-run help zch, Checkpoints and resume)")
