@@ -159,6 +159,11 @@ def tzrun_register_losses(register: RegisterLosses) -> None:
     ``"non_negative"`` or ``"finite"``; the batch builder checks every batch's label column
     against the strictest domain its losses and metrics declare, and reports a row outside it
     (file, line, column) like any bad value. Unset, labels are only checked to be finite.
+    ``reads=`` names the kind of output the loss needs, as the head of the output's name (the
+    part before ``/``): ``reads="class_logits"`` for a loss of two-class logits ``[B, 2]``, which
+    a model declares as ``class_logits`` or ``class_logits/<task>``. When the model declares its
+    outputs, ``tzrec-run check`` refuses a ``prediction`` of another kind (``logits/<task>``,
+    one logit per row) instead of the first step failing on its shape.
     The loss is computed in float32 (outside autocast's reduced precision).
     """
 

@@ -217,6 +217,24 @@ def test_dbmtl_tasks_have_one_or_two_classes_and_declare_their_outputs(registrie
     assert sorted(declared) == ["class_logits/ctr", "logits/ctr", "logits/cvr", "probs/ctr", "probs/cvr"]
 
 
+@pytest.mark.parametrize(("tasks", "fix"), [
+    ('[{name="ctr", num_classes=2}, {name="cvr"}]', "set prediction to one of class_logits/ctr"),
+    ('[{name="ctr"}, {name="cvr"}]', "dbmtl as configured outputs no class_logits"),
+])
+def test_check_refuses_jrc_reading_one_logit_per_row(tasks, fix):
+    """jrc needs two-class logits (registered with reads="class_logits"): reading a task's one
+    logit passed check and failed the first step on its shape; now check names the fix."""
+    from tests.conftest import REPO, cli
+    from tzrun.errors import EXIT_CONFIG
+
+    proc = cli(["check", str(REPO / "examples" / "dbmtl_taobao.toml"), "--no-data", "--set", f"model.tasks={tasks}",
+                "--set", 'losses=[{type="jrc", label="click", prediction="logits/ctr", group_by="user_id"}]'])
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert ("losses[0].prediction: loss 'jrc' reads class_logits outputs, but 'logits/ctr' is another kind; "
+            f"{fix}") in proc.stderr
+    assert proc.stderr.count("\n  ") == 1, proc.stderr  # that one problem
+
+
 @pytest.mark.parametrize("tasks, message", [
     ((("ctr", ("cvr",)), ("cvr", ())), "task 'ctr' relates to 'cvr', which is listed after it"),
     ((("ctr", ("ctr",)),), "task 'ctr' relates to itself"),

@@ -37,6 +37,7 @@ class RegisterLosses(Protocol):
         self, name: str, *, config: type[Any], build: Callable[..., Any], description: str = "",
         prediction: str = "logits", group: Literal["none", "optional", "required"] = "none",
         labels: Optional[Literal["binary", "class_index", "non_negative", "finite"]] = None,
+        reads: Optional[str] = None,
     ) -> None: ...
 
 

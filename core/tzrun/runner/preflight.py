@@ -132,4 +132,20 @@ def _output_problems(facts: RunFacts) -> list[ConfigProblem]:
             problems.append(ConfigProblem(where, (
                 f"reads the model output '{slot.prediction}'{how}, but {cfg.model.type} outputs "
                 f"{', '.join(outputs)}; set prediction = \"...\"{hint}")))
+    return problems + _kind_problems(facts, outputs)
+
+
+def _kind_problems(facts: RunFacts, outputs: Sequence[str]) -> list[ConfigProblem]:
+    """A loss registered with ``reads=KIND`` reading a declared output of another kind (the
+    head of its name, before ``/``)."""
+    problems = []
+    for i, (slot, component) in enumerate(zip(facts.loss_slots, facts.cfg.losses)):
+        kind = facts.registries["loss"].get(component.type, f"losses[{i}].type").extras.get("reads")
+        if kind is None or slot.prediction not in outputs or slot.prediction.split("/", 1)[0] == kind:
+            continue
+        fitting = [o for o in outputs if o.split("/", 1)[0] == kind]
+        fix = (f"set prediction to one of {', '.join(fitting)}" if fitting else
+               f"{facts.cfg.model.type} as configured outputs no {kind}: see its options (tzrec-run help models)")
+        problems.append(ConfigProblem(f"losses[{i}].prediction", (
+            f"loss '{component.type}' reads {kind} outputs, but '{slot.prediction}' is another kind; {fix}")))
     return problems

@@ -16,7 +16,7 @@ def tzrun_register_losses(register: tzrun.RegisterLosses) -> None:
              description="softmax cross entropy over [B, C] logits, label smoothing", prediction="logits", labels="class_index")
     register("jrc", config=multiclass.JRCConfig, build=multiclass.build_jrc,
              description="joint ranking-calibration loss over [B, 2] logits within sessions (group_by)",
-             prediction="logits", group="required", labels="binary")
+             prediction="logits", group="required", labels="binary", reads="class_logits")
     register("l2", config=ranking.L2Config, build=ranking.build_l2,
              description="weighted mean squared error (regression)", prediction="logits", labels="finite")
     register("pairwise_logistic", config=ranking.PairwiseLogisticConfig, build=ranking.build_pairwise_logistic,
