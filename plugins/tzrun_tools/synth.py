@@ -61,6 +61,16 @@ files (on the same numpy / pyarrow build), the model does not depend on ``rows``
 the eval rows do not depend on the train rows.
 
 With seed 0 the positive rate is about 0.25 and the Bayes AUC about 0.79.
+
+With ``drift=True`` (``tzrec-run data synth criteo --drift``) the columns of
+:data:`tzrun_tools.synth_drift.DRIFT_COLUMNS` (``cat_2``, ``cat_3``, ``cat_11``, ``cat_15``,
+``cat_20``) are open id spaces that drift (:mod:`tzrun_tools.synth_drift`): new ids keep arriving
+over the rows, old ones fade, and the ids are 63-bit integers without a bound. Their fixed
+first-order effects are replaced by each id's own effect, a fourth part of the logit calibrated to
+variance 1.0 (the other three keep theirs). Row ``t`` of the train split is at time ``t``; the eval
+split comes after the train split (its row ``j`` at time ``rows + j``), as a next day's data would,
+so with drift the eval rows depend on ``rows``. The other columns hold the values they hold
+without drift.
 """
 
 from __future__ import annotations
@@ -75,6 +85,17 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from tzrun_tools.synth_drift import (
+    DRIFT_COLUMNS,
+    DRIFT_LEARNABLE_LOOKUPS,
+    DRIFT_LIFETIME,
+    DRIFT_SLOTS,
+    Drift,
+    build_drift,
+    draw_drift,
+    drift_effect,
+    scale_drift,
+)
 from tzrun_tools.synth_report import SynthReport, read_report
 from tzrun_tools.synth_common import (
     REPORT_FILE,
@@ -168,6 +189,7 @@ _INTERACTION_DIM = 4
 _FIRST_ORDER_VARIANCE = 1.2
 _INTERACTION_VARIANCE = 0.1
 _DENSE_VARIANCE = 0.4
+_DRIFT_VARIANCE = 1.0
 _DENSE_MU_RANGE = (-0.5, 3.5)
 _DENSE_SIGMA_RANGE = (0.8, 1.8)
 _NULL_DENSE_COLUMNS: tuple[int, ...] = (0, 2, 6, 11)
@@ -189,6 +211,17 @@ _DESCRIPTION = (
     "bayes_auc is the AUC of the true click probability on the eval split: the best any model "
     "can reach there. All parameters come from numpy.random.default_rng(seed); see the "
     "docstring of tzrun_tools.synth for the details."
+)
+
+_DRIFT_DESCRIPTION = (
+    "With --drift, " + ", ".join(SPARSE_COLUMNS[c] for c in DRIFT_COLUMNS) + " are open id spaces that drift: "
+    f"each has {DRIFT_SLOTS} popularity slots (a power law), and each slot's id is replaced by a new one every "
+    f"{DRIFT_LIFETIME} rows (it rises for {DRIFT_LIFETIME} rows, then fades for {DRIFT_LIFETIME}), so about "
+    f"{2 * DRIFT_SLOTS} ids of a column are live at any row and {DRIFT_SLOTS} new ones arrive every "
+    f"{DRIFT_LIFETIME} rows. Ids are pseudo-random 63-bit integers; each carries an effect of its own "
+    f"(a normal drawn from the id, shrunk for ids seen fewer than {DRIFT_LEARNABLE_LOOKUPS:g} times in their "
+    f"life), together a part of the logit of variance {_DRIFT_VARIANCE}. The eval split follows the train "
+    "split in time. See tzrun_tools.synth_drift."
 )
 
 
@@ -216,6 +249,7 @@ class _Model:
     dense_mean: np.ndarray  # [13], of log1p(x, nulls as 0)
     dense_std: np.ndarray  # [13]
     bias: float
+    drift: Drift | None = None
 
 
 @dataclass(frozen=True)
@@ -225,11 +259,13 @@ class _Raw:
     ranks: tuple[np.ndarray, ...]  # per categorical column, int64 ranks
     dense: np.ndarray  # float32 [13, n], nulls stored as 0
     null: np.ndarray  # bool [13, n]
+    drift_slots: tuple[np.ndarray, ...] = ()  # per drifting column, int64 slots
+    drift_ids: tuple[np.ndarray, ...] = ()  # per drifting column, int64 ids
 
 
-def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIES) -> _Model:
+def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIES, drift: bool = False) -> _Model:
     rng = np.random.default_rng(seed)
-    columns = []
+    columns: list[_Column] = []
     damps = []
     for card in cardinalities:
         alpha = rng.uniform(*_ZIPF_ALPHA_RANGE)
@@ -241,6 +277,8 @@ def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIE
         damp = np.minimum(1.0, prob / _FULL_EFFECT_FREQ)
         sigma = rng.uniform(*_FIRST_ORDER_SIGMA_RANGE)
         first_order = sigma * rng.standard_normal(card) * damp
+        if drift and len(columns) in DRIFT_COLUMNS:
+            first_order = np.zeros(card)  # the drifting ids carry the column's effects
         columns.append(_Column(cdf=cdf, perm=perm, first_order=first_order))
         damps.append(damp)
     pair_vectors = []
@@ -266,6 +304,7 @@ def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIE
         dense_mean=np.zeros(CRITEO_NUM_DENSE),
         dense_std=np.ones(CRITEO_NUM_DENSE),
         bias=0.0,
+        drift=build_drift(seed) if drift else None,
     )
     # Calibrate on a fixed sample of the same model: the dense standardization, the scale of
     # each of the three parts of the logit (so the Bayes AUC hardly depends on the seed), and
@@ -278,7 +317,7 @@ def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIE
         dense_mean=log_dense.mean(axis=1),
         dense_std=np.where(dense_std > 0, dense_std, 1.0),
     )
-    first, pairs, dense = _logit_parts(model, raw)
+    first, pairs, dense, drifting = _logit_parts(model, raw)
     first_scale = math.sqrt(_FIRST_ORDER_VARIANCE / first.var())
     pair_scale = math.sqrt(math.sqrt(_INTERACTION_VARIANCE / pairs.var()))
     dense_scale = math.sqrt(_DENSE_VARIANCE / dense.var())
@@ -290,6 +329,7 @@ def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIE
         ),
         pair_vectors=tuple((u_a * pair_scale, u_b * pair_scale) for u_a, u_b in pair_vectors),
         dense_weight=dense_weight * dense_scale,
+        drift=None if model.drift is None else scale_drift(model.drift, math.sqrt(_DRIFT_VARIANCE / drifting.var())),
     )
     logit = _logit(model, raw)
     return dataclasses.replace(model, bias=_calibrate_bias(logit, _TARGET_POSITIVE_RATE))
@@ -307,7 +347,8 @@ def _calibrate_bias(logit: np.ndarray, target: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def _draw_raw(model: _Model, rng: np.random.Generator, n: int) -> _Raw:
+def _draw_raw(model: _Model, rng: np.random.Generator, n: int, start: int = 0) -> _Raw:
+    """``n`` rows from time ``start`` on (the time matters only to the drifting columns)."""
     ranks = []
     for column in model.columns:
         rank = np.searchsorted(column.cdf, rng.random(n), side="right")
@@ -317,11 +358,15 @@ def _draw_raw(model: _Model, rng: np.random.Generator, n: int) -> _Raw:
     dense = np.floor(np.exp(model.dense_mu[:, None] + model.dense_sigma[:, None] * normal))
     null = rng.random((CRITEO_NUM_DENSE, n)) < model.null_rate[:, None]
     dense[null] = 0.0
-    return _Raw(ranks=tuple(ranks), dense=dense.astype(np.float32), null=null)
+    raw = _Raw(ranks=tuple(ranks), dense=dense.astype(np.float32), null=null)
+    if model.drift is None:
+        return raw
+    slots, ids = draw_drift(model.drift, rng, start, n)
+    return dataclasses.replace(raw, drift_slots=slots, drift_ids=ids)
 
 
-def _logit_parts(model: _Model, raw: _Raw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first-order, pairwise and dense parts of the logit (without the bias)."""
+def _logit_parts(model: _Model, raw: _Raw) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The first-order, pairwise, dense and drifting parts of the logit (without the bias)."""
     n = raw.dense.shape[1]
     first = np.zeros(n, dtype=np.float64)
     for column, rank in zip(model.columns, raw.ranks):
@@ -332,12 +377,13 @@ def _logit_parts(model: _Model, raw: _Raw) -> tuple[np.ndarray, np.ndarray, np.n
     standardized = (np.log1p(raw.dense.astype(np.float64)) - model.dense_mean[:, None]) / (
         model.dense_std[:, None]
     )
-    return first, pairs, model.dense_weight @ standardized
+    drifting = np.zeros(n) if model.drift is None else drift_effect(model.drift, raw.drift_slots, raw.drift_ids)
+    return first, pairs, model.dense_weight @ standardized, drifting
 
 
 def _logit(model: _Model, raw: _Raw) -> np.ndarray:
-    first, pairs, dense = _logit_parts(model, raw)
-    return model.bias + first + pairs + dense
+    first, pairs, dense, drifting = _logit_parts(model, raw)
+    return model.bias + first + pairs + dense + drifting
 
 
 @dataclass(frozen=True)
@@ -354,27 +400,32 @@ class _Block:
         )
 
 
-def _generate_block(model: _Model, rng: np.random.Generator) -> _Block:
-    raw = _draw_raw(model, rng, _BLOCK_ROWS)
+def _generate_block(model: _Model, rng: np.random.Generator, start: int = 0) -> _Block:
+    raw = _draw_raw(model, rng, _BLOCK_ROWS, start)
     logit = _logit(model, raw)
     label = (rng.random(_BLOCK_ROWS) < sigmoid(logit)).astype(np.int8)
     columns: dict[str, np.ndarray] = {LABEL_COLUMN: label, "dense": raw.dense}
     for name, column, rank in zip(SPARSE_COLUMNS, model.columns, raw.ranks):
         columns[name] = column.perm[rank]
+    if model.drift is not None:
+        for index, ids in zip(model.drift.columns, raw.drift_ids):
+            columns[SPARSE_COLUMNS[index]] = ids
     return _Block(table_columns=columns, dense_null=raw.null, logit=logit)
 
 
 def _iter_pieces(
-    model: _Model, seed: int, split: int, rows: int, rows_per_file: int
+    model: _Model, seed: int, split: int, rows: int, rows_per_file: int, start: int
 ) -> Iterator[list[_Block]]:
-    """Yield, for each output file in order, the block slices that make up its rows."""
+    """Yield, for each output file in order, the block slices that make up its rows (the first
+    at time ``start``)."""
     cached: tuple[int, _Block] | None = None
     for file_start in range(0, rows, rows_per_file):
         file_stop = min(rows, file_start + rows_per_file)
         pieces = []
         for block_index in range(file_start // _BLOCK_ROWS, (file_stop - 1) // _BLOCK_ROWS + 1):
             if cached is None or cached[0] != block_index:
-                cached = (block_index, _generate_block(model, block_rng(seed, split, block_index)))
+                block = _generate_block(model, block_rng(seed, split, block_index), start + block_index * _BLOCK_ROWS)
+                cached = (block_index, block)
             block_start = block_index * _BLOCK_ROWS
             lo = max(file_start, block_start) - block_start
             hi = min(file_stop, block_start + _BLOCK_ROWS) - block_start
@@ -411,12 +462,14 @@ def _write_split(
     rows: int,
     rows_per_file: int,
     row_group_size: int,
+    start: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Write one split's part files; return its true logits and labels."""
+    """Write one split's part files, its first row at time ``start``; return its true logits and
+    labels."""
     clear_split(split_dir)
     schema = _schema()
     logits, labels = [], []
-    for index, pieces in enumerate(_iter_pieces(model, seed, split, rows, rows_per_file)):
+    for index, pieces in enumerate(_iter_pieces(model, seed, split, rows, rows_per_file, start)):
         write_part(_to_table(pieces, schema), split_dir, index, row_group_size)
         logits += [p.logit for p in pieces]
         labels += [p.table_columns[LABEL_COLUMN] for p in pieces]
@@ -432,6 +485,7 @@ def synth_criteo(
     rows_per_file: int = 250_000,
     row_group_size: int = 32_768,
     cardinalities: tuple[int, ...] = CRITEO_CARDINALITIES,
+    drift: bool = False,
 ) -> SynthReport:
     """Write a synthetic Criteo-shaped data set with a known Bayes AUC.
 
@@ -451,6 +505,9 @@ def synth_criteo(
         cardinalities: ids of each of the 26 categorical columns (default: the small
             :data:`CRITEO_CARDINALITIES` of the examples; :func:`kaggle_cardinalities` for tables
             of the real data's sizes).
+        drift: make ``cat_2``, ``cat_3``, ``cat_11``, ``cat_15`` and ``cat_20`` open id
+            spaces where new ids keep arriving and old ones fade (:mod:`tzrun_tools.synth_drift`);
+            the eval split then follows the train split in time.
 
     Returns:
         The report also written to ``out_dir/synth.json``.
@@ -464,12 +521,12 @@ def synth_criteo(
     cardinalities = tuple(int(c) for c in cardinalities)
     if len(cardinalities) != CRITEO_NUM_SPARSE or min(cardinalities) < 1:
         raise ValueError(f"cardinalities: {CRITEO_NUM_SPARSE} positive counts expected, got {cardinalities}")
-    model = _build_model(seed, cardinalities)
+    model = _build_model(seed, cardinalities, drift)
     train_logit, train_label = _write_split(
         model, seed, _SPLIT_TRAIN, out / "train", rows, rows_per_file, row_group_size
     )
     eval_logit, eval_label = _write_split(
-        model, seed, _SPLIT_EVAL, out / "eval", eval_rows, rows_per_file, row_group_size
+        model, seed, _SPLIT_EVAL, out / "eval", eval_rows, rows_per_file, row_group_size, rows if drift else 0
     )
     report = SynthReport(
         out_dir=str(out),
@@ -480,6 +537,7 @@ def synth_criteo(
         bayes_auc=auc(eval_logit, eval_label),
         bayes_auc_train=auc(train_logit, train_label),
         cardinalities=cardinalities,
+        drift_columns=tuple(SPARSE_COLUMNS[c] for c in DRIFT_COLUMNS) if drift else (),
     )
     document = {
         **report.to_json(),
@@ -491,6 +549,7 @@ def synth_criteo(
         "interaction_pairs": [[SPARSE_COLUMNS[a], SPARSE_COLUMNS[b]] for a, b in _PAIRS],
         "null_columns": [DENSE_COLUMNS[d] for d in _NULL_DENSE_COLUMNS],
         "bias": model.bias,
+        **({"drift": _DRIFT_DESCRIPTION} if drift else {}),
     }
     write_report(out, document)
     return report

@@ -4,13 +4,21 @@ and reads back."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Iterable
 
 import attrs
 
 from tzrun_tools.synth_common import nan_to_none, none_to_nan, read_document, report_fields
 
 __all__ = ["SynthReport", "read_report"]
+
+
+def _ints(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
+def _names(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
 
 
 @attrs.frozen
@@ -27,7 +35,9 @@ class SynthReport:
             split: the ceiling for any model evaluated on it (NaN when the eval split holds a
             single class).
         bayes_auc_train: the same on the train split.
-        cardinalities: the number of ids of each of the 26 categorical columns.
+        cardinalities: the number of ids of each of the 26 categorical columns (of a drifting
+            column: the number its fixed ids would have; its drifting ids have no bound).
+        drift_columns: the columns whose ids drift (``--drift``), or none.
     """
 
     out_dir: str
@@ -37,7 +47,8 @@ class SynthReport:
     positive_rate: float
     bayes_auc: float
     bayes_auc_train: float
-    cardinalities: tuple[int, ...] = attrs.field(converter=tuple)
+    cardinalities: tuple[int, ...] = attrs.field(converter=_ints)
+    drift_columns: tuple[str, ...] = attrs.field(default=(), converter=_names)
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as a JSON-serializable dict (NaN AUCs become None)."""
@@ -50,6 +61,7 @@ class SynthReport:
             "bayes_auc": nan_to_none(self.bayes_auc),
             "bayes_auc_train": nan_to_none(self.bayes_auc_train),
             "cardinalities": list(self.cardinalities),
+            "drift_columns": list(self.drift_columns),
         }
 
     @classmethod
@@ -75,6 +87,7 @@ class SynthReport:
                 bayes_auc=none_to_nan(data["bayes_auc"]),
                 bayes_auc_train=none_to_nan(data["bayes_auc_train"]),
                 cardinalities=tuple(int(c) for c in data["cardinalities"]),
+                drift_columns=tuple(str(c) for c in data.get("drift_columns", ())),
             )
 
 

@@ -211,6 +211,8 @@ SYNTH_DATASETS = ("criteo", "taobao")
 
 def _synth_usage(args: argparse.Namespace) -> str | None:
     """What is wrong with ``data synth``'s arguments, or None."""
+    if args.drift and (args.like is not None or args.dataset != "criteo"):
+        return "--drift is for criteo only"
     if args.like is not None:
         if args.out is not None and args.dataset is not None:
             return "--like takes OUT_DIR or --out, not both"
@@ -277,7 +279,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
         out = Path(args.out)
         staging = out / ".parquet"
-        report = synth_criteo(staging, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+        report = synth_criteo(staging, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed, drift=args.drift)
         for split in ("train", "eval"):
             shutil.rmtree(out / split, ignore_errors=True)
             parquet_to_criteo_text(staging / split, out / split)
@@ -288,12 +290,13 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print(f"wrote {report.train_rows} train and {report.eval_rows} eval rows as Criteo text to {out} "
               f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}")
         return 0
-    report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed)
+    report = synth_criteo(args.out, rows=args.rows, eval_rows=args.eval_rows, seed=args.seed, drift=args.drift)
     if args.json:
         return _print_synth_json(args, report.to_json())
     print(
         f"wrote {report.train_rows} train and {report.eval_rows} eval rows to {report.out_dir} "
         f"(positive rate {report.positive_rate:.3f}); Bayes-optimal eval AUC {report.bayes_auc:.4f}"
+        + (f"; drifting ids in {', '.join(report.drift_columns)}" if report.drift_columns else "")
     )
     return 0
 

@@ -234,6 +234,9 @@ def build_parser(plugin_commands: Sequence[Any] = ()) -> argparse.ArgumentParser
     synth.add_argument("--out", help="output directory (with --like, OUT_DIR may be given instead)")
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--json", action="store_true", help="print what was written as JSON (tzrec-run help json)")
+    synth.add_argument("--drift", action="store_true",
+                       help="criteo only: cat_2, cat_3, cat_11, cat_15 and cat_20 become open id spaces where new ids "
+                            "keep arriving and old ones fade (docs: zch)")
     synth.add_argument("--format", choices=["parquet", "text"], default="parquet",
                        help="criteo only: Parquet files, or the Criteo display-advertising text format "
                             "(tab-separated, no header, hexadecimal ids) as train/day_N.txt and eval/day_N.txt")
