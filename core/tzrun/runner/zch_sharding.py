@@ -30,8 +30,9 @@ def _reset_rows(sharded: Any, evictions: dict[str, Optional[torch.Tensor]]) -> N
             continue
         rows = rows.long()
         tbe, logical_ids = sharded._table_to_tbe_and_index[table]
+        states = tbe.split_optimizer_states()  # one list per table; none at all under sgd
         with torch.no_grad():
-            for state in tbe.split_optimizer_states()[int(logical_ids[0])]:
+            for state in states[int(logical_ids[0])] if states else ():
                 state[rows] = 0
             weight = module.embeddings.get_parameter(f"{table}.weight")
             init_fn = module._table_name_to_config[table].init_fn
