@@ -221,3 +221,47 @@ def test_a_zch_checkpoint_loads_into_a_divisor_of_its_ranks_and_is_refused_on_mo
     with pytest.raises(CheckpointError, match=r"^ck: written by 1 rank\(s\), .* divides 1 \(not 2\); use --nproc-per-node 1"):
         check_zch_reshard(model, 1, 2, "ck")
     check_zch_reshard(torch.nn.Linear(2, 2), 1, 2, "ck")  # without zch, any number of ranks
+
+
+def _held_bytes(model: Any) -> int:
+    """Bytes of everything the table's managed-collision slice holds: its buffers and the
+    window of ids (``_history_accumulator``, a plain attribute once the first step ran)."""
+    mch = managed(model)._managed_collision_collection._managed_collision_modules["user_emb"]
+    held = sum(b.numel() * b.element_size() for b in mch.buffers())
+    window = getattr(mch, "_history_accumulator", None)
+    return held + (window.numel() * window.element_size() if window is not None else 0)
+
+
+@pytest.mark.parametrize("policy", ["lfu", "lru", "distance_lfu"])
+def test_plan_and_check_count_the_managed_state_a_trained_zch_table_holds(registries, tmp_path, capsys, policy):
+    import json
+
+    from tzrun.cli.main import main
+    from tzrun.runner.host_memory import table_bytes
+    from tzrun.runner.model import embedding_modules
+    from tzrun.runner.zch import swap_managed_collisions
+    from tzrun.runner.zch_memory import managed_states
+
+    more = f', eviction_policy = {{ type = "{policy}" }}'
+    config = tmp_path / "zch.toml"
+    config.write_text(CONFIG.format(size=16, interval=3, more=more))
+    assert main(["plan", str(config), "--world-size", "1", "--device", "cpu", "--batch-size", "4", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    tables = {t["table"]: t for t in report["tables"]}
+    model = sharded(registries, size=16, interval=3, more=more)
+    built = _held_bytes(model)
+    assert managed_states(model)["user_emb"].slice_bytes(16) == built  # before the first step: no window yet
+    step(model, [1, 2, 3, 4])  # a batch of 4 rows, one id each, as the plan assumes: TorchRec sizes the window from it
+    assert built < _held_bytes(model) == tables["user_emb"]["managed"] == tables["user_emb"]["shards"][0]["managed"]
+    assert report["ranks"][0]["ddr"]["managed"] == tables["user_emb"]["managed"] + tables["user_emb_wide"]["managed"]
+    hashed = tmp_path / "hashed.toml"
+    hashed.write_text(config.read_text().replace(f"zch = {{ size = 16, eviction_interval = 3{more} }}", "num_buckets = 16"))
+    assert main(["plan", str(hashed), "--world-size", "1", "--device", "cpu", "--batch-size", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dense"] == report["dense"]  # the dense part does not count the map again
+
+    cfg, _ = load_config_text(CONFIG.format(size=16, interval=3, more=more))
+    bags = Bags(16)
+    swap_managed_collisions(bags, cfg, registries, world_size=1)
+    plain, _, _ = table_bytes(embedding_modules(bags), {}, 1)
+    counted, _, _ = table_bytes(embedding_modules(bags), {}, 1, managed=managed_states(bags), batch_size=4)
+    assert counted - plain == _held_bytes(model)  # check's host-memory figure: the same bytes

@@ -3,7 +3,8 @@
 On CPU, TorchRec's planner assumes 128 GiB of host memory per rank whatever the host has, so a
 table too big for the host is planned as fitting and the ranks allocate until the kernel kills
 them. Before planning, ``tzrec-run train`` and ``check`` on CPU add up what the tables hold on
-this host (rows x dim x element size, plus the sparse optimizer state as the planner sizes it;
+this host (rows x dim x element size, plus the sparse optimizer state as the planner sizes it and a
+``zch`` table's managed state, :mod:`tzrun.runner.zch_memory`;
 a data-parallel table once per rank, a sharded one once across the job, of which this host
 holds its ranks' share) and refuse a run that needs more than the host's *available* memory
 (``MemAvailable`` of ``/proc/meminfo``, lowered to what a cgroup's ``memory.max`` leaves):
@@ -22,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from tzrun.runner.model import embedding_tables
+from tzrun.runner.zch_memory import ManagedState, managed_bytes
 
 __all__ = ["HostMemory", "host_memory", "table_bytes", "host_memory_problem"]
 
@@ -83,7 +85,8 @@ def _optimizer_multiplier(weight: Any) -> float:
     return float(_get_optimizer_multipler(getattr(weight, "_optimizer_classes", [None])[0], weight.shape))
 
 
-def table_bytes(modules: Sequence[Any], updates: Mapping[str, Any], world_size: int) -> tuple[int, str, int]:
+def table_bytes(modules: Sequence[Any], updates: Mapping[str, Any], world_size: int, *,
+                managed: Mapping[str, ManagedState] | None = None, batch_size: int = 0) -> tuple[int, str, int]:
     """What the job's tables hold, all ranks together, and its biggest table.
 
     Args:
@@ -92,10 +95,15 @@ def table_bytes(modules: Sequence[Any], updates: Mapping[str, Any], world_size: 
         updates: each table's :class:`~tzrun.runner.sharding.TableUpdate` (a data-parallel
             table is held whole by every rank).
         world_size: ranks in all.
+        managed: the managed state of each ``zch`` table (:mod:`tzrun.runner.zch_memory`): one
+            slice per rank, counted with its table.
+        batch_size: rows per step per rank, to size a ``zch`` slice's window (one id per
+            feature and row, the planner's default pooling factor).
 
     Returns:
-        ``(bytes, biggest table's name, its bytes)``, optimizer state included.
+        ``(bytes, biggest table's name, its bytes)``, optimizer state and managed state included.
     """
+    managed = managed or {}
     total, biggest, biggest_bytes = 0, "", 0
     for module in modules:
         for table, weight in embedding_tables(module):
@@ -103,6 +111,8 @@ def table_bytes(modules: Sequence[Any], updates: Mapping[str, Any], world_size: 
             data_parallel = update is not None and update.data_parallel
             weights = weight.numel() * weight.element_size()
             size = math.ceil(weights * (1 + (0.0 if data_parallel else _optimizer_multiplier(weight))))
+            size += world_size * managed_bytes(managed, table.name, weight.shape[0] // world_size,
+                                               batch_size * len(table.feature_names))
             if size > biggest_bytes:
                 biggest, biggest_bytes = table.name, size
             total += size * (world_size if data_parallel else 1)
@@ -114,17 +124,21 @@ def _gb(n: float) -> str:
 
 
 def host_memory_problem(modules: Sequence[Any], updates: Mapping[str, Any], world_size: int, local_world_size: int,
-                        memory: HostMemory | None) -> str | None:
+                        memory: HostMemory | None, *, managed: Mapping[str, ManagedState] | None = None,
+                        batch_size: int = 0) -> str | None:
     """Why the job's tables do not fit this host (one line), or None when they do (or its
-    memory is unknown): this host's ``local_world_size`` ranks hold their share of the tables."""
+    memory is unknown): this host's ``local_world_size`` ranks hold their share of the tables
+    (``managed``, ``batch_size``: see :func:`table_bytes`)."""
     if memory is None:
         return None
-    total, biggest, biggest_bytes = table_bytes(modules, updates, world_size)
+    total, biggest, biggest_bytes = table_bytes(modules, updates, world_size, managed=managed, batch_size=batch_size)
     need = math.ceil(total * local_world_size / world_size)
     if need <= memory.available:
         return None
     ranks = f"its {local_world_size} CPU ranks" if local_world_size > 1 else "its CPU rank"
-    return (f"the embedding tables and their sparse optimizer state need {_gb(need)} on this host ({ranks}; the biggest "
+    held = "the embedding tables, their sparse optimizer state and the zch tables' managed state" if managed else \
+        "the embedding tables and their sparse optimizer state"
+    return (f"{held} need {_gb(need)} on this host ({ranks}; the biggest "
             f"is {biggest}, {_gb(biggest_bytes)}), which has {_gb(memory.total)} of memory, {_gb(memory.available)} "
             "of it available: the run would be killed for memory. Use fewer rows (num_buckets, hash_bucket_size), a "
             "smaller embedding_dim, a sparse optimizer with less state, more hosts, or a GPU")

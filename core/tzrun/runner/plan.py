@@ -13,6 +13,10 @@ Memory per rank (:mod:`tzrun.runner.plan_memory`), in each of device memory (HBM
   optimizer applied in backward: 0 for SGD, 1/dim for row-wise Adagrad, 1 for Adagrad, 2 for Adam);
 * ``buffers``: the rest of the planner's per-shard estimate: input and output buffers of the
   lookups and, with ``fused_uvm_caching``, the device cache;
+* ``managed``: a ``zch`` table's managed state, per slice (:mod:`tzrun.runner.zch_memory`): the
+  id-to-row map and the eviction policy's per-row values, and the window of ids seen since the
+  last eviction; TorchRec's planner does not count it, so a plan can fit the planner and not
+  the figures shown;
 * ``dense``: the dense part, on every rank: the model's dense parameters and buffers, their
   gradients, the dense optimizers' state (measured by one step of each configured dense
   optimizer on meta-device copies of its parameters) and the EMA copy when configured.
@@ -179,8 +183,9 @@ def plan_config(facts: RunFacts, request: PlanRequest, host: HostMemory | None =
     tables: tuple[TablePlan, ...] = ()
     ranks: tuple[RankMemory, ...] = ()
     if failure is None:
-        tables = tuple(table_plan(option, readers, request.device) for option in recorder.best_plan)
-        ranks = rank_memory(recorder.best_plan, dense, request.world_size, request.device, request.hbm_cap, request.ddr_cap)
+        tables = tuple(table_plan(option, readers, request.device, setup.managed) for option in recorder.best_plan)
+        ranks = rank_memory(recorder.best_plan, dense, request.world_size, request.device, request.hbm_cap, request.ddr_cap,
+                            setup.managed)
     return PlanReport(request, reserved, tables, ranks, dense, failure, recorder.num_proposals, seconds, sharding_plan)
 
 
@@ -251,14 +256,15 @@ def format_plan(report: PlanReport, source: str) -> str:
         f"of {tier.upper()} for tables"
     )
     tiers = [t for t in TIERS if (t == tier or any(r.total(t) for r in report.ranks))]
+    parts = [p for p in PARTS if p != "managed" or any(getattr(r, t)[p] for r in report.ranks for t in TIERS)]
     header = "memory per rank, GiB".ljust(22) + " | ".join(
-        f"{t.upper()}: " + " ".join(f"{p:>9}" for p in (*PARTS, "total", "cap")) for t in tiers)
+        f"{t.upper()}: " + " ".join(f"{p:>9}" for p in (*parts, "total", "cap")) for t in tiers)
     lines += ["", header]
     for r in report.ranks:
-        cells = [" " * 5 + " ".join(f"{getattr(r, t)[p] / GIB:9.2f}" for p in PARTS)
+        cells = [" " * 5 + " ".join(f"{getattr(r, t)[p] / GIB:9.2f}" for p in parts)
                  + f" {r.total(t) / GIB:9.2f} {getattr(r, f'{t}_cap') / GIB:9.2f}" for t in tiers]
         lines.append(f"rank {r.rank}".ljust(22) + " | ".join(cells))
-    sums = [" " * 5 + " ".join(f"{sum(getattr(r, t)[p] for r in report.ranks) / GIB:9.2f}" for p in PARTS)
+    sums = [" " * 5 + " ".join(f"{sum(getattr(r, t)[p] for r in report.ranks) / GIB:9.2f}" for p in parts)
             + f" {sum(r.total(t) for r in report.ranks) / GIB:9.2f} {sum(getattr(r, f'{t}_cap') for r in report.ranks) / GIB:9.2f}"
             for t in tiers]
     lines.append("all ranks".ljust(22) + " | ".join(sums))
@@ -268,12 +274,15 @@ def format_plan(report: PlanReport, source: str) -> str:
     width = max([len(t.table) for t in report.tables] + [5])
     lines += ["", f"{'table'.ljust(width)}  {'rows x dim':>18}  {'sharding':<17} {'kernel':<17} {'ranks':<7} rows+optimizer"]
     for t in report.tables:
+        state = f" + zch managed state {_size(t.managed)} ({_size(t.shards[0]['managed'])} a slice)" if t.managed else ""
         lines.append(f"{t.table.ljust(width)}  {f'{t.rows:,} x {t.dim}':>18}  {t.sharding_type:<17} {t.compute_kernel:<17} "
-                     f"{_ranks_text(t.ranks):<7} {_size(t.weights + t.optimizer)}")
+                     f"{_ranks_text(t.ranks):<7} {_size(t.weights + t.optimizer)}{state}")
     weights = sum(t.weights for t in report.tables)
     optimizer = sum(t.optimizer for t in report.tables)
+    managed = sum(t.managed for t in report.tables)
     lines.append(f"{len(report.tables)} tables: {sum(t.rows for t in report.tables):,} rows, {format_gib(weights)} of rows and "
-                 f"{format_gib(optimizer)} of sparse optimizer state")
+                 f"{format_gib(optimizer)} of sparse optimizer state"
+                 + (f", {format_gib(managed)} of zch managed state" if managed else ""))
     lines += ["", f"dense part, on every rank: {dense.parameters:,} parameters; weights {_size(dense.weights)}, gradients "
                   f"{_size(dense.gradients)}, optimizer state {_size(dense.optimizer)} ({dense.how}), EMA {_size(dense.ema)}: "
                   f"{_size(dense.total)}; activations not counted"]

@@ -1,6 +1,8 @@
 """What a sharding plan costs each rank: the bytes of each table's shards, split by tier
-(``hbm``, ``ddr``) and part (``tables``, ``optimizer``, ``buffers``, ``dense``), the dense
-part's estimate, and what TorchRec's planner keeps back (see :mod:`tzrun.runner.plan`).
+(``hbm``, ``ddr``) and part (``tables``, ``optimizer``, ``buffers``, ``managed``, ``dense``),
+the dense part's estimate, and what TorchRec's planner keeps back (see :mod:`tzrun.runner.plan`).
+``managed`` is a ``zch`` table's managed state (:mod:`tzrun.runner.zch_memory`), on the compute
+device beside each row-wise shard; TorchRec's planner does not count it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from tzrun.config.schema import RunConfig
 from tzrun.kernel.registry import Registries
 from tzrun.runner.dense_parts import assign_parts
 from tzrun.runner.model import dense_parameter_names
+from tzrun.runner.zch_memory import ManagedState, managed_bytes
 
 __all__ = [
     "TIERS",
@@ -29,7 +32,7 @@ __all__ = [
 ]
 
 TIERS = ("hbm", "ddr")
-PARTS = ("tables", "optimizer", "buffers", "dense")
+PARTS = ("tables", "optimizer", "buffers", "managed", "dense")
 
 
 @attrs.frozen
@@ -45,6 +48,8 @@ class TablePlan:
         ranks: the rank of each shard.
         shards: one dict per shard: ``rank``, ``offsets``, ``sizes``, ``hbm``, ``ddr`` (bytes).
         weights, optimizer: bytes of rows and of sparse optimizer state, all shards together.
+        managed: bytes of a ``zch`` table's managed state, all slices together (0 for another
+            table); each shard's ``managed`` says its slice's.
     """
 
     module: str
@@ -58,12 +63,13 @@ class TablePlan:
     shards: tuple[Mapping[str, Any], ...]
     weights: int
     optimizer: int
+    managed: int = 0
 
 
 @attrs.frozen
 class RankMemory:
     """One rank's memory by tier (``hbm``, ``ddr``) and part (``tables``, ``optimizer``,
-    ``buffers``, ``dense``), in bytes, and each tier's capacity."""
+    ``buffers``, ``managed``, ``dense``), in bytes, and each tier's capacity."""
 
     rank: int
     hbm: Mapping[str, int]
@@ -158,11 +164,18 @@ def _optimizer_multiplier(tensor: torch.Tensor) -> float:
     return float(_get_optimizer_multipler(getattr(tensor, "_optimizer_classes", [None])[0], tensor.shape))
 
 
-def _shard_parts(option: Any, shard: Any, device: str) -> dict[str, dict[str, int]]:
+def _managed_bytes(option: Any, shard: Any, managed: Mapping[str, ManagedState]) -> int:
+    """The managed state of one shard's slice (0 unless ``option`` is a ``zch`` table), its
+    window sized for the planner's ids a step (batch size x the features' pooling factors)."""
+    return managed_bytes(managed, option.name, int(shard.size[0]), option.batch_size * sum(option.input_lengths))
+
+
+def _shard_parts(option: Any, shard: Any, device: str, managed: Mapping[str, ManagedState]) -> dict[str, dict[str, int]]:
     """One shard's bytes by tier and part (without ``dense``)."""
     weights = math.prod(shard.size) * option.tensor.element_size()
     optimizer = math.ceil(weights * _optimizer_multiplier(option.tensor))
     home = _weights_tier(device, option.compute_kernel)
+    state_tier = "ddr" if device == "cpu" else "hbm"
     parts = {}
     for tier in TIERS:
         used = getattr(shard.storage, tier)
@@ -170,35 +183,43 @@ def _shard_parts(option: Any, shard: Any, device: str) -> dict[str, dict[str, in
             parts[tier] = {"tables": weights, "optimizer": optimizer, "buffers": max(used - weights - optimizer, 0)}
         else:
             parts[tier] = {"tables": 0, "optimizer": 0, "buffers": used}
+        parts[tier]["managed"] = _managed_bytes(option, shard, managed) if tier == state_tier else 0
     return parts
 
 
-def table_plan(option: Any, readers: Mapping[str, list[tuple[str, str, int]]], device: str) -> TablePlan:
+def table_plan(option: Any, readers: Mapping[str, list[tuple[str, str, int]]], device: str,
+               managed: Mapping[str, ManagedState] | None = None) -> TablePlan:
     """Where the planner put one table (``option``, a sharding option of its best plan) and its
-    bytes; ``readers`` are the features reading each table (TOML path, name, dim)."""
+    bytes; ``readers`` are the features reading each table (TOML path, name, dim); ``managed``
+    the managed state of each ``zch`` table."""
+    managed = managed or {}
     shards = []
-    weights = optimizer = 0
+    weights = optimizer = state = 0
     for shard in option.shards:
-        parts = _shard_parts(option, shard, device)
+        parts = _shard_parts(option, shard, device, managed)
         home = parts[_weights_tier(device, option.compute_kernel)]
         weights, optimizer = weights + home["tables"], optimizer + home["optimizer"]
+        slice_bytes = _managed_bytes(option, shard, managed)
+        state += slice_bytes
         shards.append({"rank": shard.rank, "offsets": list(shard.offset), "sizes": list(shard.size),
-                       "hbm": shard.storage.hbm, "ddr": shard.storage.ddr})
+                       "hbm": shard.storage.hbm, "ddr": shard.storage.ddr, "managed": slice_bytes})
     rows, dim = option.tensor.shape
     return TablePlan(
         option.path, option.name, int(rows), int(dim), tuple(r[1] for r in readers.get(option.name, [])),
         option.sharding_type, option.compute_kernel, tuple(s["rank"] for s in shards), tuple(shards), weights, optimizer,
+        state,
     )
 
 
 def rank_memory(
-    best_plan: Sequence[Any], dense: DenseEstimate, world_size: int, device: str, hbm_cap: int | None, ddr_cap: int | None
+    best_plan: Sequence[Any], dense: DenseEstimate, world_size: int, device: str, hbm_cap: int | None, ddr_cap: int | None,
+    managed: Mapping[str, ManagedState] | None = None,
 ) -> tuple[RankMemory, ...]:
     """Each rank's memory under the planner's best plan, the dense part on every rank."""
     use = {r: {tier: dict.fromkeys(PARTS, 0) for tier in TIERS} for r in range(world_size)}
     for option in best_plan:
         for shard in option.shards:
-            for tier, parts in _shard_parts(option, shard, device).items():
+            for tier, parts in _shard_parts(option, shard, device, managed or {}).items():
                 for part, value in parts.items():
                     use[shard.rank][tier][part] += value
     dense_tier = "ddr" if device == "cpu" else "hbm"

@@ -21,6 +21,7 @@ from tzrun.runner.host_memory import HostMemory, host_memory_problem
 from tzrun.runner.model import TrainModel, build_model, embedding_modules, embedding_tables
 from tzrun.runner.update import LossScale
 from tzrun.runner.zch import check_zch_world_size, swap_managed_collisions, zch_table_names
+from tzrun.runner.zch_memory import ManagedState, managed_states
 from tzrun.runner.zch_sharding import with_zch_sharder
 
 __all__ = ["MODEL_PARALLEL_SHARDING_TYPES", "fused_constraints", "table_constraints", "ShardingSetup",
@@ -130,6 +131,8 @@ class ShardingSetup:
         topology: the planner's ``Topology``.
         planner: the ``EmbeddingShardingPlanner``.
         batch_size: the planner's batch size (``data.batch_size``: rows per rank and step).
+        managed: the managed state of each ``zch`` table, by table name
+            (:mod:`tzrun.runner.zch_memory`).
     """
 
     model: "TrainModel"
@@ -140,6 +143,7 @@ class ShardingSetup:
     topology: Any
     planner: Any
     batch_size: int
+    managed: dict[str, ManagedState] = attrs.field(factory=dict)
 
 
 def prepare_sharding(
@@ -188,7 +192,9 @@ def prepare_sharding(
     updates = plan_table_updates(cfg, facts.registries, modules, device)
     constraints = table_constraints(cfg, modules, updates, device, zch_table_names(list(train_model.modules())))
     _fuse_sparse_updates(modules, updates)
-    problem = host_memory_problem(modules, updates, world_size, local_world_size, host)
+    managed = managed_states(train_model)
+    problem = host_memory_problem(modules, updates, world_size, local_world_size, host, managed=managed,
+                                  batch_size=batch_size)
     if problem is not None:
         raise PlanError(problem)
     topology = Topology(
@@ -203,7 +209,7 @@ def prepare_sharding(
         stats=list(stats) if stats is not None else None,
     )
     sharders = with_zch_sharder(get_default_sharders())
-    return ShardingSetup(train_model, modules, updates, constraints, sharders, topology, planner, batch_size)
+    return ShardingSetup(train_model, modules, updates, constraints, sharders, topology, planner, batch_size, managed)
 
 
 def _fuse_sparse_updates(modules: Sequence[nn.Module], updates: Mapping[str, "TableUpdate"]) -> None:
