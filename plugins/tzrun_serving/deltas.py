@@ -6,17 +6,20 @@ Layout, under the stage's directory (``model_dir/embedding_deltas`` by default):
     step-S/rank-R.pt      what rank R holds of the rows changed since the previous dump:
                           torch.save of plain data (loads with weights_only=True):
                           {"tables": {FQN: [{"ids": int64[n], "col_offset": int, "rows": [n, w]}]},
-                           "full": {FQN: [num_rows, dim]}}   (tables kept whole: data-parallel)
-    step-S/manifest.json  format ("tzrun-deltas/1"), run_id (the run that wrote it: its model
-                          dir's run id), step, previous (the dump before it, 0 for the start of
-                          training), world size, every table's FQN and shape, every file's size
-                          and SHA-256
+                           "full": {FQN: [num_rows, dim]},   (tables kept whole: data-parallel)
+                           "maps": {MAP: [{"rows": int64[n], "raw_ids": int64[n]}]}}   (zch maps; /2 only)
+    step-S/manifest.json  format ("tzrun-deltas/1", or "tzrun-deltas/2" when it holds zch maps), run_id (the run
+                          that wrote it: its model dir's run id), step, previous (the dump before it, 0 for the start of
+                          training), world size, every table's FQN and shape, (/2) each zch map's table,
+                          every file's size and SHA-256
     step-S/COMPLETE       written last; a dump without it is never applied
 
 A table is named by its key in the model's state dict (``model.deep_ebc.embedding_bags.cat_0_emb.weight``);
 its entry in a checkpoint is ``"model." + FQN``. Dump S holds every row changed in steps
 ``(previous, S]``, so tables at step B plus the dumps after B (the first with ``previous <= B``,
-each next one continuing the last) are the tables at the last dump's step, bit for bit.
+each next one continuing the last) are the tables at the last dump's step, bit for bit. A
+``zch`` table's id-to-row map travels with its rows (:mod:`tzrun_serving.delta_maps`): the rows
+whose id changed are changed rows, and the dump holds the raw id each of its rows holds now.
 
 A dump is data, checked before any of it is applied (:func:`read_dump`, :func:`check_dump`): its
 files exactly those of its ranks, each loaded with ``weights_only=True``; ids inside their table;
@@ -39,13 +42,17 @@ from tzrun import as_path, write_atomic
 from tzrun.checkpoints import open_checkpoint
 from tzrun.errors import CheckpointError
 from tzrun.outputs import remove_tree
+from tzrun_serving import delta_maps
 
-__all__ = ["FORMAT", "MANIFEST", "MARKER", "DeltaDumps", "dump_dir", "write_part", "publish_dump", "list_dumps",
+__all__ = ["FORMAT", "FORMATS", "MANIFEST", "MARKER", "DeltaDumps", "dump_dir", "write_part", "publish_dump", "list_dumps",
            "is_dump_dir", "read_dump", "check_dump", "check_deltas_dir", "apply_deltas", "checkpoint_tables", "checkpoint_run_id",
            "remove_dumps_after", "retire_dumps"]
 
-#: The ``format`` of the manifests this version writes and reads.
-FORMAT = "tzrun-deltas/1"
+#: The newest ``format`` of the manifests this version writes (a dump without zch maps is
+#: written as ``tzrun-deltas/1``, which older readers read too).
+FORMAT = "tzrun-deltas/2"
+#: The formats this version reads.
+FORMATS = ("tzrun-deltas/1", FORMAT)
 MANIFEST = "manifest.json"
 MARKER = "COMPLETE"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -59,29 +66,38 @@ def dump_dir(root: str | Path, step: int) -> Path:
     return as_path(root) / f"step-{step}"
 
 
-def write_part(path: Path, rank: int, tables: Mapping[str, Sequence[Mapping[str, Any]]], full: Mapping[str, Any]) -> None:
-    """Write rank ``rank``'s part of a dump into ``path`` (a dump's directory)."""
+def write_part(path: Path, rank: int, tables: Mapping[str, Sequence[Mapping[str, Any]]], full: Mapping[str, Any],
+               maps: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> None:
+    """Write rank ``rank``'s part of a dump into ``path`` (a dump's directory); ``maps``: the
+    changed entries of each zch map (None for a model without zch tables)."""
     import io
 
     import torch
 
     buffer = io.BytesIO()
-    torch.save({"tables": {k: list(v) for k, v in tables.items()}, "full": dict(full)}, buffer)
+    part: dict[str, Any] = {"tables": {k: list(v) for k, v in tables.items()}, "full": dict(full)}
+    if maps is not None:
+        part["maps"] = {k: list(v) for k, v in maps.items()}
+    torch.save(part, buffer)
     path.mkdir(parents=True, exist_ok=True)
     write_atomic(path / f"rank-{rank}.pt", buffer.getvalue())
 
 
 def publish_dump(path: Path, step: int, previous: int, world_size: int, shapes: Mapping[str, Sequence[int]], *,
-                 run_id: str) -> None:
+                 run_id: str, maps: Mapping[str, str] | None = None) -> None:
     """Write the manifest, then the marker, of the dump at ``path`` (once every rank wrote its
-    part); ``run_id``: the run writing it (:attr:`tzrun.RunContext.run_id`)."""
+    part); ``run_id``: the run writing it (:attr:`tzrun.RunContext.run_id`); ``maps``: each zch
+    map's table (a ``tzrun-deltas/2`` dump; None writes ``tzrun-deltas/1``)."""
     files = []
     for rank in range(world_size):
         data = (path / f"rank-{rank}.pt").read_bytes()
         files.append({"path": f"rank-{rank}.pt", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    manifest = json.dumps({"format": FORMAT, "run_id": run_id, "step": step, "previous": previous,
-                           "world_size": world_size, "tables": {k: list(v) for k, v in shapes.items()},
-                           "files": files}, indent=2).encode()
+    content: dict[str, Any] = {"format": FORMATS[0] if maps is None else FORMAT, "run_id": run_id, "step": step,
+                               "previous": previous, "world_size": world_size,
+                               "tables": {k: list(v) for k, v in shapes.items()}, "files": files}
+    if maps is not None:
+        content["maps"] = {name: {"table": table, "rows": int(shapes[table][0])} for name, table in maps.items()}
+    manifest = json.dumps(content, indent=2).encode()
     write_atomic(path / MANIFEST, manifest)
     write_atomic(path / MARKER, json.dumps({"step": step, "manifest_sha256": hashlib.sha256(manifest).hexdigest()}).encode())
 
@@ -214,8 +230,9 @@ def _check_manifest(path: Path, manifest: Any) -> None:
     where = path / MANIFEST
     if not isinstance(manifest, dict):
         raise CheckpointError(f"{where}: malformed (not a JSON object): {_DAMAGED}")
-    if manifest.get("format") != FORMAT and "format" in manifest:
-        raise CheckpointError(f"{where}: format {manifest['format']!r}, but this tzrec-run reads {FORMAT!r}")
+    if manifest.get("format") not in FORMATS and "format" in manifest:
+        raise CheckpointError(f"{where}: format {manifest['format']!r}, but this tzrec-run reads "
+                              f"{' and '.join(map(repr, FORMATS))}")
     run_id = manifest.get("run_id")
     if "format" not in manifest or not isinstance(run_id, str) or not run_id:
         raise CheckpointError(f"{where}: names no run_id (written before dumps recorded their run): cannot tell which "
@@ -239,6 +256,10 @@ def _check_manifest(path: Path, manifest: Any) -> None:
             isinstance(e, dict) and isinstance(e.get("path"), str) and _is_int(e.get("size"))
             and isinstance(e.get("sha256"), str) for e in files):
         raise CheckpointError(f"{where}: \"files\" is not a list of {{path, size, sha256}}: {_DAMAGED}")
+    if manifest["format"] == FORMAT:
+        delta_maps.check_map_manifest(where, manifest, _DAMAGED)
+    elif "maps" in manifest:
+        raise CheckpointError(f"{where}: {FORMATS[0]} holds no \"maps\" ({FORMAT} does): {_DAMAGED}")
     listed = sorted(e["path"] for e in files)
     expected = sorted(f"rank-{r}.pt" for r in range(world_size))
     if listed != expected:
@@ -265,6 +286,7 @@ def _check_part(file: Path, part: Any) -> None:
     for name, whole in part["full"].items():
         if not isinstance(whole, torch.Tensor):
             raise fail(f"full table {name!r} is not a tensor")
+    delta_maps.check_map_part(fail, part)
 
 
 def check_dump(dump: Mapping[str, Any], base: Mapping[str, Any], path: str | Path) -> None:
@@ -299,6 +321,7 @@ def check_dump(dump: Mapping[str, Any], base: Mapping[str, Any], path: str | Pat
                 raise CheckpointError(f"{where}: a {whole.dtype} tensor of {list(whole.shape)}, but the table is "
                                       f"{list(shapes[name])} floating point")
             _check_finite(where, whole)
+        delta_maps.check_map_pieces(file, part, dump.get("maps", {}))
 
 
 def _check_piece(where: str, piece: Mapping[str, Any], shape: tuple[int, int]) -> None:
@@ -371,6 +394,7 @@ def apply_deltas(base: Mapping[str, Any], root: str | Path, base_step: int, upto
     """
     root = check_deltas_dir(root)
     tables = {name: tensor.clone() for name, tensor in base.items()}
+    maps: dict[str, tuple[Any, int]] = {}
     at = base_step
     chain: tuple[Path, str] | None = None  # the last dump applied and its run
     for step, path in list_dumps(root):
@@ -391,7 +415,9 @@ def apply_deltas(base: Mapping[str, Any], root: str | Path, base_step: int, upto
         check_dump(dump, tables, path)
         for part in dump["parts"]:
             _apply_part(tables, part)
+        delta_maps.apply_dump_maps(maps, tables, dump, path)
         at, chain = step, (path, dump["run_id"])
+    delta_maps.write_maps(maps, tables)
     return tables, at
 
 
@@ -425,16 +451,16 @@ class DeltaDumps:
         remove_tree(self.dir(step))
 
     def write_part(self, step: int, rank: int, tables: Mapping[str, Sequence[Mapping[str, Any]]],
-                   full: Mapping[str, Any]) -> None:
+                   full: Mapping[str, Any], maps: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> None:
         """Write rank ``rank``'s rows of the dump of ``step`` (see the module docstring)."""
-        write_part(self.dir(step), rank, tables, full)
+        write_part(self.dir(step), rank, tables, full, maps)
 
     def publish(self, step: int, previous: int, world_size: int, shapes: Mapping[str, Sequence[int]], *,
-                run_id: str) -> None:
+                run_id: str, maps: Mapping[str, str] | None = None) -> None:
         """Write the manifest and, last, the marker of the dump of ``step`` (one rank, after every
         rank wrote its part); ``run_id``: the run writing it (:attr:`tzrun.RunContext.run_id`),
         whose checkpoints alone it applies to."""
-        publish_dump(self.dir(step), step, previous, world_size, shapes, run_id=run_id)
+        publish_dump(self.dir(step), step, previous, world_size, shapes, run_id=run_id, maps=maps)
 
     def remove_after(self, step: int) -> list[Path]:
         """Remove the dumps after ``step`` (see :func:`remove_dumps_after`)."""
@@ -448,7 +474,8 @@ class DeltaDumps:
 def checkpoint_tables(checkpoint: str | Path, names: Sequence[str] | None = None) -> tuple[dict[str, Any], int]:
     """The embedding tables of a complete checkpoint, whole, on this process (no process
     group needed): FQN -> tensor, for ``names`` (default: every ``model.*embedding*.weight``
-    entry). Returns them with the checkpoint's step.
+    entry, and each zch table's map: its ``._mch_sorted_raw_ids`` and
+    ``._mch_remapped_ids_mapping``). Returns them with the checkpoint's step.
 
     Raises:
         CheckpointError: when the checkpoint is incomplete or damaged, or lacks a table.
@@ -459,8 +486,8 @@ def checkpoint_tables(checkpoint: str | Path, names: Sequence[str] | None = None
     view.verify()
     shapes, dtypes = view.tensor_shapes(), view.tensor_dtypes()
     if names is None:
-        names = [k.removeprefix("model.") for k in shapes
-                 if k.startswith("model.") and k.endswith(".weight") and (".embedding_bags." in k or ".embeddings." in k)]
+        names = [k.removeprefix("model.") for k in shapes if k.startswith("model.") and (
+            (k.endswith(".weight") and (".embedding_bags." in k or ".embeddings." in k)) or delta_maps.is_map_key(k))]
     missing = [n for n in names if f"model.{n}" not in shapes]
     if missing:
         raise CheckpointError(f"{view.path}: holds no table {missing[0]!r}")

@@ -19,6 +19,11 @@ removed and written again. A run that starts at step 0 retires every dump it fin
 (another run's, in a ``dir`` shared between runs); each dump names its run (``run_id``), and
 ``ckpt apply-deltas`` applies it only to that run's checkpoints. The last step of training is
 always dumped.
+
+A ``zch`` table (docs/zch.md) is tracked by :mod:`tzrun_serving.zch_deltas`: its changed rows
+are those the raw ids looked up hold now, its slices' miss rows, and the rows whose id changed
+(admitted, evicted); its dump also holds the raw id each of those rows holds now (a
+``tzrun-deltas/2`` dump), so that applying the dumps gives the later map too.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import attrs
 
 import tzrun
 from tzrun_serving.deltas import DeltaDumps
+from tzrun_serving.zch_deltas import ZchTracking
 
 __all__ = ["EmbeddingDeltasConfig", "EmbeddingDeltasStage", "build_embedding_deltas", "embedding_deltas_outputs"]
 
@@ -67,15 +73,17 @@ class EmbeddingDeltasStage:
         self.restored: dict[str, Any] = {}
         self.handles: list[Any] = []
         self.step = 0
+        self.zch = ZchTracking()
 
     # -- tracking --------------------------------------------------------------------------------
 
     @tzrun.hookimpl
     def tzrun_before_train(self, run: tzrun.RunContext) -> None:
         keys = set(run.model.state_dict().keys())
+        managed = self.zch.attach(run.model, lambda path, tail: _state_key(keys, path, tail), self._add_table)
         for path, module in run.model.named_modules():
             configs = getattr(module, "_embedding_bag_configs", None) or getattr(module, "_embedding_configs", None)
-            if configs is None or not hasattr(module, "module_sharding_plan"):
+            if configs is None or not hasattr(module, "module_sharding_plan") or id(module) in managed:
                 continue
             attr = "embedding_bags" if hasattr(module, "_embedding_bag_configs") else "embeddings"
             table_of: dict[str, int] = {}
@@ -92,6 +100,10 @@ class EmbeddingDeltasStage:
             self._retire(run)
         if not self.names:
             log.warning("embedding_deltas: the model has no sharded embedding collection; nothing to dump")
+
+    def _add_table(self, name: str) -> int:
+        self.names.append(name)
+        return len(self.names) - 1
 
     def _retire(self, run: tzrun.RunContext) -> None:
         """Remove the dumps a run starting at step 0 finds in its dir (an earlier run's, in a
@@ -134,29 +146,39 @@ class EmbeddingDeltasStage:
         for handle in self.handles:
             handle.remove()
         self.handles = []
+        self.zch.remove_hooks()
 
-    def _everyone(self, run: tzrun.RunContext, step: int, why: str) -> Any:
-        """The ids changed since the last dump on any rank (collective), on the CPU.
+    def _gather(self, run: tzrun.RunContext, step: int, why: str, mine: Any) -> list[Any]:
+        """Every rank's ``mine`` (collective; this rank's alone on one rank).
 
         Raises:
             RuntimeError: when the ranks are not all at ``step`` for ``why`` (a rank skipped
                 one: its collectives would pair with another step's).
         """
-        import numpy as np
-        import torch
         import torch.distributed as dist
 
-        mine = self._unique().cpu()
         if run.world_size == 1 or not dist.is_initialized():
-            return mine
+            return [mine]
         everyone: list[Any] = [None] * run.world_size
-        dist.all_gather_object(everyone, (step, why, mine.numpy()))
+        dist.all_gather_object(everyone, (step, why, mine))
         others = {(s, w) for s, w, _ in everyone}
         if len(others) > 1:
             at = ", ".join(f"rank {r}: {w} at step {s}" for r, (s, w, _) in enumerate(everyone))
             raise RuntimeError(f"embedding_deltas: the ranks gather their changed ids at different points ({at}); "
                                "every rank must run every training step and its hooks")
-        return torch.from_numpy(np.unique(np.concatenate([ids for _, _, ids in everyone])))
+        return [payload for _, _, payload in everyone]
+
+    def _everyone(self, run: tzrun.RunContext, step: int, why: str) -> Any:
+        """The ids changed since the last dump on any rank (collective), on the CPU; the zch
+        tables' rows changed since the last fold are added first (:meth:`ZchTracking.fold`)."""
+        import numpy as np
+        import torch
+
+        if self.zch.tables:
+            folded = self.zch.fold(lambda ids: self._gather(run, step, f"{why} (zch ids)", ids))
+            self.pending += [rows.long() | (index << _ID_BITS) for index, rows in folded]
+        mine = self._unique().cpu()
+        return torch.from_numpy(np.unique(np.concatenate(self._gather(run, step, why, mine.numpy()))))
 
     def dump(self, run: tzrun.RunContext, step: int) -> None:
         """Write the rows changed since the last dump (collective)."""
@@ -174,14 +196,16 @@ class EmbeddingDeltasStage:
                 tables[name] = [piece for shard in value.local_shards() if (piece := _rows(shard, mine)) is not None]
             elif run.is_rank0:  # replicated (data-parallel): whole
                 full[name] = value.detach().cpu().clone()
+        maps = self.zch.map_pieces({t.index: ids[which == t.index] for t in self.zch.tables}) if self.zch.tables else None
         dumps = DeltaDumps(tzrun.under(run.model_dir, self.cfg.dir))
         if run.is_rank0:
             dumps.clear(step)  # what a crashed run left of this step's dump
         _barrier(run)
-        dumps.write_part(step, run.rank, tables, full)
+        dumps.write_part(step, run.rank, tables, full, maps)
         _barrier(run)
         if run.is_rank0:
-            dumps.publish(step, self.last_dump, run.world_size, shapes, run_id=run.run_id)
+            dumps.publish(step, self.last_dump, run.world_size, shapes, run_id=run.run_id,
+                          maps=self.zch.maps() if self.zch.tables else None)
         self.last_dump = step
         self.pending = []
 
@@ -230,11 +254,12 @@ class _Recorder:
         if not keys or values.numel() == 0:
             return
         tables = self.index.get(keys)
-        if tables is None:
-            tables = self.index[keys] = torch.tensor([self.table_of[k] for k in keys], dtype=torch.int64)
+        if tables is None:  # -1: a key of another collection (a zch stand-in passes all its keys to both)
+            tables = self.index[keys] = torch.tensor([self.table_of.get(k, -1) for k in keys], dtype=torch.int64)
         per_key = kjt.lengths().view(len(keys), -1).sum(1)
         which = torch.repeat_interleave(tables.to(values.device), per_key, output_size=values.numel())
-        self.stage.record((which << _ID_BITS) | values.long())
+        mine = which >= 0
+        self.stage.record((which[mine] << _ID_BITS) | values[mine].long())
 
 
 def _state_key(keys: set[str], path: str, tail: str) -> str:

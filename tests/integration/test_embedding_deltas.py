@@ -153,3 +153,74 @@ def test_ranks_that_gather_at_different_steps_stop_with_an_error_naming_them(tmp
         together, apart = (tmp_path / f"rank{rank}.txt").read_text().split("\n", 1)
         assert together == "[0, 1, 10, 11]"
         assert "rank 0: a dump at step 4, rank 1: a checkpoint at step 5" in apart, apart
+
+
+ZCH_CAT_0 = 'zch = { size = 64, eviction_interval = 2, eviction_policy = { type = "lru" } }'
+ZCH_MAP = "model.deep_ebc.managed._managed_collision_collection._managed_collision_modules.cat_0_emb"
+
+
+def _train_zch(model_dir: Path, data_dir: Path, num_steps: int, *, resume: bool, nproc: int = 1) -> None:
+    """The tiny config with cat_0 collision-free (64 rows, lru, an eviction every 2 steps)."""
+    from tests.conftest import cli
+    from tests.warm_ranks import warm_cli
+
+    config = model_dir.parent / "zch.toml"
+    config.write_text(tiny_config_text(data_dir, model_dir).replace('name = "cat_0"\nnum_buckets = 1000',
+                                                                    f'name = "cat_0"\n{ZCH_CAT_0}'))
+    sets = [f"train.num_steps={num_steps}", "train.save_checkpoints_steps=2", "train.keep_checkpoint_max=10",
+            'train.stages=[{type = "embedding_deltas", every_n_steps = 3}]']
+    args = ["train", str(config), *[a for s in sets for a in ("--set", s)], *(["--resume"] if resume else [])]
+    done = warm_cli([*args, "--nproc-per-node", str(nproc)]) if nproc > 1 else cli(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _held_by_row(tables: dict) -> torch.Tensor:
+    from tzrun_serving.delta_maps import ids_by_row
+
+    return ids_by_row(tables[ZCH_MAP + "._mch_sorted_raw_ids"], tables[ZCH_MAP + "._mch_remapped_ids_mapping"])
+
+
+@pytest.mark.parametrize("nproc", [1, pytest.param(2, marks=pytest.mark.multiproc)])
+def test_a_zch_tables_rows_and_id_to_row_map_apply_as_the_later_checkpoint(tmp_path, criteo_dir, nproc):
+    model_dir = tmp_path / "run"
+    deltas = model_dir / "embedding_deltas"
+    _train_zch(model_dir, criteo_dir, 6, resume=False, nproc=nproc)  # dumps 3 and 6, checkpoints 2, 4, 6
+    dump = read_dump(deltas / "step-6")
+    assert dump["format"] == "tzrun-deltas/2" and dump["maps"][ZCH_MAP]["table"].endswith(".cat_0_emb.weight")
+    at2, at6 = (checkpoint_tables(model_dir / "checkpoints" / f"step-{s}")[0] for s in (2, 6))
+    assert ZCH_MAP + "._mch_sorted_raw_ids" in at2  # the base holds the map
+    before, after = _held_by_row(at2), _held_by_row(at6)
+    assert not torch.equal(before, after)  # ids admitted and evicted between the two
+    applied, upto = apply_deltas(at2, deltas, 2)
+    assert upto == 6
+    _equal(applied, at6)  # every table's rows and every zch map, tensor for tensor
+
+    # a crash after the dump of step 6, before its checkpoint: resume from step 4
+    shutil.rmtree(model_dir / "checkpoints" / "step-6")
+    _train_zch(model_dir, criteo_dir, 8, resume=True, nproc=nproc)
+    at8, _ = checkpoint_tables(model_dir / "checkpoints" / "step-8")
+    for base_step in (2, 4):
+        applied, upto = apply_deltas(checkpoint_tables(model_dir / "checkpoints" / f"step-{base_step}")[0], deltas, base_step)
+        assert upto == 8
+        _equal(applied, at8)
+
+
+def test_a_dump_that_would_give_one_raw_id_two_rows_is_refused(tmp_path, criteo_dir):
+    import io
+
+    model_dir = tmp_path / "run"
+    _train_zch(model_dir, criteo_dir, 3, resume=False)
+    at2, _ = checkpoint_tables(model_dir / "checkpoints" / "step-2")
+    dump = model_dir / "embedding_deltas" / "step-3"
+    part = torch.load(dump / "rank-0.pt", weights_only=True)
+    piece = part["maps"][ZCH_MAP][0]
+    held = piece["raw_ids"] != 2**63 - 1
+    piece["raw_ids"][held.nonzero()[1]] = piece["raw_ids"][held.nonzero()[0]]
+    buffer = io.BytesIO()
+    torch.save(part, buffer)
+    (dump / "rank-0.pt").write_bytes(buffer.getvalue())
+    from tests.integration.test_delta_trust import _seal
+
+    _seal(dump)
+    with pytest.raises(CheckpointError, match="a raw id would be held by two rows"):
+        apply_deltas(at2, model_dir / "embedding_deltas", 2)
