@@ -20,7 +20,7 @@ import torch
 
 from tzrun.cli.main import main
 from tzrun.config.load import load_config, parse_config
-from tzrun_serving.deltas import FORMAT, MANIFEST, MARKER, checkpoint_run_id, checkpoint_tables, list_dumps, read_dump
+from tzrun_serving.deltas import FORMAT, FORMATS, MANIFEST, MARKER, checkpoint_run_id, checkpoint_tables, list_dumps, read_dump
 from tzrun.errors import EXIT_CANT_WRITE, EXIT_CHECKPOINT, CheckpointError
 from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
@@ -230,7 +230,13 @@ def _another_format(dump: Path) -> None:
     _seal(dump, {**manifest, "format": "tzrun-deltas/99"})
 
 
+def _maps_in_the_first_format(dump: Path) -> None:
+    manifest = json.loads((dump / MANIFEST).read_bytes())
+    _seal(dump, {**manifest, "maps": {"model.x": {"table": TABLE, "rows": 1000}}})
+
+
 @pytest.mark.parametrize("edit, words", [
+    (_maps_in_the_first_format, ["step-3/manifest.json", "tzrun-deltas/1 holds no \"maps\""]),
     (_too_few_files, ["step-3/manifest.json", "lists no file", "rank-0.pt"]),
     (_more_ranks_than_files, ["step-3/manifest.json", "lists rank-0.pt", "world size 2", "rank-1.pt"]),
     (_missing_rank_file, ["step-3/rank-0.pt", "missing"]),
@@ -255,7 +261,7 @@ def test_a_dump_of_another_run_is_refused_naming_both_runs(run, tmp_path, capsys
     ours = checkpoint_run_id(run / "checkpoints" / "step-2")
     for step in (3, 4):
         manifest = json.loads((deltas / f"step-{step}" / MANIFEST).read_bytes())
-        assert manifest["run_id"] == ours and manifest["format"] == FORMAT
+        assert manifest["run_id"] == ours and manifest["format"] == FORMATS[0]  # no zch map: the first format
         _seal(deltas / f"step-{step}", {**manifest, "run_id": "0123abcd"})
     line = _refused(capsys, run, deltas, tmp_path / "tables.pt", EXIT_CHECKPOINT, "step-3", "run 0123abcd", f"run {ours}")
     assert "--overwrite" in line
