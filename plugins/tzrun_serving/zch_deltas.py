@@ -86,7 +86,7 @@ class ZchTracking:
 
     def __init__(self) -> None:
         self.tables: list[ZchTable] = []
-        self.seen: dict[int, list[Any]] = {}
+        self.seen: list[tuple[Any, Any]] = []  # (table index of each id, -1: none; raw ids)
         self.handles: list[Any] = []
 
     def attach(self, model: Any, state_key: Callable[[str, str], str], add_table: Callable[[str], int]) -> set[int]:
@@ -118,22 +118,40 @@ class ZchTracking:
         return inner
 
     def _recorder(self, table_of: dict[str, int]) -> Callable[[Any, tuple[Any, ...]], None]:
+        index: dict[tuple[str, ...], Any] = {}
+
         def record(module: Any, args: tuple[Any, ...]) -> None:
+            import torch
+
             if not module.training or not args:
                 return
             kjt = args[0]
-            for key, jagged in kjt.to_dict().items():
-                if key in table_of and jagged.values().numel():
-                    self._add(table_of[key], jagged.values().long())
+            keys, values = tuple(kjt.keys()), kjt.values()
+            if not keys or values.numel() == 0:
+                return
+            tables = index.get(keys)
+            if tables is None:  # -1: a key of no zch table
+                tables = index[keys] = torch.tensor([table_of.get(k, -1) for k in keys], dtype=torch.int64)
+            per_key = kjt.lengths().view(len(keys), -1).sum(1)
+            which = torch.repeat_interleave(tables.to(values.device), per_key, output_size=values.numel())
+            self._add(which, values.long())  # no device sync: split by table at the fold
         return record
 
-    def _add(self, index: int, raw_ids: Any) -> None:
+    def _add(self, which: Any, raw_ids: Any) -> None:
+        self.seen.append((which, raw_ids))
+        if len(self.seen) >= 64:
+            self.seen = [self._unique()]
+
+    def _unique(self) -> tuple[Any, Any]:
+        """The ``(table index, raw id)`` pairs seen since the last fold, each once."""
         import torch
 
-        pending = self.seen.setdefault(index, [])
-        pending.append(raw_ids)
-        if len(pending) >= 64:
-            self.seen[index] = [torch.unique(torch.cat([p.to(pending[0].device) for p in pending]))]
+        device = self.seen[0][1].device
+        which = torch.cat([w.to(device) for w, _ in self.seen])
+        raw = torch.cat([r.to(device) for _, r in self.seen])
+        keep = which >= 0
+        pairs = torch.unique(torch.stack([which[keep], raw[keep]]), dim=1)
+        return pairs[0], pairs[1]
 
     def fold(self, gather: Callable[[dict[int, Any]], Sequence[dict[int, Any]]]) -> list[tuple[int, Any]]:
         """This rank's changed rows of each ``zch`` table since the last fold: ``(table index,
@@ -141,9 +159,12 @@ class ZchTracking:
         import numpy as np
         import torch
 
-        mine = {i: torch.unique(torch.cat([p.cpu() for p in ids])).numpy() for i, ids in self.seen.items() if ids}
+        mine: dict[int, Any] = {}
+        if self.seen:
+            which, raw = (t.cpu() for t in self._unique())
+            mine = {int(i): raw[which == i].numpy() for i in torch.unique(which)}
         everyone = gather(mine)
-        self.seen = {}
+        self.seen = []
         out = []
         for table in self.tables:
             found = [ids[table.index] for ids in everyone if table.index in ids]
