@@ -258,8 +258,8 @@ class _Recorder:
             tables = self.index[keys] = torch.tensor([self.table_of.get(k, -1) for k in keys], dtype=torch.int64)
         per_key = kjt.lengths().view(len(keys), -1).sum(1)
         which = torch.repeat_interleave(tables.to(values.device), per_key, output_size=values.numel())
-        mine = which >= 0
-        self.stage.record((which[mine] << _ID_BITS) | values[mine].long())
+        encoded = (which << _ID_BITS) | values.long()
+        self.stage.record(encoded[which >= 0] if bool((tables < 0).any()) else encoded)  # (tables: on the CPU)
 
 
 def _state_key(keys: set[str], path: str, tail: str) -> str:
