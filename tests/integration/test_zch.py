@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +17,14 @@ import pytest
 import torch
 
 import tzrun
-from tests.checkpoint_entries import read_saved
+from tests.checkpoint_entries import read_saved, saved_tensors
 from tests.conftest import REPO, cli
+from tests.integration import fault_plugin
 from tests.integration.test_resume import Losses
 from tests.warm_ranks import warm_cli
 from tzrun.config.load import load_config, parse_config
 from tzrun.data.ids import zch_raw_ids
+from tzrun.errors import EXIT_STOPPED_BY_SIGNAL
 from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
@@ -66,11 +69,27 @@ def _sets(data: Path, model_dir: Path, *extra: str) -> list[str]:
     return [a for s in sets for a in ("--set", s)]
 
 
-@pytest.mark.multiproc
-def test_deepfm_with_zch_on_two_id_features_trains_on_two_ranks(data, config, tmp_path):
-    model_dir = tmp_path / "run"
-    proc = warm_cli(["train", str(config), *_sets(data, model_dir), "--nproc-per-node", "2"])
+#: the 2-rank runs: 4 steps, evictions after steps 2 and 4, a checkpoint at 3 (between them)
+TWO_RANKS = ("train.log_every_n_steps=1", "train.save_checkpoints_steps=3")
+
+
+def _train_two_ranks(config: Path, data: Path, model_dir: Path, *args: str, env: dict[str, str] | None = None):
+    return warm_cli(["train", str(config), *_sets(data, model_dir, *TWO_RANKS), "--nproc-per-node", "2", *args], env=env)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(data: Path, config: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The config trained on 2 ranks, uninterrupted: its model dir (read-only)."""
+    model_dir = tmp_path_factory.mktemp("zch_two_ranks") / "run"
+    proc = _train_two_ranks(config, data, model_dir)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return model_dir
+
+
+@pytest.mark.multiproc
+def test_deepfm_with_zch_on_two_id_features_trains_on_two_ranks(data, config, two_ranks, tmp_path):
+    model_dir = tmp_path / "run"
+    shutil.copytree(two_ranks, model_dir)  # resumed below
     result = json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
     assert result["step"] == 4 and 0.0 <= result["auc"] <= 1.0
     meta = json.loads((model_dir / "checkpoints" / "step-4" / "meta.json").read_text())
@@ -87,11 +106,38 @@ def test_deepfm_with_zch_on_two_id_features_trains_on_two_ranks(data, config, tm
     resumed = cli(["train", str(config), *_sets(data, model_dir, "train.num_epochs=2", "train.log_every_n_steps=1"),
                    "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    records = [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines())
-               if r["kind"] == "train" and r["step"] > 4]
+    records = [r for r in _train_records(model_dir) if r["step"] > 4]
     first = records[0]["zch"]["cat_0_emb"]
     assert records[0]["step"] == 5 and first["rows_in_use"] == 2 * 31  # both slices' ids, before any eviction
     assert first["misses"] < first["ids_seen"] == 256  # the ids held on 2 ranks find their rows on 1
+
+
+@pytest.mark.multiproc
+def test_a_two_rank_zch_run_killed_between_evictions_resumes_bit_exactly(data, config, two_ranks, tmp_path):
+    model_dir = tmp_path / "run"
+    # rank 1 gets SIGTERM after step 2 (an eviction); both ranks stop at the checkpoint of step 3
+    env = {**fault_plugin.install(tmp_path / "site"), fault_plugin.ENV: "signal@2:1:SIGTERM"}
+    stopped = _train_two_ranks(config, data, model_dir, env=env)
+    assert stopped.returncode == EXIT_STOPPED_BY_SIGNAL, stopped.stderr[-4000:]
+    assert [s for s, _ in list_checkpoints(model_dir)] == [3]
+    windows = read_saved(model_dir / "checkpoints" / "step-3", "rank.1")["zch_windows"]
+    assert all(w["history"].numel() > 0 for w in windows.values())  # step 3's ids wait for the eviction at 4
+    resumed = _train_two_ranks(config, data, model_dir, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "resuming from" in resumed.stderr
+    losses = {r["step"]: r["loss"] for r in _train_records(model_dir)}
+    assert len(losses) == len(_train_records(model_dir))  # no step twice
+    assert losses == {r["step"]: r["loss"] for r in _train_records(two_ranks)} and sorted(losses) == [1, 2, 3, 4]
+    whole, split = saved_tensors(two_ranks / "checkpoints" / "step-4"), saved_tensors(model_dir / "checkpoints" / "step-4")
+    assert whole.keys() == split.keys()
+    assert {k.rsplit(".", 1)[-1] for k in whole} >= {"weight", "_mch_sorted_raw_ids", "_mch_remapped_ids_mapping",
+                                                      "_mch_counts", "_mch_last_access_iter"}
+    assert any(k.startswith("optimizer.") for k in whole)
+    assert [k for k in whole if not torch.equal(whole[k], split[k])] == []  # weights, optimizer state, maps
+
+
+def _train_records(model_dir: Path) -> list[dict]:
+    return [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
 
 
 def _train(data: Path, config: Path, model_dir: Path, recorder: Losses, resume: bool = False):
@@ -181,7 +227,7 @@ def test_an_export_of_a_zch_run_scores_as_its_checkpoint(data, config, one_rank,
 
 def test_the_train_records_count_each_zch_tables_lookups_misses_evictions_and_rows_in_use(one_rank):
     model_dir, done = one_rank
-    records = [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    records = _train_records(model_dir)
     assert [r["step"] for r in records] == [2, 4, 6, 8]
     assert set(records[0]["zch"]) == {"cat_0_emb", "cat_1_emb", "cat_0_emb_wide", "cat_1_emb_wide"}
     first, last = records[0]["zch"]["cat_0_emb"], records[-1]["zch"]["cat_0_emb"]
