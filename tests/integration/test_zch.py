@@ -6,6 +6,7 @@ carrying each table's id-to-row map, scores the rows as the checkpoint does on 1
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import shutil
@@ -225,7 +226,7 @@ def test_an_export_of_a_zch_run_scores_as_its_checkpoint(data, config, one_rank,
     assert held.any() and not held.all()  # the rows read trained rows of their own and the miss row
 
 
-def test_the_train_records_count_each_zch_tables_lookups_misses_evictions_and_rows_in_use(one_rank):
+def test_the_train_records_count_each_zch_tables_lookups_misses_admissions_evictions_and_rows_in_use(data, one_rank):
     model_dir, done = one_rank
     records = _train_records(model_dir)
     assert [r["step"] for r in records] == [2, 4, 6, 8]
@@ -234,6 +235,17 @@ def test_the_train_records_count_each_zch_tables_lookups_misses_evictions_and_ro
     assert first["ids_seen"] == last["ids_seen"] == 2 * 256  # one cat_0 id a row, 256 rows a step, 2 steps a window
     assert first["misses"] >= 256  # the first step's ids: no id holds a row before the first eviction
     assert 0 < last["misses"] < last["ids_seen"] and last["miss_share"] == last["misses"] / last["ids_seen"]
-    assert first["evicted"] == first["rows_in_use"] == 63  # the first eviction gave all 64 rows but the miss row
+    # the first eviction gave all 64 rows but the miss row to new ids, and took none from an id
+    assert first["admitted"] == first["rows_in_use"] == 63 and first["evicted"] == 0
     assert last["rows_in_use"] == 63 and last["occupancy"] == 63 / 64
-    assert "zch/cat_0_emb=miss " in done.stderr + done.stdout  # the progress line
+    for table in records[0]["zch"]:  # every window: the rows in use change by the ids admitted less those evicted
+        used = [0] + [r["zch"][table]["rows_in_use"] for r in records]
+        assert all(used[i] + r["zch"][table]["admitted"] - r["zch"][table]["evicted"] == used[i + 1]
+                   for i, r in enumerate(records)), table
+    assert sum(r["zch"]["cat_0_emb"]["evicted"] for r in records) > 0
+    # cat_1's threshold (min_count = 2): an id enters only if looked up twice in the window
+    cat_1 = pq.read_table(data / "train").column("cat_1").to_pylist()
+    for i, record in enumerate(records):
+        window = collections.Counter(cat_1[512 * i: 512 * (i + 1)])  # no shuffle: steps 2i+1 and 2i+2 read these rows
+        assert record["zch"]["cat_1_emb"]["admitted"] <= sum(n >= 2 for n in window.values()) < len(window)
+    assert "zch/cat_0_emb=miss " in done.stderr + done.stdout and " adm 63 ev 0" in done.stderr + done.stdout

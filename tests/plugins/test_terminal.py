@@ -65,12 +65,13 @@ def test_the_train_log_line_shows_resident_and_device_memory():
     assert "mem=" not in format_train_log(_log(5), total_steps=105)  # unknown: left out
 
 
-def test_the_train_log_line_shows_each_zch_tables_miss_share_occupancy_and_evictions():
+def test_the_train_log_line_shows_each_zch_tables_miss_share_occupancy_admissions_and_evictions():
     import attrs
 
-    counts = {"ids_seen": 200, "misses": 7, "miss_share": 0.035, "evicted": 12, "rows_in_use": 97, "occupancy": 0.97}
+    counts = {"ids_seen": 200, "misses": 7, "miss_share": 0.035, "admitted": 14, "evicted": 12, "rows_in_use": 97,
+              "occupancy": 0.97}
     line = format_train_log(attrs.evolve(_log(5), zch={"user_emb": counts}), total_steps=105)
-    assert "data_wait=25.0%  zch/user_emb=miss 3.5% occ 97.0% ev 12  eta 0:00:40" in line
+    assert "data_wait=25.0%  zch/user_emb=miss 3.5% occ 97.0% adm 14 ev 12  eta 0:00:40" in line
     assert "zch/" not in format_train_log(_log(5), total_steps=105)
 
 

@@ -167,25 +167,34 @@ def test_an_id_evicted_and_seen_again_gets_a_fresh_row(registries):
 
 
 def test_an_admission_threshold_keeps_rare_ids_out(registries):
+    from tzrun.runner.zch import zch_counters
+
     model = sharded(registries, size=16, interval=2, more=', admission = { type = "threshold", min_count = 3 }')
     for _ in range(2):
         step(model, [1, 1, 2, 5])  # over the window: 1 four times, 2 and 5 twice
     assert row_of(model, 1) is not None
     assert row_of(model, 2) is None and row_of(model, 5) is None
+    counts = zch_counters(model)["user_emb"]
+    assert counts["admitted"] == 1 < 3 == len({1, 2, 5})  # of the window's 3 new ids, 1 had room and enough lookups
 
 
-def test_the_counters_of_a_window_are_its_lookups_misses_evictions_and_rows_in_use(registries):
+def test_the_counters_of_a_window_are_its_lookups_misses_admissions_evictions_and_rows_in_use(registries):
     from tzrun.runner.zch import zch_counters
 
     model = sharded(registries, size=4, interval=2)  # 3 rows for ids, one miss row
     step(model, [1, 2, 1])  # before the first eviction: every id reads the miss row
-    step(model, [1, 2, 9])  # the eviction at this step gives 1, 2 and 9 a row each
+    step(model, [1, 2, 9])  # the eviction at this step gives 1, 2 and 9 a row each, into empty rows
     counts = zch_counters(model)["user_emb"]
-    assert counts == {"ids_seen": 6, "misses": 3, "miss_share": 0.5, "evicted": 3, "rows_in_use": 3, "occupancy": 0.75}
-    assert counts["evicted"] == managed(model).evicted_rows["user_emb"]
+    assert counts == {"ids_seen": 6, "misses": 3, "miss_share": 0.5, "admitted": 3, "evicted": 0, "rows_in_use": 3,
+                      "occupancy": 0.75}
+    assert counts["admitted"] == managed(model).evicted_rows["user_emb"]  # the rows reset for new ids
     step(model, [1, 5, 6])
-    assert zch_counters(model)["user_emb"] == {"ids_seen": 3, "misses": 2, "miss_share": 2 / 3, "evicted": 0,
-                                               "rows_in_use": 3, "occupancy": 0.75}  # a new window
+    assert zch_counters(model)["user_emb"] == {"ids_seen": 3, "misses": 2, "miss_share": 2 / 3, "admitted": 0,
+                                               "evicted": 0, "rows_in_use": 3, "occupancy": 0.75}  # a new window
+    step(model, [5, 6, 5, 6])  # lfu: 5 and 6 (3 lookups each) push out 2 (2) and 9 (1); 1 (4) stays
+    counts = zch_counters(model)["user_emb"]
+    assert (counts["admitted"], counts["evicted"], counts["rows_in_use"]) == (2, 2, 3)
+    assert row_of(model, 1) is not None and row_of(model, 2) is None and row_of(model, 9) is None
     model.eval()
     step(model, [7, 8], backward=False)
     assert zch_counters(model)["user_emb"]["ids_seen"] == 0  # evaluation is not counted

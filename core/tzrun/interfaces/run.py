@@ -128,8 +128,9 @@ class TrainLog:
             device during the window; None without a CUDA device.
         zch: per ``zch`` table (docs/zch.md), what this rank's slice of it counted in the
             window: ``ids_seen`` (ids looked up, repeats counted), ``misses`` (of them, those
-            that read the miss row: not admitted yet, or evicted), ``miss_share``, ``evicted``
-            (rows evictions gave to new ids), and at the window's end ``rows_in_use`` (rows
+            that read the miss row: not admitted yet, or evicted), ``miss_share``, ``admitted``
+            (ids the window's evictions gave a row they did not hold before), ``evicted`` (ids
+            that lost their row at them), and at the window's end ``rows_in_use`` (rows
             holding an id) and ``occupancy`` (``rows_in_use`` over the slice's rows); empty
             without ``zch``.
     """

@@ -86,12 +86,14 @@ def _counted_module_type() -> type:
 
     class CountedManagedCollision(MCHManagedCollisionModule):
         """One slice's managed collision, counting in training the ids it looked up, those of
-        them that read its miss row (not admitted yet, or evicted), and the rows its evictions
-        gave to new ids; :meth:`take_counts` reads them (no sync until then)."""
+        them that read its miss row (not admitted yet, or evicted), and at its evictions the
+        ids newly given a row and those that lost theirs; :meth:`take_counts` reads them (no
+        sync until then)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)  # (not "_evicted": TorchRec's own flag)
-            self._window_lookups, self._window_evicted, self._window_misses = 0, 0, torch.zeros((), dtype=torch.int64)
+            self._window_lookups, self._window_admitted, self._window_evicted = 0, 0, 0
+            self._window_misses = torch.zeros((), dtype=torch.int64)
 
         def remap(self, features: Any, mutate_miss_lengths: bool = True, write_weights: Any = None) -> Any:
             remapped = super().remap(features, mutate_miss_lengths, write_weights)
@@ -103,18 +105,25 @@ def _counted_module_type() -> type:
                     self._window_misses = self._window_misses.to(values.device) + (values == miss_row).sum()
             return remapped
 
-        def evict(self) -> Optional[torch.Tensor]:
-            rows = super().evict()
-            if rows is not None:
-                self._window_evicted += rows.numel()
-            return rows
+        def _update_and_evict(self, *args: Any, **kwargs: Any) -> None:
+            before = self._held_ids()
+            super()._update_and_evict(*args, **kwargs)
+            after = self._held_ids()
+            self._window_admitted += int((~torch.isin(after, before)).sum())
+            self._window_evicted += int((~torch.isin(before, after)).sum())
+
+        def _held_ids(self) -> torch.Tensor:
+            ids = self._mch_sorted_raw_ids
+            return ids[ids < ZCH_ID_SPACE].clone()
 
         def take_counts(self) -> dict[str, float]:
             """This slice's counts since the previous call, and its rows in use now."""
             missed, used = int(self._window_misses), int((self._mch_sorted_raw_ids < ZCH_ID_SPACE).sum())
             counts = {"ids_seen": self._window_lookups, "misses": missed, "miss_share": missed / max(self._window_lookups, 1),
-                      "evicted": self._window_evicted, "rows_in_use": used, "occupancy": used / self._zch_size}
-            self._window_lookups, self._window_evicted, self._window_misses = 0, 0, torch.zeros_like(self._window_misses)
+                      "admitted": self._window_admitted, "evicted": self._window_evicted, "rows_in_use": used,
+                      "occupancy": used / self._zch_size}
+            self._window_lookups, self._window_admitted, self._window_evicted = 0, 0, 0
+            self._window_misses = torch.zeros_like(self._window_misses)
             return counts
 
     return CountedManagedCollision
@@ -124,8 +133,10 @@ def zch_counters(model: nn.Module) -> dict[str, dict[str, float]]:
     """Per ``zch`` table, what this rank's slice of it counted since the previous call (a train
     log's window): ``ids_seen`` (ids looked up in training, repeats counted), ``misses`` (of
     them, those that read the miss row: not admitted yet, or evicted), ``miss_share``,
-    ``evicted`` (rows evictions gave to new ids), and now: ``rows_in_use`` (rows holding an id)
-    and ``occupancy`` (``rows_in_use`` over the slice's rows). Empty without ``zch``."""
+    ``admitted`` (ids the evictions gave a row that held none before them), ``evicted`` (ids
+    that held a row before an eviction and none after it), and now: ``rows_in_use`` (rows
+    holding an id) and ``occupancy`` (``rows_in_use`` over the slice's rows). Empty without
+    ``zch``."""
     return {m._name: m.take_counts() for m in _managed_modules(model).values() if hasattr(m, "take_counts")}
 
 

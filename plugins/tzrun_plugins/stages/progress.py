@@ -50,10 +50,10 @@ def format_memory(record: tzrun.TrainLog) -> str:
 
 def format_zch(record: tzrun.TrainLog) -> str:
     """The ``zch`` part of a line, per table: the share of the window's lookups that read the
-    miss row, the occupancy and the rows evicted (``zch/user_emb=miss 3.1% occ 97.0% ev 12``);
-    empty without ``zch``."""
-    return "  ".join(f"zch/{table}=miss {100 * c['miss_share']:.1f}% occ {100 * c['occupancy']:.1f}% ev {c['evicted']:.0f}"
-                     for table, c in record.zch.items())
+    miss row, the occupancy, the ids admitted to a row and those evicted from one
+    (``zch/user_emb=miss 3.1% occ 97.0% adm 14 ev 12``); empty without ``zch``."""
+    return "  ".join(f"zch/{table}=miss {100 * c['miss_share']:.1f}% occ {100 * c['occupancy']:.1f}% "
+                     f"adm {c.get('admitted', 0):.0f} ev {c['evicted']:.0f}" for table, c in record.zch.items())
 
 
 def format_train_log(record: tzrun.TrainLog, total_steps: int) -> str:
