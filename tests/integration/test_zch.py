@@ -25,10 +25,11 @@ from tests.integration.test_resume import Losses
 from tests.warm_ranks import warm_cli
 from tzrun.config.load import load_config, parse_config
 from tzrun.data.ids import zch_raw_ids
-from tzrun.errors import EXIT_STOPPED_BY_SIGNAL
+from tzrun.errors import EXIT_STOPPED_BY_SIGNAL, TzrunError
 from tzrun.kernel.plugins import make_plugin_manager
 from tzrun.kernel.registry import collect_registries
 from tzrun.runner.checkpoint import list_checkpoints
+from tzrun.runner.init_from import InitFrom
 from tzrun.runner.session import Session
 from tzrun.runner.trainer import train
 
@@ -141,15 +142,20 @@ def _train_records(model_dir: Path) -> list[dict]:
     return [r for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
 
 
-def _train(data: Path, config: Path, model_dir: Path, recorder: Losses, resume: bool = False):
-    pm = make_plugin_manager(plugins=[("losses", recorder)])
+def _train(data: Path, config: Path, model_dir: Path, recorder: Losses | None = None, resume: bool = False, *,
+           steps: int = 8, init: InitFrom | None = None, evaluate: bool = False, extra: tuple[str, ...] = ()):
+    """Train in this process (``evaluate``: with the eval input and the config's metrics)."""
+    pm = make_plugin_manager(plugins=[("losses", recorder or Losses())])
     registries = collect_registries(pm)
-    overrides = [s for s in _sets(data, model_dir, "train.num_steps=8", "train.save_checkpoints_steps=3", "metrics=[]",
-                                  "train.stages=[]") if s != "--set"]
-    text = config.read_text().replace("num_epochs = 1", "num_steps = 8")
-    raw = parse_config(text.replace(f'eval_input = "data/criteo_synth/eval"\n', ""), str(config),
-                       [o for o in overrides if not o.startswith("data.eval_input")])
-    return train(Session(load_config(raw, registries), raw, pm, registries), resume=resume)
+    quiet = () if evaluate else ("metrics=[]",)
+    overrides = [s for s in _sets(data, model_dir, f"train.num_steps={steps}", "train.save_checkpoints_steps=3", *quiet,
+                                  "train.stages=[]", *extra) if s != "--set"]
+    text = config.read_text().replace("num_epochs = 1", f"num_steps = {steps}")
+    if not evaluate:
+        text = text.replace(f'eval_input = "data/criteo_synth/eval"\n', "")
+        overrides = [o for o in overrides if not o.startswith("data.eval_input")]
+    raw = parse_config(text, str(config), overrides)
+    return train(Session(load_config(raw, registries), raw, pm, registries), resume=resume, init_from=init)
 
 
 def _weights(model) -> dict[str, torch.Tensor]:
@@ -249,3 +255,83 @@ def test_the_train_records_count_each_zch_tables_lookups_misses_admissions_evict
         window = collections.Counter(cat_1[512 * i: 512 * (i + 1)])  # no shuffle: steps 2i+1 and 2i+2 read these rows
         assert record["zch"]["cat_1_emb"]["admitted"] <= sum(n >= 2 for n in window.values()) < len(window)
     assert "zch/cat_0_emb=miss " in done.stderr + done.stdout and " adm 63 ev 0" in done.stderr + done.stdout
+
+
+#: lr 0 everywhere: a step changes no weight (and with eviction_interval = 2, no map)
+FROZEN = ('train.sparse_optimizer={type = "sgd", lr = 0.0}', 'train.dense_optimizer={type = "sgd", lr = 0.0}')
+
+
+def test_a_run_initialized_from_a_zch_run_looks_up_the_same_rows_for_the_same_ids(data, config, one_rank, tmp_path):
+    source, _ = one_rank
+    tuned = _train(data, config, tmp_path / "tuned", steps=1, init=InitFrom(str(source)), evaluate=True, extra=FROZEN)
+    report = json.loads((tmp_path / "tuned" / "init_report.json").read_text())
+    assert any(k.endswith("cat_0_emb._mch_sorted_raw_ids") for k in report["loaded"]) and not report["missing"]
+    before = json.loads((source / "eval_results.jsonl").read_text().splitlines()[-1])
+    assert before["step"] == 8 and tuned.eval.metrics["auc"] == before["auc"]  # every eval row scored as the source did
+
+
+@pytest.fixture(scope="module")
+def hash_run(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The DeepFM example without zch (cat_0 and cat_1 by num_buckets), trained 1 step: its model dir."""
+    model_dir = tmp_path_factory.mktemp("zch_hash_run") / "run"
+    _train(data, REPO / "examples" / "deepfm_criteo.toml", model_dir, steps=1)
+    return model_dir
+
+
+def test_init_from_between_a_hash_and_a_zch_table_is_refused_naming_the_table(data, config, one_rank, hash_run, tmp_path):
+    with pytest.raises(TzrunError) as refused:
+        _train(data, config, tmp_path / "a", steps=1, init=InitFrom(str(hash_run)))
+    message = str(refused.value)
+    assert "\n" not in message and "'deep_ebc" not in message  # one line, one problem per table, not per tensor
+    assert ("table 'cat_0_emb' has zch here, and the checkpoint holds no id-to-row map for it" in message
+            and "start the table fresh with --init-allow-missing '*.cat_0_emb.*' --init-allow-unexpected '*.cat_0_emb.*'"
+            in message and "table 'cat_1_emb_wide' has zch here" in message)
+    with pytest.raises(TzrunError, match=r"table 'cat_0_emb' has zch in the checkpoint and not here: .*give its feature "
+                                         r"the zch block it had, or start the table fresh"):
+        _train(data, REPO / "examples" / "deepfm_criteo.toml", tmp_path / "b", steps=1, init=InitFrom(str(one_rank[0])))
+    names = tmp_path / "names.txt"  # a hash table's rows renamed into a zch table
+    names.write_text("deep_ebc.managed._embedding_module.embeddings.cat_0_emb.weight deep_ebc.embedding_bags.cat_0_emb.weight\n")
+    with pytest.raises(TzrunError, match=r"table 'cat_0_emb' has zch here, and its rows would load from the checkpoint's "
+                                         r"'deep_ebc\.embedding_bags\.cat_0_emb\.weight', which has no id-to-row map"):
+        _train(data, config, tmp_path / "c", steps=1, init=InitFrom(str(hash_run), name_map=str(names)))
+
+
+def test_the_zch_tables_start_fresh_when_allowed_and_the_rest_loads_from_a_hash_run(data, config, hash_run, tmp_path):
+    tables = [f"*.{t}.*" for t in ("cat_0_emb", "cat_1_emb", "cat_0_emb_wide", "cat_1_emb_wide")]
+    _train(data, config, tmp_path / "tuned", steps=1, extra=FROZEN,
+           init=InitFrom(str(hash_run), allow_missing=tuple(tables), allow_unexpected=tuple(tables)))
+    report = json.loads((tmp_path / "tuned" / "init_report.json").read_text())
+    assert "deep_ebc.managed._embedding_module.embeddings.cat_0_emb.weight" in report["missing"]
+    assert "deep_ebc.embedding_bags.cat_0_emb.weight" in report["unexpected"]
+    # a plain table of a collection that holds a zch table now: found under its old name
+    moved = "deep_ebc.plain.embedding_bags.cat_2_emb.weight"
+    assert report["renamed"][moved] == "deep_ebc.embedding_bags.cat_2_emb.weight"
+    source, tuned = saved_tensors(list_checkpoints(hash_run)[-1][1]), saved_tensors(tmp_path / "tuned" / "checkpoints" / "step-1")
+    assert torch.equal(tuned[f"model.model.{moved}"], source["model.model.deep_ebc.embedding_bags.cat_2_emb.weight"])
+    assert torch.equal(tuned["model.model.deep.0.weight"], source["model.model.deep.0.weight"])
+    assert _held(tmp_path / "tuned", "deep_ebc.managed._managed_collision_collection._managed_collision_modules."
+                                      "cat_0_emb").numel() == 0  # a fresh map (no eviction in its one step)
+
+
+def _rows_by_id(tensors: dict[str, torch.Tensor], table: str) -> dict[int, torch.Tensor]:
+    """A saved zch table's rows by the raw id that holds each (every slice's)."""
+    prefix = f"model.model.deep_ebc.managed._managed_collision_collection._managed_collision_modules.{table}."
+    ids, rows = tensors[prefix + "_mch_sorted_raw_ids"], tensors[prefix + "_mch_remapped_ids_mapping"]
+    weight = tensors[f"model.model.deep_ebc.managed._embedding_module.embeddings.{table}.weight"]
+    return {int(i): weight[int(r)] for i, r in zip(ids, rows) if int(i) < 2**63 - 1}
+
+
+def test_init_from_a_two_rank_zch_run_on_one_rank_keeps_every_ids_row_and_more_ranks_are_refused(data, config, two_ranks,
+                                                                                                  one_rank, tmp_path):
+    from tzrun.errors import CheckpointError
+    from tzrun.runner.init_from import init_from_checkpoint
+
+    tuned = _train(data, config, tmp_path / "tuned", steps=1, init=InitFrom(str(two_ranks)), extra=FROZEN)
+    source = _rows_by_id(saved_tensors(two_ranks / "checkpoints" / "step-4"), "cat_0_emb")
+    loaded = _rows_by_id(saved_tensors(tmp_path / "tuned" / "checkpoints" / "step-1"), "cat_0_emb")
+    assert len(source) == 2 * 31 and source.keys() == loaded.keys()  # both slices' ids, in one slice now
+    assert all(torch.equal(source[i], loaded[i]) for i in source)
+    with pytest.raises(CheckpointError, match=r"written by 1 rank\(s\), and its zch tables' id-to-row maps load only "
+                                              r"into a number of ranks that divides 1 \(not 2\)"):
+        init_from_checkpoint(InitFrom(str(one_rank[0])), model=tuned.model, optimizer=None, model_dir=tmp_path / "x",
+                             rank=0, world_size=2)

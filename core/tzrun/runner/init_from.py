@@ -14,6 +14,12 @@ by name (``--init-allow-missing 'final.*'``; shell-style patterns). Shapes must 
 optimizer state is loaded too with ``--init-optimizer`` (only without renames). The report of
 what was loaded, renamed, missing and unexpected is logged and written to
 ``model_dir/init_report.json``.
+
+A ``zch`` table (docs/zch.md) loads its rows only together with its id-to-row map, from a
+``zch`` table of the checkpoint: the fine-tuned run then looks up the same row for the same id.
+Rows without a map (a ``hash_bucket_size`` run's) are refused for a ``zch`` table, and a ``zch``
+table's rows for a table without ``zch``, each with one problem naming the table and how to
+start it fresh instead. The maps load into a number of ranks that divides the source's.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ from __future__ import annotations
 import fnmatch
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 
 from tzrun.errors import CheckpointError, TzrunError
 from tzrun.io.storage import as_path
+from tzrun.runner.zch_layout import moved_plain_name, zch_state_tables
 
 __all__ = ["InitFrom", "InitReport", "read_name_map", "init_from_checkpoint"]
 
@@ -121,20 +128,25 @@ def _allowed(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_dir: Path, rank: int) -> InitReport:
+def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_dir: Path, rank: int,
+                         world_size: int = 1) -> InitReport:
     """Load weights (and optionally the optimizer state) of another run into a built model
-    (collective: every rank calls it).
+    (collective: every rank calls it) of ``world_size`` ranks.
 
     Raises:
-        CheckpointError: when the checkpoint is not complete, is damaged, or would run code.
-        TzrunError: for missing or unexpected names that are not allowed, shape mismatches, or
-            ``load_optimizer`` with renames.
+        CheckpointError: when the checkpoint is not complete, is damaged, or would run code, or
+            holds ``zch`` maps written by a number of ranks that ``world_size`` does not divide.
+        TzrunError: for missing or unexpected names that are not allowed, shape mismatches,
+            ``load_optimizer`` with renames, or a ``zch`` table's rows loaded without its map
+            (or into a table without ``zch``).
     """
-    from tzrun.runner.checkpoint import init_lazy_states, verify_checkpoint
+    from tzrun.runner.checkpoint import init_lazy_states, read_meta, verify_checkpoint
     from tzrun.runner.dcp_storage import load_state, storage_reader
+    from tzrun.runner.zch import check_zch_reshard
 
     source = _complete_checkpoint(init.checkpoint)
     verify_checkpoint(source)
+    check_zch_reshard(model, read_meta(source).get("world_size"), world_size, source)
     renames = read_name_map(init.name_map) if init.name_map else {}
     if renames and init.load_optimizer:
         raise TzrunError("--init-optimizer loads the optimizer state as saved; it cannot be combined with a name map")
@@ -142,12 +154,21 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     saved = storage_reader(source / "state").read_metadata().state_dict_metadata
     saved_model = {k[len(_PREFIX):]: meta for k, meta in saved.items() if k.startswith(_PREFIX)}
     current = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
-    targets, loaded, renamed, missing, problems = _match_names(current, saved_model, renames, init.allow_missing)
+    moved = _moved_plain_tables(current, saved_model, renames)
+    if moved and init.load_optimizer:
+        raise TzrunError(f"--init-from {source}: its run had zch on other features, so its plain tables' optimizer "
+                         f"state is saved under other names ('{next(iter(moved.values()))}'); leave out --init-optimizer")
+    zch_problems, covered_here, covered_there = _zch_problems(list(current), list(saved_model), {**moved, **renames}, init)
+    targets, loaded, renamed, missing, problems = _match_names(
+        {k: v for k, v in current.items() if k not in covered_here}, saved_model, {**moved, **renames}, init.allow_missing)
     unexpected = sorted(k for k in saved_model if k not in targets)
-    not_allowed = [k for k in unexpected if not _allowed(k, init.allow_unexpected)]
+    not_allowed = [k for k in unexpected if not _allowed(k, init.allow_unexpected) and k not in covered_there]
     problems.extend(f"the checkpoint's '{k}' is not used by the model" for k in not_allowed)
     unknown_map = sorted(k for k in renames if k not in current)
     problems.extend(f"the name map renames '{k}', which the model does not have" for k in unknown_map)
+    if zch_problems and not problems:
+        raise TzrunError(f"--init-from {source}: " + "; ".join(zch_problems))
+    problems[:0] = zch_problems
     if problems:
         raise TzrunError(
             f"--init-from {source}: " + "; ".join(problems[:12]) + (f"; ... ({len(problems)} problems)" if len(problems) > 12 else "")
@@ -216,3 +237,74 @@ def _match_names(current: dict[str, Any], saved_model: dict[str, Any], renames: 
         else:
             renamed[name] = old
     return targets, loaded, renamed, missing, problems
+
+
+def _moved_plain_tables(current: Mapping[str, Any], saved: Mapping[str, Any], renames: Mapping[str, str]) -> dict[str, str]:
+    """``{model name: checkpoint name}`` of the plain tables that sit on the other side of the
+    ``zch`` swap in the checkpoint (a collection that holds a ``zch`` table in one run and none
+    in the other keeps its plain tables under ``plain.``): loaded as if renamed."""
+    out = {}
+    for name in current:
+        other = moved_plain_name(name)
+        if name not in renames and name not in saved and other in saved:
+            out[name] = other
+    return out
+
+
+def _zch_problems(here: list[str], there: list[str], renames: dict[str, str],
+                  init: InitFrom) -> tuple[list[str], set[str], set[str]]:
+    """What ``--init-from`` refuses about ``zch`` tables, one problem per table: a ``zch``
+    table of the model (state names ``here``) loads its rows, its raw ids and their rows'
+    numbers from one ``zch`` table of the checkpoint (``there``), or none of them (allowed
+    missing: it starts fresh); a ``zch`` table of the checkpoint loads into a ``zch`` table only.
+    Returns the problems and the names of the model and of the checkpoint they cover (not
+    reported again as missing or unexpected)."""
+    saved = set(there)
+    source = {n: renames.get(n, n) for n in here if renames.get(n, n) in saved}
+    ours, theirs = zch_state_tables(here), zch_state_tables(there)
+    problems: list[str] = []
+    covered_here: set[str] = set()
+    covered_there: set[str] = set()
+    for table in ours:
+        core = [table.weight, table.map_prefix + "_mch_sorted_raw_ids", table.map_prefix + "_mch_remapped_ids_mapping"]
+        names = [n for n in here if table.holds(n)]
+        origin = next((t for t in theirs if source.get(table.weight) == t.weight), None)
+        if not any(n in source for n in core):
+            if all(_allowed(n, init.allow_missing) for n in names):
+                continue  # started fresh, as asked
+            problems.append(f"table '{table.table}' has zch here, and the checkpoint holds no id-to-row map for it "
+                            f"(its run looked the table up by hash_bucket_size, num_buckets or a vocabulary: its rows "
+                            f"are not any id's): {_fresh(table.table, there)}, or init from a run with zch on it")
+        elif origin is None:
+            problems.append(f"table '{table.table}' has zch here, and its rows would load from the checkpoint's "
+                            f"'{source.get(table.weight)}', which has no id-to-row map: drop that line of the name map "
+                            f"and {_fresh(table.table, there)}")
+        elif not all(origin.holds(source.get(n, "")) for n in core):
+            problems.append(f"table '{table.table}': its rows and its id-to-row map load together, from one zch table "
+                            f"of the checkpoint (here the rows from '{origin.weight}' and the map from elsewhere or "
+                            f"nowhere); map or allow them alike")
+        else:
+            continue
+        covered_here.update(names)
+        covered_there.update(n for n in there if f".{table.table}." in f".{n}")
+    mine = {n for n in here if any(t.holds(n) for t in ours)}
+    for table in theirs:
+        into = [n for n, old in source.items() if old == table.weight and n not in mine]
+        dropped = not any(table.holds(old) for old in source.values()) and not all(
+            _allowed(n, init.allow_unexpected) for n in there if table.holds(n))
+        plain = [n for n in here if n not in mine and f".{table.table}." in f".{n}"]
+        if into or (dropped and plain):
+            problems.append(f"table '{table.table}' has zch in the checkpoint and not here: its rows belong to the ids "
+                            f"of its id-to-row map, which a table without zch does not look up; give its feature the "
+                            f"zch block it had, or {_fresh(table.table, there)}")
+            covered_here.update(into + plain)
+            covered_there.update(n for n in there if table.holds(n))
+    return problems, covered_here, covered_there
+
+
+def _fresh(table: str, there: Sequence[str]) -> str:
+    """How to start ``table`` fresh: allow its names missing (and the checkpoint's unexpected)."""
+    pattern = f"*.{table}.*"
+    unused = any(fnmatch.fnmatchcase(n, pattern) for n in there)
+    return f"start the table fresh with --init-allow-missing '{pattern}'" + (
+        f" --init-allow-unexpected '{pattern}'" if unused else "")

@@ -213,7 +213,8 @@ class Trainer(TrainerCheckpoints):
             start = self.load(resume_from)
         elif self.init_from is not None:
             report = init_from_checkpoint(self.init_from, model=self.built.model, optimizer=self.built.optimizer,
-                                          model_dir=self.session.model_dir, rank=self.info.rank)
+                                          model_dir=self.session.model_dir, rank=self.info.rank,
+                                          world_size=self.info.world_size)
             self._log0("%s", report.summary())
         self.data = self.session.train_data(start)
         self.step = start.step

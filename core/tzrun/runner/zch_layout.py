@@ -14,7 +14,7 @@ it; :class:`ZchRemap` looks raw ids up in the saved map as the sharded run did.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import attrs
 import torch
@@ -24,7 +24,7 @@ from tzrun.config.schema import RunConfig, ZchConfig
 from tzrun.data.ids import ZCH_ID_SPACE
 from tzrun.runner.zch import zch_features
 
-__all__ = ["ManagedTable", "swapped_keys", "managed_tables", "ZchRemap"]
+__all__ = ["ManagedTable", "swapped_keys", "managed_tables", "ZchRemap", "ZchStateTable", "zch_state_tables", "moved_plain_name"]
 
 _MAP = "managed._managed_collision_collection._managed_collision_modules"
 
@@ -86,6 +86,54 @@ def managed_tables(model: nn.Module, cfg: RunConfig) -> list[ManagedTable]:
                          _key(name, _MAP, config.name, "_mch_sorted_raw_ids"),
                          _key(name, _MAP, config.name, "_mch_remapped_ids_mapping"))
             for name, _, config, zch in _swapped_tables(model, zch_features(cfg)) if zch]
+
+
+@attrs.frozen
+class ZchStateTable:
+    """One ``zch`` table as a set of state names (a model's or a checkpoint's) shows it.
+
+    Attributes:
+        table: the table's name.
+        weight: the state name of its rows.
+        map_prefix: the prefix (ending in ``.``) of the state names of its id-to-row map and
+            its policy's per-row values (``_mch_sorted_raw_ids``, ``_mch_counts``, ...).
+    """
+
+    table: str
+    weight: str
+    map_prefix: str
+
+    def holds(self, name: str) -> bool:
+        """Whether ``name`` is one of this table's state names (its rows or its map)."""
+        return name == self.weight or name.startswith(self.map_prefix)
+
+
+def zch_state_tables(names: Iterable[str]) -> list[ZchStateTable]:
+    """The ``zch`` tables among state ``names`` (those of a swapped model, without the
+    ``model.`` of a checkpoint entry): each table whose id-to-row map is there."""
+    suffix = "._mch_sorted_raw_ids"
+    out = []
+    for name in names:
+        collection, marker, rest = f".{name}".partition(f".{_MAP}.")
+        if not marker or not name.endswith(suffix) or "." in rest.removesuffix(suffix):
+            continue
+        table, collection = rest.removesuffix(suffix), collection[1:]
+        out.append(ZchStateTable(table, _key(collection, "managed._embedding_module.embeddings", table, "weight"),
+                                 _key(collection, _MAP, table) + "."))
+    return out
+
+
+def moved_plain_name(name: str) -> Optional[str]:
+    """The state name a plain table's rows have on the other side of the swap: in a collection
+    the swap replaced (``<collection>.plain.embedding_bags.<table>.weight``), the name they have
+    where it did not (``<collection>.embedding_bags.<table>.weight``), and the reverse; None for
+    a name that is no table's rows (or a ``zch`` table's)."""
+    parts = name.split(".")
+    if len(parts) < 3 or parts[-1] != "weight" or parts[-3] not in ("embedding_bags", "embeddings") or (
+            "_embedding_module" in parts):
+        return None
+    plain = len(parts) > 3 and parts[-4] == "plain"
+    return ".".join([*parts[:-4]] + parts[-3:] if plain else [*parts[:-3], "plain", *parts[-3:]])
 
 
 class ZchRemap(nn.Module):
