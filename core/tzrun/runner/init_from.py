@@ -246,7 +246,7 @@ def _moved_plain_tables(current: Mapping[str, Any], saved: Mapping[str, Any], re
     out = {}
     for name in current:
         other = moved_plain_name(name)
-        if name not in renames and name not in saved and other in saved:
+        if other is not None and other in saved and name not in renames and name not in saved:
             out[name] = other
     return out
 
