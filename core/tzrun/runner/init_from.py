@@ -33,7 +33,7 @@ import attrs
 
 from tzrun.errors import CheckpointError, TzrunError
 from tzrun.io.storage import as_path
-from tzrun.runner.zch_layout import moved_plain_name, zch_state_tables
+from tzrun.runner.zch_layout import ZchStateTable, moved_plain_name, zch_state_tables
 
 __all__ = ["InitFrom", "InitReport", "read_name_map", "init_from_checkpoint"]
 
@@ -266,33 +266,17 @@ def _zch_problems(here: list[str], there: list[str], renames: dict[str, str],
     covered_here: set[str] = set()
     covered_there: set[str] = set()
     for table in ours:
-        core = [table.weight, table.map_prefix + "_mch_sorted_raw_ids", table.map_prefix + "_mch_remapped_ids_mapping"]
-        names = [n for n in here if table.holds(n)]
-        origin = next((t for t in theirs if source.get(table.weight) == t.weight), None)
-        if not any(n in source for n in core):
-            if all(_allowed(n, init.allow_missing) for n in names):
-                continue  # started fresh, as asked
-            problems.append(f"table '{table.table}' has zch here, and the checkpoint holds no id-to-row map for it "
-                            f"(its run looked the table up by hash_bucket_size, num_buckets or a vocabulary: its rows "
-                            f"are not any id's): {_fresh(table.table, there)}, or init from a run with zch on it")
-        elif origin is None:
-            problems.append(f"table '{table.table}' has zch here, and its rows would load from the checkpoint's "
-                            f"'{source.get(table.weight)}', which has no id-to-row map: drop that line of the name map "
-                            f"and {_fresh(table.table, there)}")
-        elif not all(origin.holds(source.get(n, "")) for n in core):
-            problems.append(f"table '{table.table}': its rows and its id-to-row map load together, from one zch table "
-                            f"of the checkpoint (here the rows from '{origin.weight}' and the map from elsewhere or "
-                            f"nowhere); map or allow them alike")
-        else:
-            continue
-        covered_here.update(names)
-        covered_there.update(n for n in there if f".{table.table}." in f".{n}")
+        problem = _our_table_problem(table, here, there, source, theirs, init)
+        if problem is not None:
+            problems.append(problem)
+            covered_here.update(n for n in here if table.holds(n))
+            covered_there.update(_names_of(table.table, there))
     mine = {n for n in here if any(t.holds(n) for t in ours)}
     for table in theirs:
         into = [n for n, old in source.items() if old == table.weight and n not in mine]
         dropped = not any(table.holds(old) for old in source.values()) and not all(
             _allowed(n, init.allow_unexpected) for n in there if table.holds(n))
-        plain = [n for n in here if n not in mine and f".{table.table}." in f".{n}"]
+        plain = [n for n in _names_of(table.table, here) if n not in mine]
         if into or (dropped and plain):
             problems.append(f"table '{table.table}' has zch in the checkpoint and not here: its rows belong to the ids "
                             f"of its id-to-row map, which a table without zch does not look up; give its feature the "
@@ -302,9 +286,38 @@ def _zch_problems(here: list[str], there: list[str], renames: dict[str, str],
     return problems, covered_here, covered_there
 
 
+def _our_table_problem(table: ZchStateTable, here: list[str], there: list[str], source: Mapping[str, str],
+                       theirs: list[ZchStateTable], init: InitFrom) -> str | None:
+    """Why the model's ``zch`` ``table`` cannot load as ``source`` (model name -> checkpoint
+    name) says, or None: its rows and map from one zch table of the checkpoint, or fresh."""
+    core = [table.weight, table.map_prefix + "_mch_sorted_raw_ids", table.map_prefix + "_mch_remapped_ids_mapping"]
+    origin = next((t for t in theirs if source.get(table.weight) == t.weight), None)
+    if not any(n in source for n in core):
+        if all(_allowed(n, init.allow_missing) for n in here if table.holds(n)):
+            return None  # started fresh, as asked
+        if not _names_of(table.table, there):
+            return f"table '{table.table}' (zch) is not in the checkpoint: {_fresh(table.table, there)}"
+        return (f"table '{table.table}' has zch here, and the checkpoint holds no id-to-row map for it (its run looked "
+                f"the table up by hash_bucket_size, num_buckets or a vocabulary: its rows are not any id's): "
+                f"{_fresh(table.table, there)}, or init from a run with zch on it")
+    if origin is None and table.weight in source:
+        return (f"table '{table.table}' has zch here, and its rows would load from the checkpoint's "
+                f"'{source[table.weight]}', which has no id-to-row map: drop that line of the name map and "
+                f"{_fresh(table.table, there)}")
+    if origin is None or not all(origin.holds(source.get(n, "")) for n in core):
+        return (f"table '{table.table}': its rows and its id-to-row map load together, from one zch table of the "
+                f"checkpoint (here the rows from '{source.get(table.weight, 'nowhere')}' and the map from elsewhere "
+                f"or nowhere); map or allow them alike")
+    return None
+
+
+def _names_of(table: str, names: Sequence[str]) -> list[str]:
+    """The state names of ``names`` that belong to a table named ``table`` (``*.<table>.*``)."""
+    return [n for n in names if fnmatch.fnmatchcase(n, f"*.{table}.*")]
+
+
 def _fresh(table: str, there: Sequence[str]) -> str:
     """How to start ``table`` fresh: allow its names missing (and the checkpoint's unexpected)."""
     pattern = f"*.{table}.*"
-    unused = any(fnmatch.fnmatchcase(n, pattern) for n in there)
     return f"start the table fresh with --init-allow-missing '{pattern}'" + (
-        f" --init-allow-unexpected '{pattern}'" if unused else "")
+        f" --init-allow-unexpected '{pattern}'" if _names_of(table, there) else "")
