@@ -67,6 +67,26 @@ def test_the_keys_of_a_swapped_collection_are_those_the_swap_makes(tzrun_pm):
     assert {tables[0].raw_ids_key, tables[0].rows_key} <= swapped
 
 
+def test_init_from_finds_each_table_on_the_other_side_of_the_swap(tzrun_pm):
+    from tzrun.runner.zch import swap_managed_collisions
+    from tzrun.runner.zch_layout import moved_plain_name, zch_state_tables
+
+    cfg, registries = load_config_text(CONFIG, tzrun_pm)
+    model = TwoTables()
+    unswapped = set(model.state_dict())
+    swap_managed_collisions(model, cfg, registries, world_size=1)
+    swapped = set(model.state_dict())
+    assert moved_plain_name("bags.plain.embedding_bags.item_emb.weight") == "bags.embedding_bags.item_emb.weight"
+    assert moved_plain_name("bags.embedding_bags.item_emb.weight") == "bags.plain.embedding_bags.item_emb.weight"
+    assert {moved_plain_name(k) for k in swapped if "item_emb" in k} <= unswapped  # the plain table, both ways
+    assert moved_plain_name("head.weight") is None
+    assert moved_plain_name("bags.managed._embedding_module.embeddings.user_emb.weight") is None
+    [table] = zch_state_tables(swapped)
+    assert table.table == "user_emb" and table.weight in swapped
+    assert {k for k in swapped if table.holds(k)} == {k for k in swapped if "user_emb" in k}  # rows and map
+    assert zch_state_tables(unswapped) == []
+
+
 def _slices(rows: int, buckets: int) -> list:
     """A table's managed slices as the row-wise sharder rebuilds them, one per rank."""
     from torchrec.modules.mc_modules import LFU_EvictionPolicy, MCHManagedCollisionModule

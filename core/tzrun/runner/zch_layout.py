@@ -10,6 +10,8 @@ one tensor of the whole table) under
 ``<collection>.managed._managed_collision_collection._managed_collision_modules.<table>``.
 :func:`swapped_keys` and :func:`managed_tables` say so for the user's model as its plugin builds
 it; :class:`ZchRemap` looks raw ids up in the saved map as the sharded run did.
+:func:`zch_state_tables` and :func:`moved_plain_name` read the same layout from state names
+alone, for ``--init-from`` across runs with and without ``zch``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from tzrun.config.schema import RunConfig, ZchConfig
 from tzrun.data.ids import ZCH_ID_SPACE
 from tzrun.runner.zch import zch_features
 
-__all__ = ["ManagedTable", "swapped_keys", "managed_tables", "ZchRemap", "ZchStateTable", "zch_state_tables", "moved_plain_name"]
+__all__ = ["ManagedTable", "swapped_keys", "managed_tables", "ZchRemap", "ZchStateTable", "zch_state_tables",
+           "moved_plain_name"]
 
 _MAP = "managed._managed_collision_collection._managed_collision_modules"
 
