@@ -36,7 +36,7 @@ from tzrun.runner.session import Session
 from tzrun.io.write_errors import write_failure_message
 from tzrun.runner.records import config_differences
 from tzrun.runner.retention import BEST_FILE, read_best
-from tzrun.runner.zch import check_zch_reshard
+from tzrun.runner.zch_reshard import ZchGrowth, grows_zch_slices
 from tzrun.io.storage import as_path
 
 __all__ = ["CheckpointEvaluation", "resolve_checkpoint", "restore_checkpoint", "evaluate_checkpoint"]
@@ -144,8 +144,7 @@ def restore_checkpoint(session: Session, which: str) -> tuple[Path, dict[str, An
             + "\n".join(f"  {d}" for d in differences)
             + "\nUse it with the config it was trained with (its config is in meta.json), or pass --set to match."
         )
-    check_zch_reshard(session.built.model, meta.get("world_size"), session.info.world_size, path)
-    return path, meta, _load_weights(session, path)
+    return path, meta, _load_weights(session, path, meta.get("world_size"))
 
 
 def _record(model_dir: Path, done: CheckpointEvaluation) -> None:
@@ -163,13 +162,20 @@ def _record(model_dir: Path, done: CheckpointEvaluation) -> None:
         raise RecordNotWrittenError(f"the evaluation above was not recorded: {message}", done) from None
 
 
-def _load_weights(session: Session, path: Path) -> bool:
+def _load_weights(session: Session, path: Path, written_by: Any) -> bool:
     """Load the checkpoint's model weights and update path (EMA averages) into the session's
-    model; returns whether evaluation uses the EMA averages."""
-    built = session.built
+    model (its ``zch`` tables split by raw id when fewer ranks wrote it: :class:`ZchGrowth`);
+    returns whether evaluation uses the EMA averages."""
+    built, info = session.built, session.info
     saved_update: dict[str, Any] = {}
-    load_checkpoint(path, {"model": built.model, "update": Blob(dict, saved_update.update)}, verify=False,
+    growth = None
+    if grows_zch_slices(built.model, written_by, info.world_size):
+        growth = ZchGrowth(built.model, None, written_by, info.rank, info.world_size)
+    model = growth.model_state() if growth is not None else built.model
+    load_checkpoint(path, {"model": model, "update": Blob(dict, saved_update.update)}, verify=False,
                     verify_reads=verify_hashes_by_default())
+    if growth is not None:
+        growth.place(path, verify_reads=verify_hashes_by_default())
     ema = bool(built.update.ema_for_eval)
     if ema and not saved_update.get("ema"):
         raise CheckpointError(

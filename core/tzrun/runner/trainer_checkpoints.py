@@ -23,7 +23,8 @@ from tzrun.runner.manifest import verify_hashes_by_default
 from tzrun.runner.position import DataPosition, ResumePoint
 from tzrun.runner.run_log import warn_if_plugins_changed
 from tzrun.runner.session import rng_state, set_rng_state
-from tzrun.runner.zch import check_zch_reshard, load_zch_window_state, reshard_zch_windows, zch_window_state
+from tzrun.runner.zch import load_zch_window_state, reshard_zch_windows, zch_window_state
+from tzrun.runner.zch_reshard import ZchGrowth, grows_zch_slices
 from tzrun.runner.stages import check_stage_states
 
 __all__ = ["TrainerCheckpoints"]
@@ -113,7 +114,10 @@ class TrainerCheckpoints:
         hashes = verify_hashes_by_default()
         verify_checkpoint(path, state_while_reading=hashes)  # state/'s hashes: as the load reads it
         self._resharded_windows: list[Any] = []
+        self._zch_growth: ZchGrowth | None = None
         meta = load_checkpoint(path, self._state_to_load(path), verify=False, verify_reads=hashes)
+        if self._zch_growth is not None:
+            self._zch_growth.place(path, verify_reads=hashes)
         if self._resharded_windows:
             load_zch_window_state(self.built.model,
                                   reshard_zch_windows(self._resharded_windows, self.info.rank, self.info.world_size))
@@ -135,11 +139,15 @@ class TrainerCheckpoints:
         """:meth:`state`, without this rank's own part when the checkpoint was written by
         another number of ranks (the RNG streams and metric windows do not carry over): then
         every old rank's ``zch`` windows are read instead, and this rank's share of them loaded
-        (:func:`~tzrun.runner.zch.reshard_zch_windows`)."""
+        (:func:`~tzrun.runner.zch.reshard_zch_windows`); written by fewer ranks, the ``zch``
+        tables are left to :class:`~tzrun.runner.zch_reshard.ZchGrowth`."""
         state = self.state(loading=True)
         written_by = read_meta(path).get("world_size")
         if written_by != self.info.world_size:
-            check_zch_reshard(self.built.model, written_by, self.info.world_size, path)
+            if grows_zch_slices(self.built.model, written_by, self.info.world_size):
+                self._zch_growth = ZchGrowth(self.built.model, self.built.optimizer, written_by, self.info.rank,
+                                             self.info.world_size)
+                state["model"] = self._zch_growth.model_state()
             del state[f"rank.{self.info.rank}"]
             if zch_window_state(self.built.model) and isinstance(written_by, int):
                 windows: list[Any] = [{} for _ in range(written_by)]

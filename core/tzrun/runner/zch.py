@@ -31,8 +31,7 @@ from tzrun.errors import ConfigError, ConfigProblem
 from tzrun.kernel.registry import Registries
 
 __all__ = ["zch_features", "check_zch_world_size", "swap_managed_collisions", "ManagedBagCollection", "zch_window_state", "load_zch_window_state",
-           "ManagedCollection", "zch_table_names", "zch_counters", "reshard_zch_windows",
-           "check_zch_reshard"]
+           "ManagedCollection", "zch_table_names", "zch_counters", "reshard_zch_windows"]
 
 
 def zch_features(cfg: RunConfig) -> dict[str, tuple[str, ZchConfig]]:
@@ -350,20 +349,3 @@ def reshard_zch_windows(saved: Sequence[Mapping[str, Any]], rank: int, world_siz
                      "last_eviction_iter": states[0]["last_eviction_iter"], "current_iter": states[0]["current_iter"],
                      "history": history[mine], "metadata": metadata}
     return out
-
-
-def check_zch_reshard(model: nn.Module, written_by: Any, world_size: int, path: Any) -> None:
-    """A ``zch`` table's map loads into a number of ranks that divides the number that wrote
-    it (2 -> 1, 4 -> 2): each new slice is then whole old slices, the raw ids it manages and
-    the rows it owns. Split over more ranks, a slice would get ids another rank looks up.
-
-    Raises:
-        CheckpointError: naming the checkpoint, both numbers of ranks and the fix.
-    """
-    from tzrun.errors import CheckpointError
-
-    if not isinstance(written_by, int) or written_by % world_size == 0 or not _managed_modules(model):
-        return
-    raise CheckpointError(f"{path}: written by {written_by} rank(s), and its zch tables' id-to-row maps load only into "
-                          f"a number of ranks that divides {written_by} (not {world_size}); use "
-                          f"--nproc-per-node {written_by} or a divisor of it (tzrec-run help zch, Checkpoints and resume)")
