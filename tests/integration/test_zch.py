@@ -2,7 +2,8 @@
 zch tables sharded row-wise through TorchRec's managed-collision collection (their managed state
 in the checkpoint), a run stopped by a signal between two evictions resumes exactly as the
 uninterrupted run (the same loss at every step, the same weights at the end), and an export,
-carrying each table's id-to-row map, scores the rows as the checkpoint does on 1 and 2 ranks."""
+carrying each table's id-to-row map, scores the rows as the checkpoint does on 1 and 2 ranks. A
+checkpoint reshards 2 -> 1, and 1 -> 2: every id it keeps scores as on one rank, and training goes on."""
 
 from __future__ import annotations
 
@@ -335,3 +336,63 @@ def test_init_from_a_two_rank_zch_run_on_one_rank_keeps_every_ids_row_and_more_r
                                               r"into a number of ranks that divides 1 \(not 2\)"):
         init_from_checkpoint(InitFrom(str(one_rank[0])), model=tuned.model, optimizer=None, model_dir=tmp_path / "x",
                              rank=0, world_size=2)
+
+
+def _dropped_on_two_ranks(model_dir: Path, table_key: str, score: str) -> torch.Tensor:
+    """The raw ids a zch table of the run's last checkpoint (one rank) holds that do not fit
+    their slice of 2: in each slice, beyond its ``rows / 2 - 1`` ids by descending ``score``
+    (the policy's ``_mch_`` buffer; ties: lower raw id)."""
+    view = tzrun.find_checkpoint(model_dir, "latest")
+    prefix = f"model.model.{table_key}."
+    state = {prefix + k: torch.empty(view.tensor_shapes()[prefix + k], dtype=torch.int64)
+             for k in ("_mch_sorted_raw_ids", f"_mch_{score}")}
+    view.load_state(state)
+    raw, scores = state[prefix + "_mch_sorted_raw_ids"], state[prefix + f"_mch_{score}"]
+    fit, dropped = raw.numel() // 2 - 1, []
+    for rank in range(2):
+        mine = [(-int(s), int(i)) for i, s in zip(raw, scores) if i < 2**63 - 1 and i // 2**62 == rank]
+        dropped += [i for _, i in sorted(mine)[fit:]]
+    return torch.tensor(dropped, dtype=torch.int64)
+
+
+@pytest.mark.multiproc
+def test_a_one_rank_zch_run_resumes_and_predicts_on_two_ranks_with_every_id_it_keeps_on_its_row(data, config, one_rank,
+                                                                                                  tmp_path):
+    import shutil
+
+    model_dir, _ = one_rank
+    sets = _sets(data, model_dir)
+    scores = {}
+    for ranks in ((), ("--nproc-per-node", "2")):
+        out = tmp_path / f"ranks{len(ranks)}.parquet"
+        command = ["predict", str(config), *sets, "--checkpoint", "latest", "--input", str(data / "eval"), "--output",
+                   str(out), *ranks]
+        done = warm_cli(command) if ranks else cli(command)
+        assert done.returncode == 0, done.stderr[-3000:]
+        scores[ranks] = pq.read_table(out).column("probs").to_numpy()
+    maps = "managed._managed_collision_collection._managed_collision_modules"
+    eval_rows, dropped_rows = pq.read_table(data / "eval"), np.zeros(1024, dtype=bool)
+    for feature, score in (("cat_0", "counts"), ("cat_1", "last_access_iter")):  # lfu, lru
+        raw = torch.from_numpy(zch_raw_ids(eval_rows.column(feature).to_numpy()))
+        for table in (f"deep_ebc.{maps}.{feature}_emb", f"wide_ebc.{maps}.{feature}_emb_wide"):
+            dropped = _dropped_on_two_ranks(model_dir, table, score)
+            assert dropped.numel() > 0  # both tables full: a slice of 2 cannot hold all its ids
+            dropped_rows |= torch.isin(raw, dropped).numpy()
+    one, two = scores[()], scores[("--nproc-per-node", "2")]
+    assert 0 < dropped_rows.sum() < 1024 / 2
+    # every id kept (and every id the table does not hold: the miss rows) reads the row it read on one rank
+    np.testing.assert_allclose(two[~dropped_rows], one[~dropped_rows], rtol=0, atol=1e-6)
+    assert not np.allclose(two[dropped_rows], one[dropped_rows], rtol=0, atol=1e-6)  # a dropped id reads the miss row
+    resumed_dir = tmp_path / "run"
+    shutil.copytree(model_dir, resumed_dir)
+    resumed = warm_cli(["train", str(config), *_sets(data, resumed_dir, "train.num_epochs=2", "train.log_every_n_steps=1"),
+                        "--resume", "--nproc-per-node", "2"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "do not fit slice" in resumed.stderr
+    records = [r for r in map(json.loads, (resumed_dir / "metrics.jsonl").read_text().splitlines())
+               if r["kind"] == "train" and r["step"] > 8]
+    # an epoch of 2,048 rows is 4 steps of 2 x 256 on 2 ranks
+    assert [r["step"] for r in records] == list(range(9, 13)) and all(np.isfinite(r["loss"]) for r in records)
+    first = records[0]["zch"]["cat_0_emb"]
+    assert first["rows_in_use"] == 31 and first["misses"] < first["ids_seen"]  # rank 0's slice of 32 rows, full
+    assert json.loads((resumed_dir / "checkpoints" / "step-12" / "meta.json").read_text())["world_size"] == 2

@@ -170,7 +170,7 @@ def _load_weights(session: Session, path: Path, written_by: Any) -> bool:
     saved_update: dict[str, Any] = {}
     growth = None
     if grows_zch_slices(built.model, written_by, info.world_size):
-        growth = ZchGrowth(built.model, None, written_by, info.rank, info.world_size)
+        growth = ZchGrowth(built.model, None, int(written_by), info.rank, info.world_size)
     model = growth.model_state() if growth is not None else built.model
     load_checkpoint(path, {"model": model, "update": Blob(dict, saved_update.update)}, verify=False,
                     verify_reads=verify_hashes_by_default())

@@ -142,10 +142,10 @@ class TrainerCheckpoints:
         (:func:`~tzrun.runner.zch.reshard_zch_windows`); written by fewer ranks, the ``zch``
         tables are left to :class:`~tzrun.runner.zch_reshard.ZchGrowth`."""
         state = self.state(loading=True)
-        written_by = read_meta(path).get("world_size")
+        written_by: Any = read_meta(path).get("world_size")
         if written_by != self.info.world_size:
             if grows_zch_slices(self.built.model, written_by, self.info.world_size):
-                self._zch_growth = ZchGrowth(self.built.model, self.built.optimizer, written_by, self.info.rank,
+                self._zch_growth = ZchGrowth(self.built.model, self.built.optimizer, int(written_by), self.info.rank,
                                              self.info.world_size)
                 state["model"] = self._zch_growth.model_state()
             del state[f"rank.{self.info.rank}"]
