@@ -220,6 +220,9 @@ class ZchGrowth:
             CheckpointError: when the checkpoint does not hold one of the tables.
         """
         saved = _saved_tensors(path)
+        for t in self.tables:  # a state of one value per table (not per row) loaded as it was saved
+            rows = saved.get(f"model.{t.weight_key}", ((0,), torch.float32))[0][:1]
+            t.optimizer_keys = [k for k in t.optimizer_keys if k not in saved or saved[k][0][:1] == rows]
         missing = [k for k in self._whole_keys() if k not in saved]
         if missing:
             raise CheckpointError(f"{path}: does not hold {missing[0]} (written by another kind of run); use the "
