@@ -314,28 +314,53 @@ def test_the_zch_tables_start_fresh_when_allowed_and_the_rest_loads_from_a_hash_
                                       "cat_0_emb").numel() == 0  # a fresh map (no eviction in its one step)
 
 
-def _rows_by_id(tensors: dict[str, torch.Tensor], table: str) -> dict[int, torch.Tensor]:
-    """A saved zch table's rows by the raw id that holds each (every slice's)."""
+def _rows_by_id(tensors: dict[str, torch.Tensor], table: str, state: str = "weight") -> dict[int, torch.Tensor]:
+    """A saved zch table's rows by the raw id that holds each (every slice's): its weights, or
+    the sparse optimizer's ``state`` (``momentum1``: row-wise adagrad's accumulator)."""
     prefix = f"model.model.deep_ebc.managed._managed_collision_collection._managed_collision_modules.{table}."
     ids, rows = tensors[prefix + "_mch_sorted_raw_ids"], tensors[prefix + "_mch_remapped_ids_mapping"]
-    weight = tensors[f"model.model.deep_ebc.managed._embedding_module.embeddings.{table}.weight"]
-    return {int(i): weight[int(r)] for i, r in zip(ids, rows) if int(i) < 2**63 - 1}
+    weight = f"deep_ebc.managed._embedding_module.embeddings.{table}.weight"
+    values = tensors[f"model.model.{weight}"] if state == "weight" else next(
+        v for k, v in tensors.items() if k.startswith("optimizer.") and f".{weight}." in k and k.endswith(f".{state}"))
+    return {int(i): values[int(r)] for i, r in zip(ids, rows) if int(i) < 2**63 - 1}
 
 
-def test_init_from_a_two_rank_zch_run_on_one_rank_keeps_every_ids_row_and_more_ranks_are_refused(data, config, two_ranks,
-                                                                                                  one_rank, tmp_path):
-    from tzrun.errors import CheckpointError
-    from tzrun.runner.init_from import init_from_checkpoint
+def _init_on_two_ranks(config: Path, data: Path, source: Path, model_dir: Path, tmp: Path):
+    """One step on 2 warm ranks from ``source`` with --init-optimizer, the config's optimizers at
+    learning rate 0 (weights unchanged; row-wise adagrad's accumulator grows only for the rows
+    the step looks up: at most 2 x 8 per table), no evaluation."""
+    text = config.read_text().replace("num_epochs = 1", "num_steps = 1").replace('eval_input = "data/criteo_synth/eval"\n', "")
+    (tmp / "one_step.toml").write_text(text)
+    frozen = ('train.sparse_optimizer={type = "rowwise_adagrad", lr = 0.0}', 'train.dense_optimizer={type = "adam", lr = 0.0}')
+    sets = [s for s in _sets(data, model_dir, "data.batch_size=8", "metrics=[]", "train.stages=[]", *frozen)
+            if s != "--set" and not s.startswith("data.eval_input")]
+    return warm_cli(["train", str(tmp / "one_step.toml"), *[a for s in sets for a in ("--set", s)], "--init-from",
+                     str(source), "--init-optimizer", "--nproc-per-node", "2"])
 
-    tuned = _train(data, config, tmp_path / "tuned", steps=1, init=InitFrom(str(two_ranks)), extra=FROZEN)
+
+@pytest.mark.multiproc
+def test_init_from_a_zch_run_on_fewer_or_more_ranks_gives_every_id_that_fits_its_row(data, config, two_ranks, one_rank,
+                                                                                     tmp_path):
+    _train(data, config, tmp_path / "tuned", steps=1, init=InitFrom(str(two_ranks)), extra=FROZEN)
     source = _rows_by_id(saved_tensors(two_ranks / "checkpoints" / "step-4"), "cat_0_emb")
     loaded = _rows_by_id(saved_tensors(tmp_path / "tuned" / "checkpoints" / "step-1"), "cat_0_emb")
     assert len(source) == 2 * 31 and source.keys() == loaded.keys()  # both slices' ids, in one slice now
     assert all(torch.equal(source[i], loaded[i]) for i in source)
-    with pytest.raises(CheckpointError, match=r"written by 1 rank\(s\), and its zch tables' id-to-row maps load only "
-                                              r"into a number of ranks that divides 1 \(not 2\)"):
-        init_from_checkpoint(InitFrom(str(one_rank[0])), model=tuned.model, optimizer=None, model_dir=tmp_path / "x",
-                             rank=0, world_size=2)
+    # 1 -> 2: each table split by raw id as --resume splits it, the optimizer's rows with it
+    done = _init_on_two_ranks(config, data, one_rank[0], tmp_path / "grown", tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "do not fit slice" in done.stderr
+    before = saved_tensors(one_rank[0] / "checkpoints" / "step-8")
+    after = saved_tensors(tmp_path / "grown" / "checkpoints" / "step-1")
+    maps = "deep_ebc.managed._managed_collision_collection._managed_collision_modules"
+    for table, score in (("cat_0_emb", "counts"), ("cat_1_emb", "last_access_iter")):  # lfu, lru
+        source, loaded = _rows_by_id(before, table), _rows_by_id(after, table)
+        dropped = set(_dropped_on_two_ranks(one_rank[0], f"{maps}.{table}", score).tolist())
+        assert dropped and dropped < set(source) and loaded.keys() == source.keys() - dropped, table
+        assert all(torch.equal(source[i], loaded[i]) for i in loaded), table
+        old, new = _rows_by_id(before, table, "momentum1"), _rows_by_id(after, table, "momentum1")
+        assert all(new[i] >= old[i] for i in new) and sum(bool(new[i] != old[i]) for i in new) <= 16, table
+        assert all(old[i] > 0 for i in new), table  # a fresh state (zero) would have failed the line above
 
 
 def _dropped_on_two_ranks(model_dir: Path, table_key: str, score: str) -> torch.Tensor:

@@ -19,7 +19,9 @@ A ``zch`` table (docs/zch.md) loads its rows only together with its id-to-row ma
 ``zch`` table of the checkpoint: the fine-tuned run then looks up the same row for the same id.
 Rows without a map (a ``hash_bucket_size`` run's) are refused for a ``zch`` table, and a ``zch``
 table's rows for a table without ``zch``, each with one problem naming the table and how to
-start it fresh instead. The maps load into a number of ranks that divides the source's.
+start it fresh instead. On fewer ranks than wrote the checkpoint the maps load by position
+(every id keeps its row); on more, each table is split by raw id as ``--resume`` splits it
+(:class:`~tzrun.runner.zch_reshard.ZchGrowth`, given this module's name matching).
 """
 
 from __future__ import annotations
@@ -134,23 +136,16 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     (collective: every rank calls it) of ``world_size`` ranks.
 
     Raises:
-        CheckpointError: when the checkpoint is not complete, is damaged, or would run code, or
-            holds ``zch`` maps written by a number of ranks that ``world_size`` does not divide.
+        CheckpointError: when the checkpoint is not complete, is damaged, or would run code.
         TzrunError: for missing or unexpected names that are not allowed, shape mismatches,
             ``load_optimizer`` with renames, or a ``zch`` table's rows loaded without its map
             (or into a table without ``zch``).
     """
-    from tzrun.runner.checkpoint import init_lazy_states, read_meta, verify_checkpoint
-    from tzrun.runner.dcp_storage import load_state, storage_reader
-    from tzrun.runner.zch_reshard import grows_zch_slices
+    from tzrun.runner.checkpoint import verify_checkpoint
+    from tzrun.runner.dcp_storage import storage_reader
 
     source = _complete_checkpoint(init.checkpoint)
     verify_checkpoint(source)
-    written_by = read_meta(source).get("world_size")
-    if grows_zch_slices(model, written_by, world_size):  # --resume, evaluate and predict split them; this does not yet
-        raise CheckpointError(f"{source}: written by {written_by} rank(s), and its zch tables' id-to-row maps load only "
-                              f"into a number of ranks that divides {written_by} (not {world_size}) with --init-from; "
-                              f"use --nproc-per-node {written_by} or a divisor of it (tzrec-run help zch, Fine-tuning)")
     renames = read_name_map(init.name_map) if init.name_map else {}
     if renames and init.load_optimizer:
         raise TzrunError("--init-optimizer loads the optimizer state as saved; it cannot be combined with a name map")
@@ -179,19 +174,42 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
             + ". Map names with --init-map, or allow them with --init-allow-missing / --init-allow-unexpected "
             "(patterns such as 'final.*')"
         )
-    load_state(source / "state", {"model": {"model." + k: v for k, v in targets.items()}})
-    # the targets are the model's own state tensors (or shards of them): give them back to it
-    model.load_state_dict({"model." + k: v for k, v in current.items()})
-    if init.load_optimizer:
-        init_lazy_states(optimizer)
-        optimizer_state = {"optimizer": optimizer.state_dict()}
-        load_state(source / "state", optimizer_state)
-        optimizer.load_state_dict(optimizer_state["optimizer"])
+    _load(source, targets, {**{n: n for n in loaded}, **renamed}, current, model=model,
+          optimizer=optimizer if init.load_optimizer else None, rank=rank, world_size=world_size)
     report = InitReport(str(source), tuple(loaded), renamed, tuple(missing), tuple(unexpected), init.load_optimizer)
     if rank == 0:
         model_dir.mkdir(parents=True, exist_ok=True)
         (model_dir / "init_report.json").write_text(json.dumps(report.to_json(), indent=2))
     return report
+
+
+def _load(source: Path, targets: dict[str, Any], names: Mapping[str, str], current: Mapping[str, Any], *, model: Any,
+          optimizer: Any, rank: int, world_size: int) -> None:
+    """Load ``targets`` (the model's state tensors, of ``current``, by checkpoint name;
+    ``names``: model name -> checkpoint name) and the ``optimizer``'s state (None: it starts
+    fresh). From a checkpoint written by fewer ranks, the ``zch`` tables among them (with their
+    optimizer rows) are then split by raw id (:class:`~tzrun.runner.zch_reshard.ZchGrowth`)."""
+    from tzrun.runner.checkpoint import init_lazy_states, read_meta
+    from tzrun.runner.dcp_storage import load_state
+    from tzrun.runner.zch_reshard import ZchGrowth, grows_zch_slices
+
+    if optimizer is not None:
+        init_lazy_states(optimizer)  # before ZchGrowth lists the optimizer's states
+    written_by: Any = read_meta(source).get("world_size")
+    growth = None
+    if grows_zch_slices(model, written_by, world_size):
+        growth = ZchGrowth(model, optimizer, int(written_by), rank, world_size,
+                           sources={"model." + k: "model." + v for k, v in names.items()})
+    placed = {names[k.removeprefix("model.")] for k in growth.model_keys()} if growth is not None else set()
+    load_state(source / "state", {"model": {"model." + k: v for k, v in targets.items() if k not in placed}})
+    # the targets are the model's own state tensors (or shards of them): give them back to it
+    model.load_state_dict({"model." + k: v for k, v in current.items()})
+    if optimizer is not None:
+        optimizer_state = {"optimizer": optimizer.state_dict()}
+        load_state(source / "state", optimizer_state)
+        optimizer.load_state_dict(optimizer_state["optimizer"])
+    if growth is not None:
+        growth.place(source, verify_reads=False)  # verified whole above
 
 
 def _complete_checkpoint(checkpoint: str) -> Path:

@@ -18,6 +18,11 @@ own anywhere in the table. So the load goes in two parts:
    has rows (``rows - 1``: one is the miss row) keeps those its policy values most
    (:func:`keep_scores`); the others read the miss row, as if evicted.
 
+``--init-from`` (:mod:`tzrun.runner.init_from`) loads the same way, with its own name
+matching: ``sources`` says under which checkpoint name each live state key of a ``zch`` table
+is saved (a renamed table), and which tables to place at all (one started fresh is left as it
+is).
+
 Cost: every rank reads every ``zch`` table whole (weights, optimizer states and map) once.
 """
 
@@ -148,6 +153,7 @@ class _Table:
     map_keys: dict[str, str]  # buffer name -> model state key
     weight_key: str
     optimizer_keys: list[str]  # flat DCP keys under ``optimizer.state``
+    saved: dict[str, str]  # each DCP key above (``model.<key>`` for the model's) -> the checkpoint's key
 
 
 class _ModelWithoutMaps:
@@ -174,18 +180,25 @@ class ZchGrowth:
         written_by: the number of ranks that wrote the checkpoint.
         rank: this rank.
         world_size: the ranks now.
+        sources: ``{model state key: checkpoint state key}`` (both as ``model.state_dict()``
+            names them) of the keys to load (``--init-from``'s matching: renames included): a
+            ``zch`` table whose weights are not among them is left as it is, a map buffer not
+            among them keeps its live values. None: every table, each key under its own name
+            (``--resume``, ``evaluate``, ``predict --checkpoint``).
     """
 
-    def __init__(self, model: nn.Module, optimizer: Any, written_by: int, rank: int, world_size: int) -> None:
+    def __init__(self, model: nn.Module, optimizer: Any, written_by: int, rank: int, world_size: int, *,
+                 sources: Mapping[str, str] | None = None) -> None:
         self.model, self.optimizer = model, optimizer
         self.written_by, self.rank, self.world_size = written_by, rank, world_size
-        self.tables = self._tables()
+        self.tables = self._tables(sources)
         self.dropped: dict[str, int] = {}
 
-    def _tables(self) -> list[_Table]:
+    def _tables(self, sources: Mapping[str, str] | None) -> list[_Table]:
         from tzrun.runner.zch import _managed_modules
 
         state = self.model.state_dict()
+        named = sources if sources is not None else {k: k for k in state}
         modules = {m._mch_sorted_raw_ids.data_ptr(): m for m in _managed_modules(self.model).values()}
         optimizer_keys = self._optimizer_keys()
         tables = []
@@ -193,10 +206,15 @@ class ZchGrowth:
             prefix = key[: -len("._mch_sorted_raw_ids")]
             collection, _, table = prefix.rpartition(_MAPS)
             weight = f"{collection}._embedding_module.embeddings.{table}.weight"
-            maps = {k[len(prefix) + 1:]: k for k in state if k.startswith(prefix + ".")
+            if weight not in named:
+                continue
+            maps = {k[len(prefix) + 1:]: k for k in state if k.startswith(prefix + ".") and k in named
                     and (hasattr(state[k], "local_shards") or k.endswith(_SEGMENTS))}
             module = modules[_local(state[key])[0].data_ptr()]
-            tables.append(_Table(table, module, maps, weight, [k for k in optimizer_keys if f".{weight}." in k]))
+            optimizer = [k for k in optimizer_keys if f".{weight}." in k]
+            saved = {f"model.{k}": f"model.{named[k]}" for k in (weight, *maps.values())}
+            saved.update({k: k.replace(f".{weight}.", f".{named[weight]}.") for k in optimizer})
+            tables.append(_Table(table, module, maps, weight, optimizer, saved))
         return tables
 
     def _optimizer_keys(self) -> list[str]:
@@ -205,10 +223,15 @@ class ZchGrowth:
         return [f"optimizer.state.{param}.{name}" for param, states in self.optimizer.state_dict()["state"].items()
                 for name, value in states.items() if hasattr(value, "local_shards")]
 
+    def model_keys(self) -> set[str]:
+        """The model state keys :meth:`place` loads (the ``zch`` tables' maps and weights):
+        the load of everything else leaves them out."""
+        return {k for t in self.tables for k in (t.weight_key, *t.map_keys.values())}
+
     def model_state(self) -> Any:
-        """The ``"model"`` entry to load in place of the model: all of it but the ``zch``
-        tables' maps and weights."""
-        return _ModelWithoutMaps(self.model, {k for t in self.tables for k in (t.weight_key, *t.map_keys.values())})
+        """The ``"model"`` entry to load in place of the model: all of it but
+        :meth:`model_keys`."""
+        return _ModelWithoutMaps(self.model, self.model_keys())
 
     def place(self, path: Path, *, verify_reads: bool) -> dict[str, int]:
         """After the load of everything else: read the ``zch`` tables whole from the
@@ -221,8 +244,9 @@ class ZchGrowth:
         """
         saved = _saved_tensors(path)
         for t in self.tables:  # a state of one value per table (not per row) loaded as it was saved
-            rows = saved.get(f"model.{t.weight_key}", ((0,), torch.float32))[0][:1]
-            t.optimizer_keys = [k for k in t.optimizer_keys if k not in saved or saved[k][0][:1] == rows]
+            rows = saved.get(t.saved[f"model.{t.weight_key}"], ((0,), torch.float32))[0][:1]
+            t.optimizer_keys = [k for k in t.optimizer_keys
+                                if t.saved[k] not in saved or saved[t.saved[k]][0][:1] == rows]
         missing = [k for k in self._whole_keys() if k not in saved]
         if missing:
             raise CheckpointError(f"{path}: does not hold {missing[0]} (written by another kind of run); use the "
@@ -240,10 +264,11 @@ class ZchGrowth:
         return self.dropped
 
     def _whole_keys(self) -> list[str]:
+        """The checkpoint keys :meth:`place` reads whole."""
         keys = []
         for t in self.tables:
-            keys += [f"model.{k}" for n, k in t.map_keys.items() if n != _SEGMENTS]
-            keys += [f"model.{t.weight_key}", *t.optimizer_keys]
+            live = [f"model.{k}" for n, k in t.map_keys.items() if n != _SEGMENTS]
+            keys += [t.saved[k] for k in (*live, f"model.{t.weight_key}", *t.optimizer_keys)]
         return keys
 
     def _live_optimizer(self) -> dict[str, Any]:
@@ -255,7 +280,7 @@ class ZchGrowth:
     @torch.no_grad()
     def _place_table(self, table: _Table, whole: Mapping[str, torch.Tensor], live_model: Mapping[str, Any],
                      live_optimizer: Mapping[str, Any]) -> int:
-        saved = {name: whole[f"model.{key}"] for name, key in table.map_keys.items() if name != _SEGMENTS}
+        saved = {name: whole[table.saved[f"model.{key}"]] for name, key in table.map_keys.items() if name != _SEGMENTS}
         metadata = {name[len("_mch_"):]: value for name, value in saved.items()
                     if name.startswith("_mch_") and name not in ("_mch_sorted_raw_ids", "_mch_remapped_ids_mapping")}
         module = table.module
@@ -268,8 +293,8 @@ class ZchGrowth:
             getattr(module, f"_mch_{name}").copy_(value)
         sources = slice_.sources
         taken = sources >= 0
-        rows = [(live_model[table.weight_key], whole[f"model.{table.weight_key}"], False)]
-        rows += [(live_optimizer[k], whole[k], True) for k in table.optimizer_keys]
+        rows = [(live_model[table.weight_key], whole[table.saved[f"model.{table.weight_key}"]], False)]
+        rows += [(live_optimizer[k], whole[table.saved[k]], True) for k in table.optimizer_keys]
         for live, old, zero_empty in rows:
             local, first = _local(live)
             if first != int(slice_.rows[0]) or local.shape[0] != sources.numel():
