@@ -1,11 +1,13 @@
 """A ``zch`` checkpoint loaded into more ranks than wrote it (1 -> 2, 2 -> 4): each held id goes
 to the slice the row-wise lookup routes it to (``raw_id // ceil((2**63 - 1) / ranks)``), at a
 row of that slice, with its weights and optimizer state; a slice that cannot hold all its ids
-keeps those its eviction policy values most; the miss row keeps the old slice's."""
+keeps those its eviction policy values most; the miss row keeps the old slice's. The table is
+read under the checkpoint name it is given (``--init-from``'s renames)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -105,6 +107,20 @@ def _held_rows(checkpoint: Path) -> dict[int, tuple[torch.Tensor, float]]:
     return held
 
 
+def _slice_rows(model: Any, rank: int) -> dict[int, tuple[torch.Tensor, float]]:
+    """Each id this rank's slice of 2 holds (and ``EMPTY``: its miss row): its weights and
+    row-wise adagrad accumulator."""
+    sharded_ = managed(model)
+    mch = sharded_._managed_collision_collection._managed_collision_modules["user_emb"]
+    tbe, logical = sharded_._table_to_tbe_and_index["user_emb"]
+    weight = sharded_._embedding_module.embeddings.get_parameter("user_emb.weight")
+    accumulator = tbe.split_optimizer_states()[int(logical[0])][0]
+    rows = {int(i): int(r) - 4 * rank for i, r in zip(mch._mch_sorted_raw_ids, mch._mch_remapped_ids_mapping)}
+    held = {i: (weight[r].detach().clone(), float(accumulator[r])) for i, r in rows.items() if i < EMPTY}
+    held[EMPTY] = (weight[3].detach().clone(), float(accumulator[3]))  # this slice's miss row
+    return held
+
+
 def _resharded_worker(rank: int, init_file: str, checkpoint: str, out_dir: str) -> None:
     from tzrun.runner.checkpoint import load_checkpoint
     from tzrun.runner.zch_reshard import ZchGrowth
@@ -115,15 +131,7 @@ def _resharded_worker(rank: int, init_file: str, checkpoint: str, out_dir: str) 
         growth = ZchGrowth(model, model.fused_optimizer, written_by=1, rank=rank, world_size=2)
         load_checkpoint(Path(checkpoint), {"model": growth.model_state(), "optimizer": model.fused_optimizer})
         dropped = growth.place(Path(checkpoint), verify_reads=True)
-        sharded_ = managed(model)
-        mch = sharded_._managed_collision_collection._managed_collision_modules["user_emb"]
-        tbe, logical = sharded_._table_to_tbe_and_index["user_emb"]
-        weight = sharded_._embedding_module.embeddings.get_parameter("user_emb.weight")
-        accumulator = tbe.split_optimizer_states()[int(logical[0])][0]
-        rows = {int(i): int(r) - 4 * rank for i, r in zip(mch._mch_sorted_raw_ids, mch._mch_remapped_ids_mapping)}
-        held = {i: (weight[r].detach().clone(), float(accumulator[r])) for i, r in rows.items() if i < EMPTY}
-        held[EMPTY] = (weight[3].detach().clone(), float(accumulator[3]))  # this slice's miss row
-        torch.save({"held": held, "dropped": dropped["user_emb"]}, Path(out_dir, f"rank{rank}.pt"))
+        torch.save({"held": _slice_rows(model, rank), "dropped": dropped["user_emb"]}, Path(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -143,3 +151,58 @@ def test_a_one_rank_checkpoint_loads_into_two_ranks_each_id_with_its_weights_and
         for raw_id, (weights, accumulator) in after.items():
             assert torch.equal(weights, before[raw_id][0]), raw_id  # the miss row too: an unheld id reads the same
             assert accumulator == before[raw_id][1], raw_id
+
+
+#: the one-rank checkpoint's table saved as ``old_emb`` (its rows, map and optimizer rows)
+RENAMED = {"embeddings.user_emb.weight": "embeddings.old_emb.weight",
+           "_managed_collision_modules.user_emb.": "_managed_collision_modules.old_emb."}
+
+
+def _renamed(key: str) -> str:
+    for old, new in RENAMED.items():
+        key = key.replace(old, new)
+    return key
+
+
+def _renamed_worker(rank: int, init_file: str, checkpoint: str, out_dir: str) -> None:
+    from tzrun.runner.zch_reshard import ZchGrowth
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        model = sharded(collect_registries(make_plugin_manager()), size=8, interval=2, world_size=2)
+        keys = list(model.state_dict())
+        without_rows = {k: k for k in keys if "weight" not in k}  # a table started fresh: left as it is
+        assert ZchGrowth(model, model.fused_optimizer, 1, rank, 2, sources=without_rows).tables == []
+        growth = ZchGrowth(model, model.fused_optimizer, 1, rank, 2, sources={k: _renamed(k) for k in keys})
+        dropped = growth.place(Path(checkpoint), verify_reads=True)
+        torch.save({"held": _slice_rows(model, rank), "dropped": dropped["user_emb"]}, Path(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.multiproc
+def test_growth_reads_each_table_under_the_checkpoint_name_it_is_given_and_leaves_a_table_without_one(
+        one_rank_checkpoint, tmp_path):
+    """--init-from's renames: the live table ``user_emb`` loads from the checkpoint's ``old_emb``."""
+    from tests.checkpoint_entries import saved_tensors
+    from tests.warm_ranks import warm_spawn
+    from tzrun.runner.checkpoint import save_checkpoint
+    from tzrun.runner.distributed import init_distributed, shutdown_distributed
+
+    before = _held_rows(one_rank_checkpoint)
+    renamed = {_renamed(k): v for k, v in saved_tensors(one_rank_checkpoint).items()}
+    assert not any("user_emb.weight" in k or "modules.user_emb." in k for k in renamed)
+    created = not dist.is_initialized()
+    init_distributed()
+    try:
+        checkpoint = save_checkpoint(tmp_path / "renamed", 4, state=renamed, meta={"step": 4, "world_size": 1}, rank=0)
+    finally:
+        if created:
+            shutdown_distributed()
+    warm_spawn(_renamed_worker, (str(tmp_path / "store"), str(checkpoint), str(tmp_path)), timeout=240)
+    low, high = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert set(low["held"]) == {1, 2, 3, EMPTY} and low["dropped"] == 1
+    assert set(high["held"]) == {HALF + 1, HALF + 2, EMPTY}
+    for after in (low["held"], high["held"]):
+        for raw_id, (weights, accumulator) in after.items():
+            assert torch.equal(weights, before[raw_id][0]) and accumulator == before[raw_id][1], raw_id
