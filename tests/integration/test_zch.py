@@ -3,7 +3,8 @@ zch tables sharded row-wise through TorchRec's managed-collision collection (the
 in the checkpoint), a run stopped by a signal between two evictions resumes exactly as the
 uninterrupted run (the same loss at every step, the same weights at the end), and an export,
 carrying each table's id-to-row map, scores the rows as the checkpoint does on 1 and 2 ranks. A
-checkpoint reshards 2 -> 1, and 1 -> 2: every id it keeps scores as on one rank, and training goes on."""
+checkpoint reshards 2 -> 1, and 1 -> 2: every id it keeps scores as on one rank, and training goes on;
+``--init-from`` loads it onto fewer or more ranks, every id it keeps with its row (and optimizer state)."""
 
 from __future__ import annotations
 
