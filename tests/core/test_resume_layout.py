@@ -22,7 +22,7 @@ def test_a_second_resume_reads_exactly_the_rows_not_consumed_yet():
     saved = DataPosition(0, 5, Layout(2, 0, 512, partial), consumed, total)
     started = time.perf_counter()
     layout, start = resume_layout_for(saved, Layout(1, 0, 512))
-    assert time.perf_counter() - started < 2  # the former scan took minutes
+    assert time.perf_counter() - started < 30  # the former scan took minutes (this takes well under 1 s idle)
     assert start == 0 and (layout.world_size, layout.batch_size) == (1, 512)
     assert list(layout.rows) == sorted(layout.rows)
     assert _rows(layout.rows) == _rows(partial) - _rows(consumed)

@@ -77,8 +77,9 @@ def test_a_data_error_on_rank_1_stops_both_ranks_at_once_with_the_data_error_cod
     log = (model_dir / "logs" / "train.log").read_text()
     dated = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
     assert re.search(rf"^{dated} INFO \[rank 0\] tzrun: training 10 steps .* on 2 rank\(s\)", log, re.M), log
-    assert re.search(rf"^{dated} INFO \[rank 0\] tzrun\.progress: step 4/10 epoch 0  loss=\S+ .* mem=\d+\.\d\dGiB ", log,
-                     re.M), log
+    # (the evaluation at step 3, before the checkpoint: whether rank 0 also logs step 4 depends on
+    # whether rank 1's reader fails before or after step 4's collectives, which its read-ahead times)
+    assert re.search(rf"^{dated} INFO \[rank 0\] tzrun\.progress: eval at step 3 over 3001 rows .* auc=", log, re.M), log
     error = re.escape("part-1.csv, line 151, column 'I3'")
     assert re.search(rf"^{dated} ERROR \[rank 1\] tzrun: the run failed: {error}", log, re.M), log
     assert re.search(rf"^{dated} ERROR \[rank 0\] tzrun: rank 1 failed: {error}", log, re.M), log
