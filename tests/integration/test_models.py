@@ -1,4 +1,5 @@
-"""Every shipped example trains through `tzrec-run train`, in one process and on 2 ranks, and
+"""Every shipped example trains through `tzrec-run train`, in one process and on 2 ranks, a run of
+it stopped by a signal mid-epoch resumes to the uninterrupted result, and
 under the default pipeline with the options users turn on together it trains and exports.
 
 Small data and small layers: these runs check that each model builds, shards, traces under
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import pyarrow.parquet as pq
 
@@ -135,19 +137,53 @@ def _sets(example: str, datasets: dict[str, Path], model_dir: Path, *extra: str)
     return [a for s in sets for a in ("--set", s)]
 
 
-def _train(example: str, datasets: dict[str, Path], model_dir: Path, *launch: str) -> dict:
+def _train(example: str, datasets: dict[str, Path], model_dir: Path, *launch: str, extra: tuple[str, ...] = ()) -> dict:
     run = warm_cli if launch else cli  # torchrun's ranks are child processes; one process runs here
-    proc = run(["train", str(REPO / "examples" / f"{example}.toml"), *_sets(example, datasets, model_dir), *launch])
+    proc = run(["train", str(REPO / "examples" / f"{example}.toml"), *_sets(example, datasets, model_dir, *extra), *launch])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])
 
 
+def _train_here(example: str, datasets: dict[str, Path], model_dir: Path, recorder: object, resume: bool = False):
+    """``train`` through the Session API in this process, with ``recorder`` as a plugin."""
+    from tzrun.runner.session import Session
+    from tzrun.runner.trainer import train
+
+    sets = [s for s in _sets(example, datasets, model_dir, *EVERY_STEP) if s != "--set"]
+    return train(Session.from_config(REPO / "examples" / f"{example}.toml", sets, [("losses", recorder)]), resume=resume)
+
+
+def _train_losses(model_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines())
+            if r["kind"] == "train"}
+
+
+#: a train record at every step (its loss is that step's)
+EVERY_STEP = ("train.log_every_n_steps=1",)
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_example_trains_in_one_process(example, datasets, tmp_path):
-    result = _train(example, datasets, tmp_path / "run")
+def test_example_trains_in_one_process_and_a_stopped_run_resumes_to_the_same_result(example, datasets, tmp_path):
+    from tests.checkpoint_entries import saved_tensors
+    from tests.integration.test_resume import Losses
+
+    result = _train(example, datasets, tmp_path / "run", extra=EVERY_STEP)
     assert result["step"] == 8 and result["rows"] == 1024  # 2,048 rows at 256 per step; every eval row once
     for name in EXAMPLES[example][2]:
         assert 0.0 <= result[name] < 100.0, (name, result)
+    # stopped by a signal after step 4 (mid-epoch) and resumed: no model keeps state that its
+    # checkpoint leaves out (a generator, a sampler's position, a buffer), so the two halves are
+    # the uninterrupted run: the same loss at every step, evaluation, weights and optimizer state
+    stopped = _train_here(example, datasets, tmp_path / "split", Losses(signal_at=4))
+    assert stopped.stopped_by == "SIGUSR1" and stopped.steps == 4
+    _train_here(example, datasets, tmp_path / "split", Losses(), resume=True)
+    assert _train_losses(tmp_path / "split") == _train_losses(tmp_path / "run")
+    resumed = json.loads((tmp_path / "split" / "eval_results.jsonl").read_text().splitlines()[-1])
+    assert {k: v for k, v in resumed.items() if k != "time"} == {k: v for k, v in result.items() if k != "time"}
+    whole, split = (saved_tensors(tmp_path / d / "checkpoints" / "step-8") for d in ("run", "split"))
+    assert whole.keys() == split.keys()
+    for key, value in whole.items():
+        assert torch.equal(value, split[key]) if isinstance(value, torch.Tensor) else value == split[key], key
 
 
 @pytest.mark.multiproc
