@@ -270,3 +270,33 @@ def test_a_program_this_torch_cannot_read_is_one_line(export, tmp_path):
     with pytest.raises(CheckpointError, match=r"model\.pt2: torch .* cannot load this program") as error:
         Predictor(bad)
     assert error.value.exit_code == EXIT_CHECKPOINT
+
+
+def test_an_output_claim_killed_while_writing_its_marker_is_claimed_by_the_next_run(tmp_path):
+    """The marker is written first, through a temporary file: a kill between the directory's
+    creation and the marker's rename leaves the temporary alone (seen as a kill during
+    ``predict``'s start), which the next run claims; beside anything else it proves nothing."""
+    from tzrun.errors import WriteError
+    from tzrun.io.owned import OUTPUT_MARKER, claim_output_dir, read_output_marker
+
+    def parts(name: str) -> bool:
+        return name.startswith("part-") or name == "_SUCCESS"
+
+    temporary = f".{OUTPUT_MARKER}.tmp"
+    staging = tmp_path / "scores.partial"
+    staging.mkdir()
+    (staging / temporary).write_text('{"format": 1, "ki')  # killed mid-write
+    claim_output_dir(staging, "predictions", parts, flag="--output", overwrite=False)
+    assert [p.name for p in staging.iterdir()] == [OUTPUT_MARKER] and read_output_marker(staging)["kind"] == "predictions"
+    (staging / "part-00000.parquet").write_bytes(b"x")
+    (staging / temporary).write_text("{")  # a later claim of it killed while rewriting the marker
+    claim_output_dir(staging, "predictions", parts, flag="--output")
+    assert [p.name for p in staging.iterdir()] == [OUTPUT_MARKER]
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / temporary).write_text("{")
+    (theirs / "notes.txt").write_text("keep")
+    with pytest.raises(WriteError, match=r"not empty and not a tzrec-run predictions \(it has no tzrec-run marker"):
+        claim_output_dir(theirs, "predictions", parts, flag="--output", overwrite=True)
+    assert sorted(p.name for p in theirs.iterdir()) == [temporary, "notes.txt"]  # nothing changed

@@ -5,7 +5,8 @@ the marker, holding nothing but what that kind of output writes, is ever emptied
 The marker is ``.tzrec-run-output``, JSON: ``{"format": 1, "kind": "export" | "predictions",
 "run_id": ...}``. :func:`claim_output_dir` is the one rule for every such output:
 
-* a missing or empty directory is claimed (its marker written);
+* a missing or empty directory is claimed (its marker written), and so is one that holds only
+  the temporary file of its marker (a claim killed while writing it);
 * a directory with this kind's marker, whose other entries are all this kind's files, is
   emptied of exactly those files and claimed again;
 * anything else is refused with one line naming what it holds, with or without
@@ -29,6 +30,10 @@ __all__ = ["OUTPUT_MARKER", "read_output_marker", "replaceable_entries", "claim_
 
 #: The marker of an output directory tzrec-run wrote.
 OUTPUT_MARKER = ".tzrec-run-output"
+#: What a process killed while writing the marker leaves (:func:`~tzrun.io.files.write_atomic`'s
+#: temporary): the marker is written first, so a directory holding it and nothing else (or only
+#: beside the marker and this kind's files) is an interrupted claim of ours
+_MARKER_TEMP = f".{OUTPUT_MARKER}.tmp"
 _FORMAT = 1
 
 
@@ -87,10 +92,10 @@ def replaceable_entries(path: str | os.PathLike[str], kind: str, owned: Callable
     if not is_remote(target) and target.exists() and not target.is_dir():
         raise WriteError(f"{flag} {path}: a file exists there; name a new or empty directory for the {kind}")
     names = output_entries(target)
-    if not names:
-        return []
+    if not names or names == [_MARKER_TEMP]:
+        return names  # empty, or a claim killed while it wrote the marker (before anything else)
     marker = read_output_marker(target)
-    foreign = [n for n in names if n != OUTPUT_MARKER and not owned(n)]
+    foreign = [n for n in names if n not in (OUTPUT_MARKER, _MARKER_TEMP) and not owned(n)]
     if marker is None or marker.get("kind") != kind or foreign:
         what = "it has no tzrec-run marker" if marker is None else (
             f"it is a tzrec-run {marker.get('kind')}, not a {kind}" if marker.get("kind") != kind
