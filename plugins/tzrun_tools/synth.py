@@ -98,6 +98,7 @@ from tzrun_tools.synth_drift import (
 )
 from tzrun_tools.synth_report import SynthReport, read_report
 from tzrun_tools.synth_common import (
+    power_law,
     REPORT_FILE,
     auc,
     block_rng,
@@ -268,11 +269,7 @@ def _build_model(seed: int, cardinalities: tuple[int, ...] = CRITEO_CARDINALITIE
     columns: list[_Column] = []
     damps = []
     for card in cardinalities:
-        alpha = rng.uniform(*_ZIPF_ALPHA_RANGE)
-        weight = np.arange(1, card + 1, dtype=np.float64) ** -alpha
-        prob = weight / weight.sum()
-        cdf = np.cumsum(prob)
-        cdf[-1] = 1.0
+        prob, cdf = power_law(card, rng.uniform(*_ZIPF_ALPHA_RANGE))
         perm = rng.permutation(card).astype(np.int64)
         damp = np.minimum(1.0, prob / _FULL_EFFECT_FREQ)
         sigma = rng.uniform(*_FIRST_ORDER_SIGMA_RANGE)

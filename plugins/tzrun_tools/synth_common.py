@@ -18,8 +18,18 @@ import pyarrow.parquet as pq
 #: The report each generator writes next to its data, last.
 REPORT_FILE: str = "synth.json"
 
-__all__ = ["REPORT_FILE", "sigmoid", "block_rng", "clear_split", "write_part", "write_report", "auc", "check_int",
+__all__ = ["REPORT_FILE", "sigmoid", "power_law", "block_rng", "clear_split", "write_part", "write_report", "auc", "check_int",
            "checked_arguments", "read_document", "nan_to_none", "none_to_nan", "report_fields"]
+
+
+def power_law(n: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The probabilities of ranks ``0 .. n - 1`` under ``P(rank k) ~ (k + 1) ** -alpha``, and
+    their cumulative sum (its last value exactly 1, for ``np.searchsorted`` draws)."""
+    weight = np.arange(1, n + 1, dtype=np.float64) ** -alpha
+    prob = weight / weight.sum()
+    cdf = np.cumsum(prob)
+    cdf[-1] = 1.0
+    return prob, cdf
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tzrun_tools.synth_common import power_law
+
 __all__ = [
     "DRIFT_COLUMNS",
     "DRIFT_SLOTS",
@@ -87,11 +89,7 @@ def build_drift(seed: int) -> Drift:
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(4, 0)))
     specs = []
     for _ in DRIFT_COLUMNS:
-        alpha = rng.uniform(*DRIFT_ALPHA_RANGE)
-        weight = np.arange(1, DRIFT_SLOTS + 1, dtype=np.float64) ** -alpha
-        prob = weight / weight.sum()
-        cdf = np.cumsum(prob)
-        cdf[-1] = 1.0
+        prob, cdf = power_law(DRIFT_SLOTS, rng.uniform(*DRIFT_ALPHA_RANGE))
         salts = rng.integers(0, 2**63, size=2, dtype=np.int64).astype(np.uint64)
         specs.append(DriftColumn(
             cdf=cdf,

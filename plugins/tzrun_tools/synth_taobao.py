@@ -79,6 +79,7 @@ import pyarrow as pa
 from tzrun_tools.synth_taobao_items import write_taobao_items
 from tzrun_tools.synth_taobao_report import TaobaoSynthReport, read_taobao_report
 from tzrun_tools.synth_common import (
+    power_law,
     auc,
     block_rng,
     checked_arguments,
@@ -212,13 +213,6 @@ class _Rows:
     seq_items: np.ndarray  # int64
 
 
-def _power_law_cdf(n: int, alpha: float) -> np.ndarray:
-    weight = np.arange(1, n + 1, dtype=np.float64) ** -alpha
-    cdf = np.cumsum(weight / weight.sum())
-    cdf[-1] = 1.0
-    return cdf
-
-
 def _draw(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1)
 
@@ -235,7 +229,7 @@ def _build_model(seed: int) -> _Model:
     ) / math.sqrt(0.49 + 0.25 + 0.25 + 0.64)
     # a power law over ranks; user u has rank user_rank_perm[u]
     user_rank_perm = rng.permutation(NUM_USERS)
-    user_cdf = np.cumsum(np.diff(_power_law_cdf(NUM_USERS, 0.6), prepend=0.0)[user_rank_perm])
+    user_cdf = np.cumsum(np.diff(power_law(NUM_USERS, 0.6)[1], prepend=0.0)[user_rank_perm])
     user_cdf[-1] = 1.0
 
     n_cate = ITEM_CARDINALITIES["cate_id"]
