@@ -286,6 +286,48 @@ def test_a_data_error_in_a_worker_process_keeps_its_own_message():
     )
 
 
+class _Finalized:
+    """Part of a garbage cycle; its finalizer records the process that ran it."""
+
+    def __init__(self, log: str) -> None:
+        self.log, self.me = log, self
+
+    def __del__(self) -> None:
+        import os
+
+        with open(self.log, "a") as out:
+            out.write(f"{os.getpid()}\n")
+
+
+class _CollectingRows(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        import gc
+
+        yield torch.tensor([gc.collect()])
+
+
+def test_a_worker_never_finalizes_what_it_inherited_and_the_trainer_still_does(tmp_path):
+    """A forked data worker's collector leaves the trainer's objects alone, garbage included (a
+    worker once hung in an inherited ProcessGroupGloo's destructor); the trainer collects its
+    garbage as before, once the workers have started."""
+    import gc
+    import os
+
+    log = tmp_path / "finalized"
+    gc.disable()  # the cycle stays uncollected until the workers fork
+    try:
+        _Finalized(str(log))
+        from tzrun.data.loader import _fork_workers
+
+        loader = torch.utils.data.DataLoader(_CollectingRows(), batch_size=None, num_workers=1)
+        assert len(list(_fork_workers(loader))) == 1  # the worker ran a full collection
+    finally:
+        gc.enable()
+    assert not log.exists()  # and did not finalize the cycle it inherited
+    gc.collect()
+    assert log.read_text() == f"{os.getpid()}\n"
+
+
 def _own_nice() -> int:
     import os
     import threading

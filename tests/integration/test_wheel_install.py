@@ -60,6 +60,13 @@ def test_wheel_installs_and_trains_outside_the_repository(tmp_path, tmp_path_fac
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
     assert _run([str(python), "-m", "venv", str(venv)], tmp_path, dict(os.environ)).returncode == 0
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    # pip compiles every module it installs (15 s for torch alone) where the commands below import
+    # about a third of them: here each is compiled when first imported instead, and kept (pip's
+    # PIP_NO_COMPILE reads "0" as --no-compile; PYTHONDONTWRITEBYTECODE, which CI images often
+    # set, would compile them again in every process)
+    env["PIP_NO_COMPILE"] = "0"
+    env.setdefault("PIP_RETRIES", "0")  # an index this machine cannot reach fails at once, not after retries
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
 
     # the README's commands, up to the stack's: tzrec-run runs and says what is missing

@@ -9,6 +9,7 @@ builds them.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Mapping
 
@@ -23,11 +24,17 @@ _MARKER = f"{hookspecs.PROJECT_NAME}_impl"
 
 def known_hooks() -> dict[str, tuple[str, ...]]:
     """Every hook tzrec-run defines, with the argument names its hookspec takes."""
-    return {
-        name: tuple(inspect.signature(fn).parameters)
+    return dict(_known_hooks())
+
+
+@functools.cache
+def _known_hooks() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The hookspecs' names and arguments, read once (they are this module's import's)."""
+    return tuple(
+        (name, tuple(inspect.signature(fn).parameters))
         for name, fn in vars(hookspecs).items()
         if name.startswith(_PREFIX) and callable(fn) and hasattr(fn, f"{hookspecs.PROJECT_NAME}_spec")
-    }
+    )
 
 
 #: what other frameworks call an event (Lightning, Keras, HF Trainer), by the word of ours it means

@@ -21,6 +21,7 @@ warning is an error instead, with the full traceback of its cause.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 import logging
@@ -329,8 +330,7 @@ def _load_entry_points(pm: PluginManager, distributions: set[str] | None) -> Non
             continue
         seen.add(ep.name)
         dist = getattr(ep, "dist", None)
-        dist_name = dist.metadata["Name"] if dist is not None else None
-        dist_version = dist.version if dist is not None else None
+        dist_name, dist_version, unsupported = _distribution_facts(dist)
         if distributions is not None and (dist_name is None or canonical_name(dist_name) not in distributions):
             continue
         if pm.is_blocked(ep.name):
@@ -340,7 +340,6 @@ def _load_entry_points(pm: PluginManager, distributions: set[str] | None) -> Non
         def reject(error: str, reason: FailureReason, cause: BaseException | None = None) -> None:
             report_failure(pm, PluginLoadFailure(ep.name, dist_name, dist_version, error, reason), cause)
 
-        unsupported = _unsupported_core(dist)
         if unsupported is not None:
             reject(unsupported, "incompatible")
             continue
@@ -400,14 +399,37 @@ def report_failure(pm: PluginManager, failure: PluginLoadFailure, cause: BaseExc
     )
 
 
-def _unsupported_core(dist: importlib.metadata.Distribution | None) -> str | None:
-    """Why ``dist`` cannot run on this tzrec-run (its ``tzrec-run`` requirement excludes
-    ``__version__``), or None. A distribution that does not name tzrec-run is accepted."""
-    if dist is None or not dist.requires:
+def _distribution_facts(dist: importlib.metadata.Distribution | None) -> tuple[str | None, str | None, str | None]:
+    """``dist``'s name, version and why it cannot run on this tzrec-run (or None each).
+
+    Parsed once per process for each content of its ``METADATA`` (several entry points share
+    a distribution, and a Session is made many times in one process: parsing took most of
+    :func:`make_plugin_manager`'s time); a distribution reinstalled meanwhile has other text."""
+    if dist is None:
+        return None, None, None
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    if text is None:  # not the usual layout: read through importlib.metadata each time
+        return dist.metadata["Name"], dist.version, _unsupported_core(dist.requires)
+    return _parsed_facts(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_facts(text: str) -> tuple[str | None, str | None, str | None]:
+    import email
+
+    message = email.message_from_string(text)
+    return message["Name"], message["Version"], _unsupported_core(message.get_all("Requires-Dist"))
+
+
+def _unsupported_core(requires: Sequence[str] | None) -> str | None:
+    """Why a distribution with these ``Requires-Dist`` lines cannot run on this tzrec-run (its
+    ``tzrec-run`` requirement excludes ``__version__``), or None. One that does not name
+    tzrec-run is accepted."""
+    if not requires:
         return None
     from packaging.requirements import InvalidRequirement, Requirement
 
-    for line in dist.requires:
+    for line in requires:
         try:
             requirement = Requirement(line)
         except InvalidRequirement:
