@@ -52,7 +52,7 @@ from typing import Any, Mapping
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.io.files import write_atomic
 from tzrun.runner.checkpoint_blobs import named_state
-from tzrun.runner.dcp_storage import load_state, storage_writer
+from tzrun.runner.dcp_storage import load_state, save_planner, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
     MARKER,
@@ -264,7 +264,7 @@ def save_checkpoint(model_dir: Path, step: int, *, state: Mapping[str, Any], met
     if not begin_checkpoint(path, rank):
         return path
     writer = storage_writer(path / "state")
-    dcp.save(named_state(state, str), storage_writer=writer)  # returns on every rank once all wrote
+    dcp.save(named_state(state, str), storage_writer=writer, planner=save_planner())  # returns on every rank once all wrote
     return finish_checkpoint(path, step, meta=meta, hashed=writer.hashed, rank=rank)
 
 

@@ -7,6 +7,12 @@ pages are read from the disk once and DCP copies from the page cache), checks it
 DCP gets a byte of it and its SHA-256 on another thread while DCP reads it (hashing is as slow
 as the disk: done first, it halved the load rate). A damaged file is named before the load
 returns, in place of whatever torch made of its bytes.
+
+A mapped file's pages are let go as soon as they are used (:func:`release_pages`): the hash
+thread drops each block it has hashed, and DCP's copy each piece of a value it has copied, so
+a load holds a few blocks of the file in the process besides the state it loads, not the whole
+file (which doubled a resume's memory). The pages stay in the page cache; one used again (the
+copy behind the hash, or the hash behind the copy) comes back from there.
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ import mmap
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-__all__ = ["HashedFiles", "HashingFileSystem", "BufferReader", "VerifyingFileSystem"]
+__all__ = ["HashedFiles", "HashingFileSystem", "BufferReader", "VerifyingFileSystem", "release_pages"]
+
+#: bytes hashed (and then let go) at a time
+BLOCK = 64 << 20
 
 #: What a writer hashed: each file's name (in its directory) to its size and SHA-256 (hex).
 HashedFiles = dict[str, tuple[int, str]]
@@ -86,13 +95,28 @@ def _mapped(stream: Any) -> mmap.mmap | None:
     return mapped
 
 
-class BufferReader(io.RawIOBase):
-    """A read-only, seekable stream over bytes in memory (no copy of them)."""
+def release_pages(data: Any, start: int, end: int) -> None:
+    """Let go of the whole pages of ``data[start:end]`` when ``data`` is a file's mapping
+    (``MADV_DONTNEED``: the process no longer holds them; read again, they come back from the
+    page cache); nothing for bytes in memory, or where the system has no such call."""
+    if not isinstance(data, mmap.mmap) or data.closed:
+        return
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = min(end, len(data)) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
-    def __init__(self, data: memoryview) -> None:
+
+class BufferReader(io.RawIOBase):
+    """A read-only, seekable stream over bytes in memory (no copy of them); ``release(start,
+    end)`` lets go of a range of them that has been used (:func:`release_pages`)."""
+
+    def __init__(self, data: memoryview, release: Callable[[int, int], None] | None = None) -> None:
         super().__init__()
         self._data = data
         self._pos = 0
+        self.release = release or (lambda start, end: None)
 
     def readable(self) -> bool:
         return True
@@ -137,7 +161,15 @@ class _Digest(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        self.hexdigest = hashlib.sha256(self._data).hexdigest()
+        digest = hashlib.sha256()
+        view = memoryview(self._data)
+        try:
+            for start in range(0, len(view), BLOCK):
+                digest.update(view[start:start + BLOCK])
+                release_pages(self._data, start, start + BLOCK)
+        finally:
+            view.release()
+        self.hexdigest = digest.hexdigest()
 
     def matches(self, expected: str) -> bool:
         """Whether the digest, once computed, is ``expected``."""
@@ -175,7 +207,7 @@ class VerifyingFileSystem:
                 how = "truncated" if len(data) < size else "longer than written"
                 raise self._damaged(name, f"{how} ({len(data):,} bytes; {size:,} were written)")
             digest = _Digest(data)
-            reader = BufferReader(memoryview(data))
+            reader = BufferReader(memoryview(data), lambda start, end: release_pages(data, start, end))
             try:
                 yield reader
             except Exception:

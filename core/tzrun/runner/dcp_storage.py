@@ -36,11 +36,12 @@ from tzrun.io.storage import is_remote, redact_url, storage_options
 from tzrun.runner.dcp_integrity import BufferReader, HashingFileSystem, VerifyingFileSystem
 from tzrun.runner.dcp_metadata import read_metadata, refused, refused_value
 
-__all__ = ["storage_writer", "storage_reader", "load_planner", "load_state"]
+__all__ = ["storage_writer", "save_planner", "storage_reader", "load_planner", "load_state"]
 
 
-def _tensor_in(data: memoryview, name: str) -> Any:
-    """The tensor DCP saved (``torch.save``) in ``data``, as a view of those bytes: what
+def _tensor_in(data: memoryview, name: str) -> tuple[Any, int]:
+    """The tensor DCP saved (``torch.save``) in ``data``, as a view of those bytes (and the
+    address of ``data``'s first byte, where the tensor's are found from): what
     ``torch.load(weights_only=True)`` reads, without copying the values into a fresh allocation
     (DCP copies them into the loaded state next; a copy more, into pages never touched before,
     cost as much as reading the file). torch 2.13's ``torch.load`` maps only a whole file, so
@@ -57,7 +58,7 @@ def _tensor_in(data: memoryview, name: str) -> Any:
     try:
         zip_file = torch._C.PyTorchFileReader(cast(IO[bytes], BufferReader(memoryview(data))))
         return _load(zip_file, "cpu", _weights_only_unpickler, overall_storage=storage,  # type: ignore[no-untyped-call]
-                     encoding="utf-8")
+                     encoding="utf-8"), storage.data_ptr()
     except pickle.UnpicklingError as error:
         raise refused_value(name, error) from None
 
@@ -73,16 +74,20 @@ def _read_verified(reader: Any, plan: Any, planner: Any) -> Any:
     for relative_path, items in per_file.items():
         with reader.fs.create_stream(reader.fs.concat_path(reader.path, relative_path), "rb") as stream:
             for item in items:
-                _load_item(stream.view, reader.storage_data[item.storage_index], item, planner, relative_path)
+                _load_item(stream.view, reader.storage_data[item.storage_index], item, planner, relative_path,
+                           stream.release)
     done: Any = Future()
     done.set_result(None)
     return done
 
 
-def _load_item(view: memoryview, info: Any, item: Any, planner: Any, relative_path: str) -> None:
-    """One entry of a ``state/`` file into the loaded state, as DCP's reader does. The views of
-    the file's bytes die with the call; one an error's traceback still holds keeps the file
-    mapped (its slice of ``view`` is never released early), so it never points at unmapped pages."""
+def _load_item(view: memoryview, info: Any, item: Any, planner: Any, relative_path: str,
+               release: Callable[[int, int], None] = lambda start, end: None) -> None:
+    """One entry of a ``state/`` file into the loaded state, as DCP's reader does, letting go
+    of the file's pages as they are copied (``release(start, end)``, offsets in the file;
+    :func:`~tzrun.runner.dcp_integrity.release_pages`). The views of the file's bytes die with
+    the call; one an error's traceback still holds keeps the file mapped (its slice of ``view``
+    is never released early), so it never points at unmapped pages."""
     from torch.distributed._shard._utils import narrow_tensor_by_index
     from torch.distributed.checkpoint.planner import LoadItemType
 
@@ -93,12 +98,30 @@ def _load_item(view: memoryview, info: Any, item: Any, planner: Any, relative_pa
     if item.type == LoadItemType.BYTE_IO:
         planner.load_bytes(item, io.BytesIO(data.tobytes()))
         return
-    tensor = narrow_tensor_by_index(_tensor_in(data, entry), item.storage_offsets, item.lengths)
+    loaded, first = _tensor_in(data, entry)
+    tensor = narrow_tensor_by_index(loaded, item.storage_offsets, item.lengths)
     target = planner.resolve_tensor(item).detach()
     if target.size() != tensor.size():
         raise CheckpointError(f"{entry}: holds {tuple(tensor.size())} where {tuple(target.size())} is loaded")
-    target.copy_(tensor)
+    _copy_releasing(target, tensor, lambda start, end: release(info.offset + start - first, info.offset + end - first))
+    release(info.offset, info.offset + info.length)
     planner.commit_tensor(item, target)
+
+
+def _copy_releasing(target: Any, tensor: Any, release: Callable[[int, int], None]) -> None:
+    """``target.copy_(tensor)``, a contiguous ``tensor`` in pieces of about
+    :data:`~tzrun.runner.dcp_integrity.BLOCK` bytes, each piece's source bytes released (by
+    address) once copied."""
+    from tzrun.runner.dcp_integrity import BLOCK
+
+    if not tensor.is_contiguous() or tensor.dim() == 0 or tensor.nbytes <= BLOCK:
+        target.copy_(tensor)
+        return
+    rows = max(1, BLOCK // max(1, tensor[0].nbytes))
+    for start in range(0, tensor.shape[0], rows):
+        piece = tensor[start:start + rows]
+        target[start:start + rows].copy_(piece)
+        release(piece.data_ptr(), piece.data_ptr() + piece.nbytes)
 
 
 def _safe(reader_class: type) -> type:
@@ -161,6 +184,43 @@ def _plain_writer(path: Path) -> Any:
     from torch.distributed.checkpoint import FileSystemWriter
 
     return FileSystemWriter(str(path))
+
+
+def save_planner() -> Any:
+    """DCP's default save planner, handing DCP's writer each tensor without a copy of it.
+
+    The writer clones a tensor whose storage is larger than the tensor (so that ``torch.save``
+    writes its bytes alone, not the whole storage). That is every embedding table: FBGEMM keeps
+    a rank's tables in one buffer (and their optimizer state in another), and each table's
+    weights are a view into it, so a save held a second copy of each table while writing it,
+    the largest one included. Here a contiguous CPU view goes to the writer as a tensor over
+    the same memory whose storage is exactly its bytes (:func:`own_storage`): ``torch.save``
+    writes the same bytes, and nothing is copied. Anything else is left to DCP as before."""
+    import torch
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+    class InPlaceSavePlanner(DefaultSavePlanner):
+        def resolve_data(self, write_item: Any) -> Any:
+            data = super().resolve_data(write_item)
+            return own_storage(data) if isinstance(data, torch.Tensor) else data
+
+    return InPlaceSavePlanner()
+
+
+def own_storage(tensor: Any) -> Any:
+    """``tensor`` (detached) as a tensor over the same memory with a storage of exactly its
+    bytes: numpy's view of those bytes, wrapped by ``torch.from_numpy`` (which keeps the array,
+    and the array the tensor, alive), viewed back as its dtype and shape. A tensor that already
+    is its storage, or is not a contiguous CPU tensor, comes back detached and unchanged."""
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.untyped_storage().nbytes() == tensor.nbytes:
+        return tensor
+    if tensor.numel() == 0:
+        return tensor.clone()
+    as_bytes = torch.from_numpy(tensor.reshape(-1).view(torch.uint8).numpy())
+    return as_bytes.view(tensor.dtype).view(tensor.shape)
 
 
 def storage_reader(path: Path, expected: Mapping[str, tuple[int, str]] | None = None,
