@@ -33,13 +33,19 @@ def _fork_workers(loader: Any) -> Iterator[Any]:
     frees one that wraps native state (a gloo process group left over from an earlier run in
     the same process, say), the native destructor runs in a process without the threads it
     waits for, and the worker hangs or crashes (seen in a long test process: a worker stuck in
-    ``~ProcessGroupGloo``). Freezing them (``gc.freeze``: garbage cycles included) keeps the
-    workers' collector off every inherited object; the trainer's collector takes them back
-    when they are unfrozen. (A ``gc.collect()`` first, as this once did, frees nothing the
-    workers need and took 0.25 s a pass in a large process: every epoch and evaluation.)
+    ``~ProcessGroupGloo``). Freezing them (``gc.freeze``) keeps the workers' collector off
+    every inherited object, even one the worker itself stops referring to.
+
+    The trainer collects first: garbage left by an earlier pass (an abandoned DataLoader
+    iterator in a reference cycle) is finalized now, which shuts its workers down. Without it
+    (tried, to save the collection's 0.25 s a pass in a large process), those workers lived on
+    beside the new ones, and a SIGTERM to the job's process group killed them: torch's SIGCHLD
+    handler then failed the rank with "DataLoader worker exited unexpectedly" instead of a
+    checkpoint and exit 75 (tests/integration/test_launcher_signals.py).
     """
     import gc
 
+    gc.collect()
     gc.freeze()
     try:
         return iter(loader)
