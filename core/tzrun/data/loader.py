@@ -36,12 +36,12 @@ def _fork_workers(loader: Any) -> Iterator[Any]:
     ``~ProcessGroupGloo``). Freezing them (``gc.freeze``) keeps the workers' collector off
     every inherited object, even one the worker itself stops referring to.
 
-    The trainer collects first: garbage left by an earlier pass (an abandoned DataLoader
-    iterator in a reference cycle) is finalized now, which shuts its workers down. Without it
-    (tried, to save the collection's 0.25 s a pass in a large process), those workers lived on
-    beside the new ones, and a SIGTERM to the job's process group killed them: torch's SIGCHLD
-    handler then failed the rank with "DataLoader worker exited unexpectedly" instead of a
-    checkpoint and exit 75 (tests/integration/test_launcher_signals.py).
+    The trainer collects first, so that garbage left by an earlier pass (an abandoned DataLoader
+    iterator in a reference cycle, most likely) is finalized now and its workers shut down.
+    Without it (tried, to save the collection's 0.25 s a pass in a large process), a SIGTERM to
+    a 2-rank job killed a data worker and the rank failed with "DataLoader worker exited
+    unexpectedly" (exit 70) instead of a checkpoint and exit 75, every time
+    (tests/integration/test_launcher_signals.py).
     """
     import gc
 
