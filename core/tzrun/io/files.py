@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from tzrun.io.storage import as_path, is_remote
 
-__all__ = ["METRICS_FILE", "EVAL_RESULTS", "write_atomic", "append_jsonl", "read_jsonl", "keep_jsonl"]
+__all__ = ["METRICS_FILE", "EVAL_RESULTS", "write_atomic", "temporary_name", "append_jsonl", "read_jsonl", "keep_jsonl"]
 
 #: The train log and evaluations of a run, one JSON object per line (the ``metrics_log`` stage).
 METRICS_FILE = "metrics.jsonl"
@@ -37,13 +37,19 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         as_path(path).write_bytes(data)
         return
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(temporary_name(path.name))
     with _naming(path):
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+
+
+def temporary_name(name: str) -> str:
+    """The temporary file beside ``name`` that :func:`write_atomic` writes and renames (what a
+    process killed during the write leaves)."""
+    return f".{name}.tmp"
 
 
 def append_jsonl(path: str | os.PathLike[str], record: Mapping[str, Any]) -> None:

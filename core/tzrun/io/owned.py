@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tzrun.errors import WriteError
-from tzrun.io.files import write_atomic
+from tzrun.io.files import temporary_name, write_atomic
 from tzrun.io.storage import as_path, exists, filesystem, is_remote
 
 __all__ = ["OUTPUT_MARKER", "read_output_marker", "replaceable_entries", "claim_output_dir", "output_entries",
@@ -33,7 +33,7 @@ OUTPUT_MARKER = ".tzrec-run-output"
 #: What a process killed while writing the marker leaves (:func:`~tzrun.io.files.write_atomic`'s
 #: temporary): the marker is written first, so a directory holding it and nothing else (or only
 #: beside the marker and this kind's files) is an interrupted claim of ours
-_MARKER_TEMP = f".{OUTPUT_MARKER}.tmp"
+_MARKER_TEMP = temporary_name(OUTPUT_MARKER)
 _FORMAT = 1
 
 

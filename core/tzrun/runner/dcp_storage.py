@@ -33,7 +33,7 @@ from typing import IO, Any, Callable, Mapping, cast
 
 from tzrun.errors import CheckpointError
 from tzrun.io.storage import is_remote, redact_url, storage_options
-from tzrun.runner.dcp_integrity import BufferReader, HashingFileSystem, VerifyingFileSystem
+from tzrun.runner.dcp_integrity import BLOCK, BufferReader, HashingFileSystem, VerifyingFileSystem
 from tzrun.runner.dcp_metadata import read_metadata, refused, refused_value
 
 __all__ = ["storage_writer", "save_planner", "storage_reader", "load_planner", "load_state"]
@@ -82,7 +82,7 @@ def _read_verified(reader: Any, plan: Any, planner: Any) -> Any:
 
 
 def _load_item(view: memoryview, info: Any, item: Any, planner: Any, relative_path: str,
-               release: Callable[[int, int], None] = lambda start, end: None) -> None:
+               release: Callable[[int, int], None]) -> None:
     """One entry of a ``state/`` file into the loaded state, as DCP's reader does, letting go
     of the file's pages as they are copied (``release(start, end)``, offsets in the file;
     :func:`~tzrun.runner.dcp_integrity.release_pages`). The views of the file's bytes die with
@@ -112,8 +112,6 @@ def _copy_releasing(target: Any, tensor: Any, release: Callable[[int, int], None
     """``target.copy_(tensor)``, a contiguous ``tensor`` in pieces of about
     :data:`~tzrun.runner.dcp_integrity.BLOCK` bytes, each piece's source bytes released (by
     address) once copied."""
-    from tzrun.runner.dcp_integrity import BLOCK
-
     if not tensor.is_contiguous() or tensor.dim() == 0 or tensor.nbytes <= BLOCK:
         target.copy_(tensor)
         return
