@@ -25,11 +25,13 @@ STEPS = ("train.num_steps=4", "train.save_checkpoints_steps=2", 'metrics=[{type 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, criteo_dir):
-    """The same 4 steps twice, checkpoints every 2: written synchronously, and behind training."""
+    """The same 4 steps three times, checkpoints every 2: written synchronously, behind training,
+    and behind training with a budget no checkpoint fits (so written synchronously after all)."""
     root = tmp_path_factory.mktemp("io")
     _train(root / "sync", criteo_dir, *STEPS)
     _train(root / "async", criteo_dir, *STEPS, "train.async_checkpoint=true")
-    return root / "sync", root / "async"
+    _train(root / "budget", criteo_dir, *STEPS, "train.async_checkpoint=true", "train.async_checkpoint_budget_gb=1e-6")
+    return root / "sync", root / "async", root / "budget"
 
 
 def _state(seed: int) -> dict:
@@ -88,20 +90,54 @@ def test_a_background_save_writes_the_same_checkpoint_and_completes_before_wait_
     assert verify_checkpoint(path).state == "ok"
 
 
-def test_async_and_sync_training_write_bit_identical_checkpoints(runs):
-    sync_dir, async_dir = runs
+@pytest.mark.parametrize("budget_gb", [None, 1e-4], ids=["host-available", "below-the-state"])
+def test_a_background_save_over_its_budget_is_written_synchronously_and_says_so(runs, tmp_path, caplog, budget_gb):
+    """The copy a save behind training makes is bounded: over the budget (here 1e-4 GiB, about
+    105 KB, against the state's 265 KiB) the checkpoint is written at once, without a copy,
+    complete when ``start`` returns; within it (the host's available memory), behind training."""
+    from tzrun.runner.async_checkpoint import staged_bytes
+
+    state = _state(5)
+    assert staged_bytes(state) == (256 * 256 + 256 + 256 * 8 + 8) * 4  # the Linear layers' tensors; the blob has none
+    saves = BackgroundSaves(budget_gb=budget_gb)
+    with caplog.at_level("INFO", logger="tzrun"):
+        try:
+            path = saves.start(tmp_path / "run", 3, state=state, meta={"step": 3}, rank=0)
+            complete_at_once = (path / "COMPLETE").exists()
+            assert saves.wait() in (path, None)
+        finally:
+            saves.close()
+    assert verify_checkpoint(path).state == "ok"
+    same = save_checkpoint(tmp_path / "fg", 3, state=_state(5), meta={"step": 3}, rank=0)
+    assert (path / "state" / "__0_0.distcp").read_bytes() == (same / "state" / "__0_0.distcp").read_bytes()
+    said = [r.getMessage() for r in caplog.records if r.name == "tzrun"]
+    if budget_gb is None:
+        assert saves.synchronous_saves == 0 and not said
+        return
+    assert complete_at_once and saves.synchronous_saves == 1
+    assert said == [
+        "checkpoint step-3: copying it to write behind training would need 265.03 KiB on this host (1 rank), more than "
+        "train.async_checkpoint_budget_gb = 0.0001; written synchronously instead (training waited for it). Raise "
+        "train.async_checkpoint_budget_gb if the host has the memory, or leave train.async_checkpoint off"]
+
+
+@pytest.mark.parametrize("other", [1, 2], ids=["behind-training", "over-its-budget"])
+def test_async_and_sync_training_write_bit_identical_checkpoints(runs, other):
+    sync_dir, async_dir = runs[0], runs[other]
     assert [s for s, _ in list_checkpoints(sync_dir)] == [s for s, _ in list_checkpoints(async_dir)] == [2, 4]
     for step in (2, 4):
-        a, b = (d / "checkpoints" / f"step-{step}" for d in runs)
+        a, b = (d / "checkpoints" / f"step-{step}" for d in (sync_dir, async_dir))
         for name in listed_files(a):
             if name.endswith(".distcp"):
                 assert (a / name).read_bytes() == (b / name).read_bytes(), name
         files = {f["path"]: f for f in json.loads((a / MANIFEST).read_text())["files"]}
-        other = {f["path"]: f for f in json.loads((b / MANIFEST).read_text())["files"]}
-        assert files["state/__0_0.distcp"] == other["state/__0_0.distcp"]
+        other_files = {f["path"]: f for f in json.loads((b / MANIFEST).read_text())["files"]}
+        assert files["state/__0_0.distcp"] == other_files["state/__0_0.distcp"]
         assert verify_checkpoint(b).state == "ok"
     assert [json.loads(x) for x in (sync_dir / "eval_results.jsonl").read_text().splitlines()] == \
         [json.loads(x) for x in (async_dir / "eval_results.jsonl").read_text().splitlines()]
+    log = (async_dir / "logs" / "train.log").read_text()
+    assert ("written synchronously instead" in log) == (other == 2)
 
 
 

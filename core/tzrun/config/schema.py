@@ -270,6 +270,10 @@ class TrainConfig:
             completion marker is still written last, one save at a time, and the run ends
             only once the last one is complete. Costs a copy of the checkpoint in host memory.
             See docs/checkpoints.md, Saving behind training.
+        async_checkpoint_budget_gb: the most host memory (GiB, this host's ranks together) a
+            save behind training may copy the state into; a checkpoint whose copy would need
+            more is written synchronously instead (training waits for it), and the log says
+            so. Unset: the memory the host has available at that step.
         on_nonfinite_loss: a NaN or infinite loss, or a gradient that is NaN, infinite or
             squares past float32 (Adam's and Adagrad's state would turn infinite), stops the
             run naming the step and the parameter (``"error"``), or its update is skipped and
@@ -325,6 +329,7 @@ class TrainConfig:
     save_checkpoints_epochs: Optional[int] = None
     keep_checkpoint_max: int = 0
     async_checkpoint: bool = False
+    async_checkpoint_budget_gb: Optional[float] = attrs.field(default=None, validator=attrs.validators.optional(_positive))
     on_nonfinite_loss: Literal["error", "skip"] = "error"
     log_every_n_steps: int = 100
     pipeline: Component = Component("sparse_dist")

@@ -13,20 +13,55 @@ At most one save is in flight: the next :meth:`~BackgroundSaves.start` waits for
 one, and so do whoever reads the checkpoint from storage (retention, the best record, an
 export) and the end of the run (:meth:`~BackgroundSaves.wait`). The checkpoint holds the same
 bytes as a synchronous save of the same step.
+
+The copy is bounded: before staging, the ranks agree (one all-reduce) on the largest rank's
+bytes to copy; when this host's ranks together would copy more than the budget
+(``train.async_checkpoint_budget_gb``, or the memory the host has available at that step), the
+checkpoint is written synchronously instead (:func:`~tzrun.runner.checkpoint.save_checkpoint`,
+no copy), and the log says so.
 """
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping
 
-from tzrun.runner.checkpoint import begin_checkpoint, checkpoint_dir, finish_checkpoint
+from tzrun.runner.checkpoint import begin_checkpoint, checkpoint_dir, finish_checkpoint, save_checkpoint
 from tzrun.runner.checkpoint_blobs import named_state
 from tzrun.runner.dcp_storage import storage_writer
+from tzrun.runner.host_memory import format_size, host_memory
 
-__all__ = ["BackgroundSaves"]
+__all__ = ["BackgroundSaves", "staged_bytes"]
+
+log = logging.getLogger("tzrun")
+GIB = 1024**3
+
+
+def staged_bytes(state: Mapping[str, Any]) -> int:
+    """The bytes an ``async_save`` of ``state`` copies on this rank: every tensor of each
+    entry's ``state_dict()`` (of a sharded tensor, this rank's shards)."""
+    return sum(_tensor_bytes(value.state_dict() if hasattr(value, "state_dict") else value) for value in state.values())
+
+
+def _tensor_bytes(value: Any) -> int:
+    import torch
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, ShardedTensor):
+        return sum(s.tensor.nbytes for s in value.local_shards())
+    if isinstance(value, DTensor):
+        return int(value.to_local().nbytes)
+    if isinstance(value, torch.Tensor):
+        return int(value.nbytes)
+    if isinstance(value, Mapping):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 class BackgroundSaves:
@@ -36,10 +71,17 @@ class BackgroundSaves:
     Args:
         timeout_s: how long the saves' collectives wait for the other ranks
             (``train.collective_timeout_s``).
+        budget_gb: the most host memory this host's ranks together may copy the state into
+            (``train.async_checkpoint_budget_gb``; None: what the host has available at the save).
+        local_world_size: the ranks on this host.
     """
 
-    def __init__(self, timeout_s: float = 300.0) -> None:
+    def __init__(self, timeout_s: float = 300.0, *, budget_gb: float | None = None, local_world_size: int = 1) -> None:
         self._timeout_s = timeout_s
+        self._budget_gb = budget_gb
+        self._budget = None if budget_gb is None else int(budget_gb * GIB)
+        self._local_world_size = local_world_size
+        self.synchronous_saves = 0
         self._pending: Future[Path] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._group: Any = None
@@ -47,7 +89,8 @@ class BackgroundSaves:
     def start(self, model_dir: Path, step: int, *, state: Mapping[str, Any], meta: Mapping[str, Any],
               rank: int) -> Path:
         """Start writing the checkpoint of ``step`` (collective), after the previous one
-        finished; returns its directory, complete once :meth:`wait` returns.
+        finished; returns its directory, complete once :meth:`wait` returns. When its copy
+        would not fit the budget, it is written here, synchronously (complete on return).
 
         Raises:
             Exception: what writing the previous checkpoint raised.
@@ -55,16 +98,44 @@ class BackgroundSaves:
         import torch.distributed.checkpoint as dcp
 
         self.wait()
+        group = self._side_group()
+        too_big = self._over_budget(state, group)
+        if too_big is not None:
+            self.synchronous_saves += 1
+            if rank == 0:
+                (log.warning if self.synchronous_saves == 1 else log.info)(f"checkpoint step-{step}: {too_big}")
+            return save_checkpoint(model_dir, step, state=state, meta=meta, rank=rank)
         path = checkpoint_dir(model_dir, step)
         if not begin_checkpoint(path, rank):
             return path
-        group = self._side_group()
         writer = storage_writer(path / "state")
         upload = dcp.async_save(named_state(state), storage_writer=writer, process_group=group)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="tzrun-checkpoint")
         self._pending = self._executor.submit(self._finish, upload, path, step, dict(meta), writer, rank, group)
         return path
+
+    def _over_budget(self, state: Mapping[str, Any], group: Any) -> str | None:
+        """Why this host's copy of ``state`` would not fit the budget (the same answer on
+        every rank: the largest rank's copy and the smallest budget, agreed by an all-reduce
+        over ``group``), or None when it fits."""
+        import torch
+        import torch.distributed as dist
+
+        memory = host_memory() if self._budget is None else None
+        limit = self._budget if self._budget is not None else (memory.available if memory is not None else 2**62)
+        agreed = torch.tensor([staged_bytes(state), -limit], dtype=torch.int64)
+        if group is not None:
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
+        need, limit = int(agreed[0]) * self._local_world_size, -int(agreed[1])
+        if need <= limit:
+            return None
+        ranks = f"{self._local_world_size} ranks x {format_size(int(agreed[0]))}" if self._local_world_size > 1 else "1 rank"
+        budget = (f"train.async_checkpoint_budget_gb = {self._budget_gb:g}" if self._budget is not None
+                  else f"the {format_size(limit)} this host has available")
+        return (f"copying it to write behind training would need {format_size(need)} on this host ({ranks}), more "
+                f"than {budget}; written synchronously instead (training waited for it). Raise "
+                "train.async_checkpoint_budget_gb if the host has the memory, or leave train.async_checkpoint off")
 
     @staticmethod
     def _finish(upload: Future, path: Path, step: int, meta: dict[str, Any], writer: Any, rank: int,

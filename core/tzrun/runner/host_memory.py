@@ -25,7 +25,7 @@ import attrs
 from tzrun.runner.model import embedding_tables
 from tzrun.runner.zch_memory import ManagedState, managed_bytes
 
-__all__ = ["HostMemory", "host_memory", "table_bytes", "host_memory_problem"]
+__all__ = ["HostMemory", "host_memory", "table_bytes", "host_memory_problem", "format_size"]
 
 
 @attrs.frozen
@@ -121,6 +121,14 @@ def table_bytes(modules: Sequence[Any], updates: Mapping[str, Any], world_size: 
 
 def _gb(n: float) -> str:
     return f"{n / 1024**3:.1f} GiB"
+
+
+def format_size(n: float) -> str:
+    """Bytes in the unit that shows them best (``"1.50 GiB"``, ``"264.03 KiB"``)."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
 
 
 def host_memory_problem(modules: Sequence[Any], updates: Mapping[str, Any], world_size: int, local_world_size: int,

@@ -38,7 +38,7 @@ from tzrun.config.schema import RunConfig
 from tzrun.config.sequences import id_features
 from tzrun.errors import PlanError
 from tzrun.runner.facts import RunFacts
-from tzrun.runner.host_memory import HostMemory
+from tzrun.runner.host_memory import HostMemory, format_size
 from tzrun.runner.model import embedding_tables
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
 from tzrun.runner.plan_memory import (
@@ -218,14 +218,6 @@ def _readers(cfg: RunConfig, modules: Sequence[Any]) -> dict[str, list[tuple[str
             for module in modules for table, _ in embedding_tables(module)}
 
 
-def _size(n: float) -> str:
-    """Bytes in the unit that shows them best."""
-    for unit, scale in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
-
-
 def _ranks_text(ranks: Sequence[int]) -> str:
     ordered = sorted(set(ranks))
     if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
@@ -251,8 +243,8 @@ def format_plan(report: PlanReport, source: str) -> str:
     keep = (f"{reserved['share']:.0%} of HBM ({format_gib(reserved['margin_hbm'])}), " if tier == "hbm" else "")
     lines.append(
         f"TorchRec's planner: {len(report.tables)} tables, {report.proposals} proposals in {report.seconds:.1f} s; it keeps back "
-        f"per rank {keep}{_size(reserved[f'dense_{tier}'])} for the dense part (6x its parameters) and "
-        f"{_size(reserved[f'inputs_{tier}'])} for input batches, leaving {format_gib(reserved.get(f'for_tables_{tier}', 0))} "
+        f"per rank {keep}{format_size(reserved[f'dense_{tier}'])} for the dense part (6x its parameters) and "
+        f"{format_size(reserved[f'inputs_{tier}'])} for input batches, leaving {format_gib(reserved.get(f'for_tables_{tier}', 0))} "
         f"of {tier.upper()} for tables"
     )
     tiers = [t for t in TIERS if (t == tier or any(r.total(t) for r in report.ranks))]
@@ -274,18 +266,18 @@ def format_plan(report: PlanReport, source: str) -> str:
     width = max([len(t.table) for t in report.tables] + [5])
     lines += ["", f"{'table'.ljust(width)}  {'rows x dim':>18}  {'sharding':<17} {'kernel':<17} {'ranks':<7} rows+optimizer"]
     for t in report.tables:
-        state = f" + zch managed state {_size(t.managed)} ({_size(t.shards[0]['managed'])} a slice)" if t.managed else ""
+        state = f" + zch managed state {format_size(t.managed)} ({format_size(t.shards[0]['managed'])} a slice)" if t.managed else ""
         lines.append(f"{t.table.ljust(width)}  {f'{t.rows:,} x {t.dim}':>18}  {t.sharding_type:<17} {t.compute_kernel:<17} "
-                     f"{_ranks_text(t.ranks):<7} {_size(t.weights + t.optimizer)}{state}")
+                     f"{_ranks_text(t.ranks):<7} {format_size(t.weights + t.optimizer)}{state}")
     weights = sum(t.weights for t in report.tables)
     optimizer = sum(t.optimizer for t in report.tables)
     managed = sum(t.managed for t in report.tables)
     lines.append(f"{len(report.tables)} tables: {sum(t.rows for t in report.tables):,} rows, {format_gib(weights)} of rows and "
                  f"{format_gib(optimizer)} of sparse optimizer state"
                  + (f", {format_gib(managed)} of zch managed state" if managed else ""))
-    lines += ["", f"dense part, on every rank: {dense.parameters:,} parameters; weights {_size(dense.weights)}, gradients "
-                  f"{_size(dense.gradients)}, optimizer state {_size(dense.optimizer)} ({dense.how}), EMA {_size(dense.ema)}: "
-                  f"{_size(dense.total)}; activations not counted"]
+    lines += ["", f"dense part, on every rank: {dense.parameters:,} parameters; weights {format_size(dense.weights)}, gradients "
+                  f"{format_size(dense.gradients)}, optimizer state {format_size(dense.optimizer)} ({dense.how}), EMA {format_size(dense.ema)}: "
+                  f"{format_size(dense.total)}; activations not counted"]
     return "\n".join(lines)
 
 

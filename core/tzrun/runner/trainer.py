@@ -105,7 +105,8 @@ class Trainer(TrainerCheckpoints):
         self.run_lock: RunLock | None = None
         self.run_id = ""  # the model dir's run (its marker's id), once claimed
         train = self.cfg.train  # no BackgroundSaves: every save is synchronous
-        self.saves = BackgroundSaves(train.collective_timeout_s) if train.async_checkpoint else None
+        self.saves = BackgroundSaves(train.collective_timeout_s, budget_gb=train.async_checkpoint_budget_gb,
+                                     local_world_size=self.info.local_world_size) if train.async_checkpoint else None
         self.train_seconds = 0.0
         self._stage_state: dict[str, Any] = {}
         self._loaded_loop: dict[str, Any] = {}
