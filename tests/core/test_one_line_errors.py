@@ -3,6 +3,7 @@ code; never with an internal error's traceback (issue 27, point 7 and 9)."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -114,6 +115,50 @@ def test_check_on_cpu_refuses_tables_the_hosts_available_memory_cannot_hold(tiny
     assert (biggest, size) == ("cat_0_emb", 1000 * 8 * 4) and total == (1000 + 24 + 3) * (8 + 4) * 4
     monkeypatch.setattr(host_memory, "host_memory", lambda: host_memory.HostMemory(8 << 30, 1 << 30))
     assert cli_main.main(["check", str(tiny_config), "--no-data", "--device", "cpu"]) == 0
+
+
+#: cat_0's table at 20M rows on the meta device: 20,000,000 x (8 + 4 wide) float32 = 915.5 MiB
+BIG = ("--set", "features.sparse[0].num_buckets=20000000", "--set", "train.async_checkpoint=true")
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(("budget", "available", "copied"), [(None, 2.5, True), ("0.5", 2.5, False), ("2", 1.6, None)],
+                         ids=["copy-fits-the-host", "copy-over-its-budget", "copy-over-the-host"])
+def test_check_names_the_peak_host_memory_with_a_checkpoint_and_refuses_what_the_host_cannot_hold(
+        tiny_config, capsys, monkeypatch, budget, available, copied):
+    """Training holds the tables (0.9 GiB here) and torch itself (0.5 GiB, as this process
+    measures it: patched); a checkpoint behind training copies the state too, unless the copy
+    exceeds its budget (then the save is synchronous and holds two 64 MiB blocks at most)."""
+    from tzrun.runner import host_memory, plan
+
+    monkeypatch.setattr(host_memory, "host_memory", lambda: host_memory.HostMemory(8 * GIB, int(available * GIB)))
+    monkeypatch.setattr(plan, "resident_bytes", lambda: GIB // 2)
+    extra = () if budget is None else ("--set", f"train.async_checkpoint_budget_gb={budget}")
+    code = cli_main.main(["check", str(tiny_config), "--no-data", "--device", "cpu", *BIG, *extra])
+    out, err = capsys.readouterr()
+    line = (out if copied is not None else _one_line(err)).splitlines()[-1 if copied is not None else 0]
+    parts = re.search(r"dense part ([\d.]+) MiB; checkpoint ([\d.]+) MiB \(([^)]*\)?)\); torch and TorchRec loaded "
+                      r"512\.00 MiB; activations, batches in flight and data workers not counted", line)
+    assert parts, line
+    held, checkpoint, how = float(parts[1]), float(parts[2]), parts[3]
+    assert 915.5 <= held < 917  # the tables (SGD keeps no state), the small ones, buffers and the dense part
+    if copied is False:
+        assert code == 0 and checkpoint == 128.0  # two 64 MiB blocks of a load
+        assert how.startswith("written synchronously from the live tables: the copy behind training, 0.89 GiB, "
+                              "would exceed train.async_checkpoint_budget_gb = 0.5")
+        return
+    assert 915.5 <= checkpoint <= held and how == "a copy of each rank's state, written behind training"
+    total = (held + checkpoint + 512) / 1024
+    if copied:
+        assert code == 0 and line.endswith(f"this host has {available:.2f} GiB available")
+        assert f"about {total:.2f} GiB" in line
+        return
+    assert code == EXIT_CONFIG
+    assert line.startswith(f"tzrec-run: {tiny_config}: peak host memory, the fullest host (1 rank): about {total:.2f} GiB")
+    assert line.endswith("; this host has 8.00 GiB of memory, 1.60 GiB of it available: the run would be killed for "
+                         "memory. Use fewer rows (num_buckets, hash_bucket_size), a smaller embedding_dim, a sparse "
+                         "optimizer with less state, fewer ranks per host (--nproc-per-node), train.async_checkpoint "
+                         "off or a train.async_checkpoint_budget_gb, or more hosts")
 
 
 def _tiny_tables(config):

@@ -51,6 +51,30 @@ def test_json_parses_and_adds_up(capsys, tiny):
     # sgd keeps no state; the dense sgd (momentum 0) neither
     assert sum(r["ddr"]["optimizer"] for r in report["ranks"]) == 0
     assert all(r["ddr"]["dense"] == report["dense"]["total"] > 0 for r in report["ranks"])
+    # the one host's peak: both ranks' DDR, a synchronous save's two 64 MiB load blocks a rank,
+    # and the runtime (this process's resident memory) once per rank
+    peak = report["peak_host_memory"]
+    assert peak["ranks"] == 2 and peak["held"] == sum(r["ddr"]["total"] for r in report["ranks"])
+    assert peak["checkpoint"] == 2 * 2 * (64 << 20) and peak["checkpoint_how"] == "written synchronously from the live tables"
+    assert peak["runtime"] > 2 * (200 << 20) and peak["total"] == peak["held"] + peak["checkpoint"] + peak["runtime"]
+
+
+def test_a_save_behind_training_adds_a_copy_of_the_fullest_ranks_state_per_rank_of_the_host(capsys, tiny):
+    code, out, _ = plan(capsys, tiny, "--world-size", 4, "--local-world-size", 2, "--device", "cpu", "--json",
+                        "--set", "features.sparse[0].num_buckets=20000000", "--set", "train.async_checkpoint=true")
+    assert code == 0
+    report = json.loads(out)
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    copies = [sum(r["ddr"][p] for p in ("tables", "optimizer", "managed")) + report["dense"]["weights"]
+              + report["dense"]["optimizer"] + report["dense"]["ema"] for r in ranks.values()]
+    host = max(((0, 1), (2, 3)), key=lambda h: sum(ranks[i]["ddr"]["total"] for i in h))
+    peak = report["peak_host_memory"]
+    assert peak["held"] == sum(ranks[i]["ddr"]["total"] for i in host)
+    assert peak["checkpoint"] == 2 * max(copies) > 20_000_000 * 12 * 4  # the fullest rank's copy, for both ranks
+    assert peak["checkpoint_how"] == "a copy of each rank's state, written behind training"
+    text = plan(capsys, tiny, "--world-size", 4, "--local-world-size", 2, "--device", "cpu",
+                "--set", "features.sparse[0].num_buckets=20000000", "--set", "train.async_checkpoint=true")[1]
+    assert text.splitlines()[-1].startswith(f"peak host memory, the fullest host (2 ranks): about {peak['total'] / (1 << 30):.2f} GiB")
 
 
 def test_a_table_that_fits_nowhere_is_named_with_what_would_help(capsys, tiny):

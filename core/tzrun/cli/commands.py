@@ -34,14 +34,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     session = prepare(args.config, args.overrides, args.strict)
     cfg = session.cfg
     session.check()
-    if not args.no_plan:
-        check_plan(session, args.config, args.nproc_per_node, args.device)
+    peak = [] if args.no_plan else check_plan(session, args.config, args.nproc_per_node, args.device)
     report = None if args.no_data else session.check_data(require=args.require_data)
     if report is not None and report.problems:
         from tzrun.errors import DataCheckError
 
         raise DataCheckError(args.config, report.problems)
-    notes = [*(report.notes if report is not None else ()), *builtin_name_notes(session)]
+    notes = [*peak, *(report.notes if report is not None else ()), *builtin_name_notes(session)]
     if args.json:
         from tzrun.cli.results import print_json
 
@@ -91,27 +90,37 @@ def builtin_name_notes(session: Any) -> list[str]:
     return shadow_notes(components, session.registries)
 
 
-def check_plan(session: Any, source: str, nproc: int, device: str | None) -> None:
+def check_plan(session: Any, source: str, nproc: int, device: str | None) -> list[str]:
     """Plan the tables as ``tzrec-run train`` on this machine would (``nproc`` ranks, on
-    ``device``; default: cuda if there is a GPU), with TorchRec's planner on the meta device.
+    ``device``; default: cuda if there is a GPU), with TorchRec's planner on the meta device;
+    returns the line naming the run's peak host memory (checkpoints included) against what
+    this host has available.
 
     Raises:
         PlanError: when no plan fits (one line: the table that breaks it, what would help), or
-            on CPU the tables need more memory than this host has available.
+            the run's peak host memory (on CPU, the tables alone) is more than this host has
+            available.
     """
     import torch
 
     from tzrun.errors import PlanError
     from tzrun.runner.host_memory import host_memory
-    from tzrun.runner.plan import PlanRequest, failure_line, plan_config
+    from tzrun.runner.plan import PlanRequest, failure_line, format_gib, format_peak, peak_problem, plan_config
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    memory = host_memory()
     try:
-        report = plan_config(session.facts, PlanRequest(nproc, nproc, device), host=host_memory() if device == "cpu" else None)
+        report = plan_config(session.facts, PlanRequest(nproc, nproc, device), host=memory if device == "cpu" else None)
     except PlanError as error:  # this host's memory cannot hold the tables
         raise PlanError(f"{source}: {error}") from None
     if not report.fits:
         raise PlanError(failure_line(report, source))
+    if report.peak is None or memory is None:
+        return [] if report.peak is None else [format_peak(report.peak)]
+    problem = peak_problem(report.peak, memory, source)
+    if problem is not None:
+        raise PlanError(problem)
+    return [f"{format_peak(report.peak)}; this host has {format_gib(memory.available)} available"]
 
 
 def print_parameters(session: Any, device: str | None = None) -> None:

@@ -41,13 +41,16 @@ from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory, format_size
 from tzrun.runner.model import embedding_tables
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
+from tzrun.runner.memory_use import resident_bytes
 from tzrun.runner.plan_memory import (
     PARTS,
     TIERS,
     DenseEstimate,
+    HostPeak,
     RankMemory,
     TablePlan,
     estimate_dense,
+    host_peak,
     rank_memory,
     reserved_memory,
     table_plan,
@@ -60,6 +63,8 @@ __all__ = [
     "PlanReport",
     "format_plan",
     "format_failure",
+    "format_peak",
+    "peak_problem",
     "failure_line",
     "plan_config",
     "no_plan_error",
@@ -103,6 +108,8 @@ class PlanReport:
         proposals: sharding proposals the planner evaluated.
         seconds: the planner's time.
         sharding_plan: TorchRec's ``ShardingPlan`` (None when there is none).
+        peak: the fullest host's peak host memory, a checkpoint included (None when there is
+            no plan).
     """
 
     request: PlanRequest
@@ -114,6 +121,7 @@ class PlanReport:
     proposals: int
     seconds: float
     sharding_plan: Any = attrs.field(default=None, repr=False, eq=False)
+    peak: HostPeak | None = None
 
     @property
     def fits(self) -> bool:
@@ -131,6 +139,7 @@ class PlanReport:
                        "ddr": {**r.ddr, "total": r.total("ddr"), "cap": r.ddr_cap}} for r in self.ranks],
             "tables": [{**attrs.asdict(t), "shards": [dict(s) for s in t.shards]} for t in self.tables],
             "failure": None if self.failure is None else attrs.asdict(self.failure),
+            "peak_host_memory": None if self.peak is None else {**attrs.asdict(self.peak), "total": self.peak.total},
             "proposals": self.proposals,
             "seconds": round(self.seconds, 3),
         }
@@ -182,11 +191,14 @@ def plan_config(facts: RunFacts, request: PlanRequest, host: HostMemory | None =
     reserved = reserved_memory(recorder.storage_reservation, request.device, request.hbm_cap)
     tables: tuple[TablePlan, ...] = ()
     ranks: tuple[RankMemory, ...] = ()
+    peak = None
     if failure is None:
         tables = tuple(table_plan(option, readers, request.device, setup.managed) for option in recorder.best_plan)
         ranks = rank_memory(recorder.best_plan, dense, request.world_size, request.device, request.hbm_cap, request.ddr_cap,
                             setup.managed)
-    return PlanReport(request, reserved, tables, ranks, dense, failure, recorder.num_proposals, seconds, sharding_plan)
+        peak = host_peak(cfg, ranks, tables, dense, request.local_world_size, request.device, resident_bytes() or 0,
+                         None if host is None else host.available)
+    return PlanReport(request, reserved, tables, ranks, dense, failure, recorder.num_proposals, seconds, sharding_plan, peak)
 
 
 def _recorder() -> Any:
@@ -278,7 +290,28 @@ def format_plan(report: PlanReport, source: str) -> str:
     lines += ["", f"dense part, on every rank: {dense.parameters:,} parameters; weights {format_size(dense.weights)}, gradients "
                   f"{format_size(dense.gradients)}, optimizer state {format_size(dense.optimizer)} ({dense.how}), EMA {format_size(dense.ema)}: "
                   f"{format_size(dense.total)}; activations not counted"]
+    if report.peak is not None:
+        lines += ["", format_peak(report.peak)]
     return "\n".join(lines)
+
+
+def format_peak(peak: HostPeak) -> str:
+    """The peak host memory on one line: its parts, and what is not counted."""
+    ranks = f"{peak.ranks} ranks" if peak.ranks > 1 else "1 rank"
+    return (f"peak host memory, the fullest host ({ranks}): about {format_gib(peak.total)}: tables, optimizer state, "
+            f"buffers and dense part {format_size(peak.held)}; checkpoint {format_size(peak.checkpoint)} "
+            f"({peak.checkpoint_how}); torch and TorchRec loaded {format_size(peak.runtime)}; activations, batches in "
+            "flight and data workers not counted")
+
+
+def peak_problem(peak: HostPeak, memory: HostMemory, source: str) -> str | None:
+    """Why a run of this plan would not fit this host's memory (one line), or None."""
+    if peak.total <= memory.available:
+        return None
+    return (f"{source}: {format_peak(peak)}; this host has {format_gib(memory.total)} of memory, "
+            f"{format_gib(memory.available)} of it available: the run would be killed for memory. Use fewer rows "
+            "(num_buckets, hash_bucket_size), a smaller embedding_dim, a sparse optimizer with less state, fewer ranks "
+            "per host (--nproc-per-node), train.async_checkpoint off or a train.async_checkpoint_budget_gb, or more hosts")
 
 
 def format_failure(report: PlanReport, source: str) -> str:

@@ -15,6 +15,7 @@ import torch
 
 from tzrun.config.schema import RunConfig
 from tzrun.kernel.registry import Registries
+from tzrun.runner.dcp_integrity import BLOCK
 from tzrun.runner.dense_parts import assign_parts
 from tzrun.runner.model import dense_parameter_names
 from tzrun.runner.zch_memory import ManagedState, managed_bytes
@@ -25,7 +26,9 @@ __all__ = [
     "TablePlan",
     "RankMemory",
     "DenseEstimate",
+    "HostPeak",
     "estimate_dense",
+    "host_peak",
     "table_plan",
     "rank_memory",
     "reserved_memory",
@@ -242,3 +245,70 @@ def reserved_memory(reservation: Any, device: str, hbm_cap: int | None) -> dict[
         out["for_tables_hbm"] = int(reserved.devices[0].storage.hbm)
         out["for_tables_ddr"] = int(reserved.devices[0].storage.ddr)
     return out
+
+
+@attrs.frozen
+class HostPeak:
+    """The most host memory the fullest host's ranks hold at once, a checkpoint included
+    (bytes, its ranks together).
+
+    Attributes:
+        ranks: the host's ranks.
+        held: what they hold in host memory while training: each rank's DDR (tables, sparse
+            optimizer state, buffers, zch managed state; on CPU the dense part as well).
+        checkpoint: what a checkpoint adds at its peak (see ``checkpoint_how``).
+        runtime: torch, TorchRec and FBGEMM loaded, once per rank (the resident memory of the
+            process that made the estimate, which has them loaded).
+        checkpoint_how: how the checkpoint is written, in words.
+    """
+
+    ranks: int
+    held: int
+    checkpoint: int
+    runtime: int
+    checkpoint_how: str
+
+    @property
+    def total(self) -> int:
+        """All of it."""
+        return self.held + self.checkpoint + self.runtime
+
+
+def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[TablePlan], dense: DenseEstimate,
+              local_world_size: int, device: str, runtime: int, available: int | None) -> HostPeak:
+    """The peak host memory of the fullest host under a plan (``ranks``, ``tables``), with
+    ``runtime`` bytes per rank and the host's ``available`` memory (None: unknown).
+
+    A synchronous save writes from the live tables, and a load holds two 64 MiB blocks of the
+    file it reads (:data:`~tzrun.runner.dcp_integrity.BLOCK`); on a GPU the save copies one shard
+    at a time to host memory (the largest is counted). With ``train.async_checkpoint`` each rank
+    copies its whole state to host memory (tables, both optimizers' state, the dense weights and
+    EMA), unless the copy exceeds ``train.async_checkpoint_budget_gb`` (unset: the memory left
+    beside the rest), when the save is synchronous after all
+    (:class:`~tzrun.runner.async_checkpoint.BackgroundSaves`)."""
+    hosts: dict[int, list[RankMemory]] = {}
+    for r in ranks:
+        hosts.setdefault(r.rank // local_world_size, []).append(r)
+    members = max(hosts.values(), key=lambda rs: sum(r.total("ddr") for r in rs))
+    held = sum(r.total("ddr") for r in members)
+    largest_shard = {r.rank: 0 for r in members}
+    for table in tables:
+        for shard in table.shards:
+            if shard["rank"] in largest_shard:
+                largest_shard[shard["rank"]] = max(largest_shard[shard["rank"]], int(shard["hbm"]))
+    synchronous = sum(2 * BLOCK + (largest_shard[r.rank] if device == "cuda" else 0) for r in members)
+    state = dense.weights + dense.optimizer + dense.ema
+    copy = len(members) * max(sum(getattr(r, t)[p] for t in TIERS for p in ("tables", "optimizer", "managed")) + state
+                              for r in members)
+    train = cfg.train
+    budget = None if train.async_checkpoint_budget_gb is None else int(train.async_checkpoint_budget_gb * 1024**3)
+    room = budget if budget is not None else (None if available is None else available - held - runtime * len(members))
+    if train.async_checkpoint and (room is None or copy <= room):  # a resume's load still holds its blocks
+        return HostPeak(len(members), held, max(copy, synchronous), runtime * len(members),
+                        "a copy of each rank's state, written behind training")
+    how = "written synchronously from the live tables"
+    if train.async_checkpoint:
+        over = (f"train.async_checkpoint_budget_gb = {train.async_checkpoint_budget_gb:g}" if budget is not None
+                else "the memory left beside the rest")
+        how += f": the copy behind training, {copy / 1024**3:.2f} GiB, would exceed {over}"
+    return HostPeak(len(members), held, synchronous, runtime * len(members), how)
