@@ -1,4 +1,4 @@
-"""Latency of an exported program on CPU, per batch of 1 and of 1,024 rows, and the
+"""Latency of an exported program on CPU, per batch of 1, 64 and 1,024 rows, and the
 Predictor's rows/s (transforms included), for examples/deepfm_criteo.toml's model.
 
     python benchmarks/export_latency.py [--rows 20000] [--threads 1]
@@ -63,10 +63,10 @@ def main() -> None:
     from tzrun.data.features import BatchBuilder
 
     builder = BatchBuilder(specs, (), None)
-    for rows in (1, 1024):
+    for rows in (1, 64, 1024):
         inputs, _, _ = predictor.encode(table.slice(0, rows))
         batch = builder(table.slice(0, rows), "eval")
-        repeats = 200 if rows == 1 else 50
+        repeats = 200 if rows < 1024 else 50
         with torch.no_grad():
             eager = _median_ms(lambda: model(batch), repeats)
         print(f"batch of {rows}: exported program {_median_ms(lambda: predictor.run(inputs), repeats):.3f} ms, "

@@ -45,5 +45,6 @@ def test_resume_appends_to_the_log_file_and_train_and_evaluate_print_json(criteo
     evaluation = json.loads(evaluated.stdout)
     assert evaluation == {"checkpoint": str(model_dir / "checkpoints" / "step-6"), "ema": False, "step": 6,
                           "rows": evaluation["rows"], "metrics": evaluation["metrics"],
-                          "recorded_in": str(model_dir / "eval_results.jsonl")}
+                          "seconds": evaluation["seconds"], "recorded_in": str(model_dir / "eval_results.jsonl")}
+    assert 0 < evaluation["seconds"] < 60  # the pass alone
     assert set(evaluation["metrics"]) == {"auc", "loss/binary_cross_entropy"} and evaluation["rows"] > 0

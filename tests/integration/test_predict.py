@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,7 +64,11 @@ def test_predict_equals_evaluates_saved_predictions_on_unlabelled_rows(trained):
     out = root / "scores"
     done = _predict(config, "--input", str(unlabelled), "--output", str(out), "--keep-columns", "rid,cat_0")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "predicted 3001 rows with" in done.stdout
+    said = re.search(r"^predicted 3001 rows with \S+ into \S+ in ([\d.]+) s \(([\d,]+) rows/s; the checkpoint's "
+                     r"restore took ([\d.]+) s before\)$", done.stdout, re.M)
+    assert said, done.stdout  # the rate counts the scoring, not the restore before it
+    seconds, rate = float(said[1]), int(said[2].replace(",", ""))
+    assert 3001 / (seconds + 0.05) <= rate <= 3001 / max(seconds - 0.05, 1e-3) + 1  # seconds shown to 0.1
     saved = pq.read_table(root / "run" / "predictions" / "step-4" / "rank-0.parquet")
     scores = pq.read_table(out)
     assert scores.column_names == ["logits", "probs", "rid", "cat_0"]

@@ -66,8 +66,9 @@ def cmd_predict(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from tzrun.io.storage import redact_url
 
         rate = done.rows / done.seconds if done.seconds > 0 else 0.0
+        opened = "the export's opening" if args.export else "the checkpoint's restore"
         print(f"predicted {done.rows} rows with {redact_url(done.source)} into {redact_url(done.output)} "
-              f"in {done.seconds:.1f} s ({rate:,.0f} rows/s)")
+              f"in {done.seconds:.1f} s ({rate:,.0f} rows/s; {opened} took {done.start_seconds:.1f} s before)")
         if done.skipped:
             print(f"left out {done.skipped} bad row(s) (data.on_bad_row = \"skip\"); listed in {redact_url(done.skipped_listing)}")
     return 0

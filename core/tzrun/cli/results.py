@@ -75,6 +75,7 @@ def print_train(result: Any, model_dir: Any, as_json: bool) -> None:
 def evaluation_json(done: Any, recorded_in: str | None) -> dict[str, Any]:
     """The ``evaluate --json`` object of a :class:`~tzrun.runner.checkpoint_eval.CheckpointEvaluation`."""
     return {"checkpoint": redact_url(str(done.checkpoint)), "ema": done.ema, **_eval_json(done.result),
+            "seconds": done.result.seconds,
             "recorded_in": None if recorded_in is None else redact_url(recorded_in)}
 
 

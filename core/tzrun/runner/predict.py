@@ -64,8 +64,10 @@ class PredictResult:
         rows: rows scored and written.
         skipped: rows left out (``data.on_bad_row = "skip"``).
         skipped_listing: where those rows are listed ("" when none).
-        seconds: reading, scoring and writing time.
+        seconds: reading, scoring and writing time (from the end of the start-up).
         source: the checkpoint (or export) that scored them.
+        start_seconds: the start-up before it: the checkpoint's restore (the model built,
+            sharded and loaded) or the export's opening (its program loaded).
     """
 
     output: str
@@ -74,6 +76,7 @@ class PredictResult:
     skipped_listing: str
     seconds: float
     source: str
+    start_seconds: float = 0.0
 
 
 class OutputColumns:
@@ -202,8 +205,9 @@ def predict_checkpoint(session: Any, which: str, request: PredictRequest) -> Pre
     from tzrun.data.features import BatchBuilder
     from tzrun.runner.checkpoint_eval import restore_checkpoint
 
-    started = time.perf_counter()
+    start = time.perf_counter()
     path, meta, ema = restore_checkpoint(session, which)
+    started = time.perf_counter()
     info, cfg = session.info, session.cfg
     batch_size = cfg.data.eval_batch_size or cfg.data.batch_size
     split = rank_split(session.reader, request.input, batch_size, info.rank, info.world_size)
@@ -225,7 +229,7 @@ def predict_checkpoint(session: Any, which: str, request: PredictRequest) -> Pre
             _collect(scores, scored, outputs, request.keep_columns)
         for _ in range(split.steps - steps):  # every rank runs as many forwards (TorchRec's collectives)
             _forward(model, builder.padding(), info.device, autocast)
-    return write_predictions(sink, scores, request, str(path), started, info.rank, info.world_size)
+    return write_predictions(sink, scores, request, str(path), (start, started), info.rank, info.world_size)
 
 
 def declared_per_row(facts: Any) -> tuple[str, ...] | None:
@@ -291,9 +295,10 @@ def _gather(value: Any, world_size: int) -> list[Any]:
     return everyone
 
 
-def write_predictions(sink: PredictionSink, scores: RankScores, request: PredictRequest, source: str, started: float,
-                      rank: int, world_size: int) -> PredictResult:
-    """Write each rank's part, then (rank 0) make the output whole (collective)."""
+def write_predictions(sink: PredictionSink, scores: RankScores, request: PredictRequest, source: str,
+                      started: tuple[float, float], rank: int, world_size: int) -> PredictResult:
+    """Write each rank's part, then (rank 0) make the output whole (collective); ``started``:
+    when the start-up began and when it ended (``time.perf_counter()``)."""
     table = scores.table(request.keep_columns)
     part = sink.write_part(rank, table)
     gathered = _gather((part, scores.rows, scores.skipped.rows, scores.skipped.problems, table.schema.names), world_size)
@@ -303,4 +308,5 @@ def write_predictions(sink: PredictionSink, scores: RankScores, request: Predict
     record = {"rows": rows, "source": source, "input": request.input,
               "columns": next((g[4] for g in gathered if g[4]), [])}
     listing = _on_rank0(rank, lambda: sink.publish([g[0] for g in gathered if g[0]], skipped, record)) or ""
-    return PredictResult(request.output, rows, skipped.num_rows, listing, time.perf_counter() - started, source)
+    return PredictResult(request.output, rows, skipped.num_rows, listing, time.perf_counter() - started[1], source,
+                         started[1] - started[0])

@@ -37,10 +37,11 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
     """
     from tzrun.data.reader_bad_rows import read_columns
 
-    started = time.perf_counter()
+    start = time.perf_counter()
     session.start()
     info, d = session.info, session.cfg.data
     predictor = open_export(session.pm, export_dir, d.on_bad_row)
+    started = time.perf_counter()
     batch_size = d.eval_batch_size or d.batch_size
     split = rank_split(session.reader, request.input, batch_size, info.rank, info.world_size)
     if info.rank == 0:
@@ -49,7 +50,7 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
     columns = read_columns(session.reader, _raw_columns(predictor, request), d.on_bad_row)
     scores = RankScores(OutputColumns(request.outputs, predictor.per_row_outputs()))
 
-    def score(chunk: Chunk) -> tuple[Chunk, dict[str, np.ndarray] | None]:
+    def encode(chunk: Chunk) -> tuple[Chunk, Any]:
         chunk = drop_reader_marked(chunk, scores.skipped)
         if chunk.table.num_rows == 0:
             return chunk, None
@@ -60,17 +61,18 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
         dropped = np.ones(chunk.table.num_rows, dtype=bool)
         dropped[kept] = False
         chunk = drop_rows(chunk, dropped, skipped=scores.skipped, masks=_problems(session, chunk, dropped))
-        return chunk, predictor.run(inputs) if inputs else None
+        return chunk, inputs or None
 
-    for chunk, outputs in prefetched(mapped(read_chunks(session.reader, split, batch_size, columns), score),
-                                     d.prefetch_batches, d.reader_nice):
-        if outputs is None or chunk.table.num_rows == 0:
+    # the reading thread reads and encodes the next chunks while this one runs the program
+    for chunk, inputs in prefetched(mapped(read_chunks(session.reader, split, batch_size, columns), encode),
+                                    d.prefetch_batches, d.reader_nice):
+        if inputs is None or chunk.table.num_rows == 0:
             continue
-        scores.outputs.add(outputs, chunk.table.num_rows)
+        scores.outputs.add(predictor.run(inputs), chunk.table.num_rows)
         if request.keep_columns:
             scores.kept.append(chunk.table.select(list(request.keep_columns)))
         scores.rows += chunk.table.num_rows
-    return write_predictions(sink, scores, request, str(predictor.path), started, info.rank, info.world_size)
+    return write_predictions(sink, scores, request, str(predictor.path), (start, started), info.rank, info.world_size)
 
 
 def open_export(pm: Any, export_dir: str, on_bad_row: str) -> Any:
