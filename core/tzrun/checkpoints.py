@@ -8,10 +8,10 @@ process group. Nothing here writes to a checkpoint, and loading never unpickles:
 uses the same safe reader as a resume (docs/checkpoints.md, "Trust")::
 
     view = tzrun.open_checkpoint(path)
-    view.verify()                                   # hashes against the manifest, or CheckpointError
+    view.verify(state_while_reading=True)           # the manifest, or CheckpointError
     shapes = view.tensor_shapes()                   # {"model.<fqn>": (rows, dim), ...}
     state = {"model.<fqn>": torch.empty(shapes["model.<fqn>"])}
-    view.load_state(state)                          # filled in place
+    view.load_state(state)                          # filled in place, state/ checked as it is read
 """
 
 from __future__ import annotations
@@ -76,10 +76,13 @@ class CheckpointView:
 
         return hashlib.sha256((as_path(self.path) / MARKER).read_bytes()).hexdigest()
 
-    def verify(self, *, hashes: bool | None = None, collective: bool = False) -> None:
+    def verify(self, *, hashes: bool | None = None, collective: bool = False, state_while_reading: bool = False) -> None:
         """Check every file against the manifest (``hashes``: SHA-256 too; default as
         ``TZRUN_CHECKPOINT_VERIFY`` says). ``collective``: share the work with the ranks of the
         process group (every rank must call it); by default this process checks it alone.
+        ``state_while_reading``: leave the SHA-256 of the files under ``state/`` to
+        :meth:`load_state`, which checks each file as it reads it (one read instead of two:
+        for a caller that loads next).
 
         Raises:
             IncompleteCheckpointError: when its save never finished.
@@ -87,7 +90,7 @@ class CheckpointView:
         """
         from tzrun.runner.checkpoint import verify_checkpoint
 
-        verify_checkpoint(self.path, hashes=hashes, collective=collective)
+        verify_checkpoint(self.path, hashes=hashes, collective=collective, state_while_reading=state_while_reading)
 
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """Each tensor the checkpoint holds (``model.<fqn>``, ``optimizer...``) and its whole
@@ -101,16 +104,21 @@ class CheckpointView:
     def load_state(self, state: dict[str, Any]) -> None:
         """Fill ``state`` (DCP keys -> tensors of the right shapes, or ``Stateful`` objects) from
         the checkpoint on this process, with no process group: whole tensors, whatever number
-        of ranks wrote it.
+        of ranks wrote it. Each file under ``state/`` it reads is checked against the manifest
+        as it is read (size and SHA-256; sizes only with ``TZRUN_CHECKPOINT_VERIFY=size``).
 
         Raises:
-            CheckpointError: for a key it does not hold, or a value that would run code.
+            CheckpointError: for a key it does not hold, a damaged file (naming it), or a value
+                that would run code.
         """
+        from tzrun.runner.checkpoint import verified_reads
         from tzrun.runner.dcp_storage import load_state
+        from tzrun.runner.manifest import verify_hashes_by_default
 
+        path = as_path(self.path)
         with warnings.catch_warnings():  # DCP notes that it loads on one process: that is the point here
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            load_state(as_path(self.path) / "state", state, no_dist=True)
+            load_state(path / "state", state, no_dist=True, **(verified_reads(path) if verify_hashes_by_default() else {}))
 
     def load_value(self, key: str) -> dict[str, Any]:
         """The non-tensor state saved under ``key`` (``"update"``: the dense update's state,

@@ -483,7 +483,7 @@ def checkpoint_tables(checkpoint: str | Path, names: Sequence[str] | None = None
     import torch
 
     view = open_checkpoint(checkpoint)
-    view.verify()
+    view.verify(state_while_reading=True)  # state/ is checked as load_state reads it
     shapes, dtypes = view.tensor_shapes(), view.tensor_dtypes()
     if names is None:
         names = [k.removeprefix("model.") for k in shapes if k.startswith("model.") and (

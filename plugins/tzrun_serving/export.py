@@ -390,7 +390,7 @@ def export_checkpoint(facts: Any, checkpoint: Path | CheckpointView, out: Path) 
         CheckpointError: for a damaged checkpoint or one of another model.
     """
     view = checkpoint if isinstance(checkpoint, CheckpointView) else open_checkpoint(checkpoint)
-    view.verify()  # alone: in training, the other ranks are not here
+    view.verify(state_while_reading=True)  # alone (in training, the other ranks are not here); state/ as it is read
     model = load_unsharded(facts, view)
     remaps = view.zch_remaps(model, facts.cfg)
     entry = facts.registries["model"].get(facts.cfg.model.type, "model.type")

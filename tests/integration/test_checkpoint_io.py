@@ -78,6 +78,57 @@ def test_state_is_checked_as_it_is_read_and_a_flipped_byte_is_refused(runs, tmp_
     assert torch.equal(fresh["model"][0].weight, _state(1)["model"][0].weight)
 
 
+def _export(source, out, criteo_dir):
+    from tests.integration.test_checkpoints import _config
+    from tzrun.config.load import load_config
+    from tzrun.kernel.plugins import make_plugin_manager
+    from tzrun.runner.session import Session
+    from tzrun_serving.export import export_checkpoint
+
+    raw, registries = _config(out / "run", criteo_dir)
+    export_checkpoint(Session(load_config(raw, registries), raw, make_plugin_manager(), registries).facts, source,
+                      out / "export")
+
+
+def _delta_base(source, out, criteo_dir):
+    from tzrun_serving.deltas import checkpoint_tables
+
+    tables, step = checkpoint_tables(source)
+    assert step == 4 and tables
+
+
+def _init_from(source, out, criteo_dir):
+    from tzrun.runner.init_from import InitFrom
+
+    _train(out / "run", criteo_dir, "train.num_steps=1", init_from=InitFrom(str(source), load_optimizer=True))
+
+
+@pytest.mark.parametrize("way", [_export, _delta_base, _init_from], ids=["export", "delta-base", "init-from"])
+def test_every_way_out_reads_state_once_checked_as_read_and_refuses_a_flipped_byte(runs, tmp_path, monkeypatch, criteo_dir,
+                                                                                    way):
+    """An export, the base of ``ckpt apply-deltas`` and ``--init-from`` check ``state/`` as they
+    read it, as a resume does: the verification before hashes every other file but not the
+    state's (which used to be read twice), and a flipped byte is still refused, naming the file."""
+    import shutil
+
+    from tzrun.runner import manifest
+
+    source = tmp_path / "source" / "checkpoints" / "step-4"
+    shutil.copytree(runs[0] / "checkpoints" / "step-4", source)
+    hashed: list[str] = []
+    whole = manifest._sha256
+    monkeypatch.setattr(manifest, "_sha256", lambda path: hashed.append(path.name) or whole(path))
+    way(source, tmp_path / "first", criteo_dir)
+    assert "meta.json" in hashed and not [name for name in hashed if name.endswith(".distcp")]
+    data = source / "state" / "__0_0.distcp"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=r"state/__0_0\.distcp: corrupted \(its SHA-256 differs") as caught:
+        way(source, tmp_path / "second", criteo_dir)
+    assert str(caught.value).startswith(f"checkpoint {source} is damaged")
+
+
 def test_a_background_save_writes_the_same_checkpoint_and_completes_before_wait_returns(runs, tmp_path):
     saves = BackgroundSaves()
     try:

@@ -86,6 +86,7 @@ __all__ = [
     "mark_complete",
     "verify_checkpoint",
     "load_checkpoint",
+    "verified_reads",
     "init_lazy_states",
     "remove_incomplete_checkpoints",
 ]
@@ -351,6 +352,16 @@ def _state_hashes(path: Path) -> dict[str, tuple[int, str]]:
     return {f["path"][len("state/"):]: (f["size"], f["sha256"]) for f in files if f["path"].startswith("state/")}
 
 
+def verified_reads(path: Path) -> dict[str, Any]:
+    """The arguments of :func:`~tzrun.runner.dcp_storage.load_state` that check each file of
+    the checkpoint ``path``'s ``state/`` against its manifest as it is read (size and SHA-256,
+    on a thread beside DCP's copy: one read of the file instead of a verification and a load),
+    a damaged one named as :func:`verify_checkpoint` names it. Every load of a checkpoint's
+    state goes through them: a resume, ``evaluate``, ``--init-from``, an export, a delta dump."""
+    return {"expected": _state_hashes(path),
+            "damaged": lambda name, why: CheckpointError(_damaged_message(path, [f"state/{name}: {why}"]))}
+
+
 def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True,
                     verify_reads: bool | None = None) -> dict[str, Any]:
     """Load a complete checkpoint into ``state`` (the same kind of dict :func:`save_checkpoint`
@@ -384,10 +395,9 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
         raise IncompleteCheckpointError(f"{path}: not a complete checkpoint (no {MARKER} marker)")
     if "optimizer" in state:
         init_lazy_states(state["optimizer"])
-    expected = _state_hashes(path) if verify_reads else None
     try:
-        load_state(path / "state", named_state(state, lambda key: f"{path / 'state'} entry '{key}'"), expected=expected,
-                   damaged=lambda name, why: CheckpointError(_damaged_message(path, [f"state/{name}: {why}"])))
+        load_state(path / "state", named_state(state, lambda key: f"{path / 'state'} entry '{key}'"),
+                   **(verified_reads(path) if verify_reads else {}))
     except CheckpointError:
         raise
     except (Exception, CheckpointException) as error:  # DCP: "Missing key in checkpoint state_dict: <key>"

@@ -143,9 +143,10 @@ def init_from_checkpoint(init: InitFrom, *, model: Any, optimizer: Any, model_di
     """
     from tzrun.runner.checkpoint import verify_checkpoint
     from tzrun.runner.dcp_storage import storage_reader
+    from tzrun.runner.manifest import verify_hashes_by_default
 
     source = _complete_checkpoint(init.checkpoint)
-    verify_checkpoint(source)
+    verify_checkpoint(source, state_while_reading=verify_hashes_by_default())  # state/: as _load reads it
     renames = read_name_map(init.name_map) if init.name_map else {}
     if renames and init.load_optimizer:
         raise TzrunError("--init-optimizer loads the optimizer state as saved; it cannot be combined with a name map")
@@ -189,8 +190,9 @@ def _load(source: Path, targets: dict[str, Any], names: Mapping[str, str], curre
     ``names``: model name -> checkpoint name) and the ``optimizer``'s state (None: it starts
     fresh). From a checkpoint written by fewer ranks, the ``zch`` tables among them (with their
     optimizer rows) are then split by raw id (:class:`~tzrun.runner.zch_reshard.ZchGrowth`)."""
-    from tzrun.runner.checkpoint import init_lazy_states, read_meta
+    from tzrun.runner.checkpoint import init_lazy_states, read_meta, verified_reads
     from tzrun.runner.dcp_storage import load_state
+    from tzrun.runner.manifest import verify_hashes_by_default
     from tzrun.runner.zch_reshard import ZchGrowth, grows_zch_slices
 
     if optimizer is not None:
@@ -201,15 +203,17 @@ def _load(source: Path, targets: dict[str, Any], names: Mapping[str, str], curre
         growth = ZchGrowth(model, optimizer, int(written_by), rank, world_size,
                            sources={"model." + k: "model." + v for k, v in names.items()})
     placed = {names[k.removeprefix("model.")] for k in growth.model_keys()} if growth is not None else set()
-    load_state(source / "state", {"model": {"model." + k: v for k, v in targets.items() if k not in placed}})
+    checked = verify_hashes_by_default()  # each read of state/ checked against the manifest
+    reads = verified_reads(source) if checked else {}
+    load_state(source / "state", {"model": {"model." + k: v for k, v in targets.items() if k not in placed}}, **reads)
     # the targets are the model's own state tensors (or shards of them): give them back to it
     model.load_state_dict({"model." + k: v for k, v in current.items()})
     if optimizer is not None:
         optimizer_state = {"optimizer": optimizer.state_dict()}
-        load_state(source / "state", optimizer_state)
+        load_state(source / "state", optimizer_state, **reads)
         optimizer.load_state_dict(optimizer_state["optimizer"])
     if growth is not None:
-        growth.place(source, verify_reads=False)  # verified whole above
+        growth.place(source, verify_reads=checked)
 
 
 def _complete_checkpoint(checkpoint: str) -> Path:
