@@ -269,7 +269,8 @@ def write_json(out: Path, args: argparse.Namespace, nproc: int, table_rows: list
         "nproc": nproc, "steps": args.steps, "batch_size": args.batch_size, "data_rows": args.rows,
         "table_rows": table_rows, "table_rows_total": sum(table_rows), "handwritten_input": args.handwritten_input,
         "handwritten_malloc": args.handwritten_malloc, "framework_set": args.framework_set, "rounds": records,
-        "median": {loop: {field: median(loop, field) for field in records[0][loop]} for loop in ("handwritten", "framework")},
+        "median": {loop: {field: median(loop, field) for field in records[0][loop]}
+                   for loop in ("handwritten", "framework", "framework_resume") if loop in records[0]},
         "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -318,6 +319,9 @@ def main() -> None:
     parser.add_argument("--memory-limit-gb", type=float, default=None,
                         help="kill a job whose processes together hold more than this (default: 90%% of the "
                              "memory available at start)")
+    parser.add_argument("--resume", action="store_true",
+                        help="after each framework run, resume its checkpoint for one more step (a load, a step, a "
+                             "save) and measure that process's peak too (framework_resume in --json)")
     args = parser.parse_args()
     if args.table_rows_total is not None and args.cardinalities != "kaggle":
         parser.error("--table-rows-total needs --cardinalities kaggle")
@@ -364,6 +368,8 @@ def main() -> None:
         hand_env = {variable: str(value) for _, _, value, variable in MALLOPT_SETTINGS}
     if nproc > 1:
         fw_cmd += ["--nproc-per-node", str(nproc)]
+    # the same run resumed from its last checkpoint for one more step: its load, a step and a save
+    resume_cmd = [a for a in fw_cmd if a != "--overwrite"] + ["--resume", "--set", f"train.num_steps={args.steps + 1}"]
 
     print(f"work dir: {work}")
     print(f"hand-written: {' '.join(hand_cmd)}  (glibc malloc: {args.handwritten_malloc}; input: {args.handwritten_input})")
@@ -398,16 +404,22 @@ def main() -> None:
                     rate = rate_after(work / "framework_model" / "metrics.jsonl", args.warmup_steps,
                                       args.batch_size * nproc)
                 result[who] = (rate, measured)
+                if args.resume:
+                    _, resumed = run(resume_cmd, work / f"round{i + 1}_resume.log", FRAMEWORK_RE, "tzrec-run train --resume",
+                                     limit_bytes=limit)
+                    result["framework resume"] = (0.0, resumed)
         hand, fw = result["hand-written"][0], result["framework"][0]
         rows.append((hand, fw, fw / hand))
+        names = {"handwritten": "hand-written", "framework": "framework", "framework_resume": "framework resume"}
         records.append({key: {"samples_per_s": rate, "wall_s": m.wall, "max_rss_bytes": m.max_rss,
                               "peak_pss_bytes": m.peak_tree_pss}
-                        for key, (rate, m) in (("handwritten", result["hand-written"]), ("framework", result["framework"]))})
+                        for key, (rate, m) in ((k, result[who]) for k, who in names.items() if who in result)})
         print(f"round {i + 1}/{args.rounds} (order: {' then '.join(order)})")
         print(f"  {'':14}{'samples/s':>12}{'process wall s':>16}{'peak PSS GiB':>14}")
-        for who in ("hand-written", "framework"):
-            rate, m = result[who]
-            print(f"  {who:14}{rate:>12,.0f}{m.wall:>16.1f}{m.peak_tree_pss / 2**30:>14.2f}")
+        for who in ("hand-written", "framework", "framework resume"):
+            if who in result:
+                rate, m = result[who]
+                print(f"  {who:14}{rate:>12,.0f}{m.wall:>16.1f}{m.peak_tree_pss / 2**30:>14.2f}")
         print(f"  ratio framework / hand-written: {fw / hand:.3f}\n", flush=True)
 
     hands, fws, ratios = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]

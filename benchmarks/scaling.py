@@ -9,6 +9,8 @@ Each point is one subprocess of an existing benchmark, whose ``--json`` result i
   the hand-written loop trains on batches built in memory), the tables scaled to each total with
   ``--table-rows-total`` (``kaggle``: the Kaggle cardinalities capped at 1M, 5.57M rows, as the
   earlier figures). A point shared by several sweeps (kaggle tables, batch 8192, 1 rank) runs once.
+  The rows sweep's points also resume each tzrec-run run for one more step (``--resume``: the
+  checkpoint's load, a step and a save) and record that process's peak (``framework_resume``).
 * ``checkpoint``: ``checkpoint_speed.py --size-mb N`` (save and load against ``dd`` in the same run).
 
 Results go to ``OUT/scaling.json`` (merged into what is there, written after every point) and the
@@ -125,6 +127,8 @@ class Driver:
                    "--rounds", str(args.rounds), "--nproc-per-node", str(nproc), "--json", str(out)]
         if rows != "kaggle":
             command += ["--table-rows-total", str(table_total(rows))]
+        if nproc == 1 and batch == args.rows_batch:  # the rows sweep's points: a resume's peak as well
+            command.append("--resume")
         if self.limit is not None:
             command += ["--memory-limit-gb", f"{self.limit / GIB:.2f}"]
         print(f"point {key}: estimated peak {need / GIB:.1f} GiB per loop\n  $ {' '.join(command)}", flush=True)
@@ -145,7 +149,9 @@ class Driver:
         print(f"  {'; '.join(summary)}\n  done in {wall:.0f} s: hand-written {med['handwritten']['samples_per_s']:,.0f}, "
               f"tzrec-run {med['framework']['samples_per_s']:,.0f} samples/s, ratio {result['ratio']['median']:.3f}; "
               f"peak PSS {med['handwritten']['peak_pss_bytes'] / GIB:.2f} / "
-              f"{med['framework']['peak_pss_bytes'] / GIB:.2f} GiB{self.eta()}", flush=True)
+              f"{med['framework']['peak_pss_bytes'] / GIB:.2f} GiB"
+              + (f", resumed {med['framework_resume']['peak_pss_bytes'] / GIB:.2f} GiB" if "framework_resume" in med else "")
+              + self.eta(), flush=True)
         return {"result": result, "wall_s": wall}
 
     def checkpoint_point(self, size_mb: int) -> None:
@@ -237,6 +243,9 @@ def plot_training(results: dict[str, Any], sweep: str, out: Path) -> Path | None
                   marker, color=color)
         _errorbar(axes[2], xs, [[r[loop]["max_rss_bytes"] / GIB for r in rs] for rs in rounds],
                   f"{label}, largest process (RSS)", marker, color=color, linestyle="--", alpha=0.6)
+    if all("framework_resume" in r for rs in rounds for r in rs):  # the rows sweep: a resume's load, step and save
+        _errorbar(axes[2], xs, [[r["framework_resume"]["peak_pss_bytes"] / GIB for r in rs] for rs in rounds],
+                  "tzrec-run --resume (load, a step, save), PSS of all", "^", color="C2")
     _errorbar(axes[1], xs, [[r["framework"]["samples_per_s"] / r["handwritten"]["samples_per_s"] for r in rs]
                             for rs in rounds], "tzrec-run / hand-written", "D")
     axes[1].axhline(1.0, color="grey", linewidth=0.8)
