@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -217,7 +218,7 @@ def human(n: float) -> str:
 
 def _errorbar(ax: Any, xs: list[float], values: list[list[float]], label: str, marker: str, **style: Any) -> None:
     """Medians with their min-max range."""
-    medians = [sorted(v)[len(v) // 2] for v in values]
+    medians = [statistics.median(v) for v in values]  # an even count's mean of the middle two, not the upper one
     low = [m - min(v) for m, v in zip(medians, values)]
     high = [max(v) - m for m, v in zip(medians, values)]
     ax.errorbar(xs, medians, yerr=[low, high], marker=marker, capsize=3, label=label, **style)

@@ -131,11 +131,14 @@ class BackgroundSaves:
         if need <= limit:
             return None
         ranks = f"{self._local_world_size} ranks x {format_size(int(agreed[0]))}" if self._local_world_size > 1 else "1 rank"
-        budget = (f"train.async_checkpoint_budget_gb = {self._budget_gb:g}" if self._budget is not None
-                  else f"the {format_size(limit)} this host has available")
+        if self._budget is not None:
+            budget, fix = (f"train.async_checkpoint_budget_gb = {self._budget_gb:g}",
+                           "Raise train.async_checkpoint_budget_gb if the host has the memory, or leave train.async_checkpoint off")
+        else:
+            budget, fix = (f"the {format_size(limit)} this host has available",
+                           "Free memory on the host (other processes), or leave train.async_checkpoint off")
         return (f"copying it to write behind training would need {format_size(need)} on this host ({ranks}), more "
-                f"than {budget}; written synchronously instead (training waited for it). Raise "
-                "train.async_checkpoint_budget_gb if the host has the memory, or leave train.async_checkpoint off")
+                f"than {budget}; written synchronously instead (training waited for it). {fix}")
 
     @staticmethod
     def _finish(upload: Future, path: Path, step: int, meta: dict[str, Any], writer: Any, rank: int,

@@ -306,7 +306,7 @@ def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[Tabl
     if train.async_checkpoint and (room is None or copy <= room):  # a resume's load still holds its blocks
         return HostPeak(len(members), held, max(copy, synchronous), runtime * len(members),
                         "a copy of each rank's state, written behind training")
-    how = "written synchronously from the live tables"
+    how = "written synchronously from the live tables" + (", a shard at a time through host memory" if device == "cuda" else "")
     if train.async_checkpoint:
         over = (f"train.async_checkpoint_budget_gb = {train.async_checkpoint_budget_gb:g}" if budget is not None
                 else "the memory left beside the rest")
