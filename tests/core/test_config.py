@@ -6,6 +6,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+import torch
 
 import tzrun
 from tzrun.cli.main import main
@@ -214,7 +215,10 @@ def test_check_passes_on_every_example(example, capsys):
     # the full-size one is for 8 GPUs ("to be planned, not trained" here): check plans it for them
     where = ["--device", "cuda", "--nproc-per-node", "8"] if example.name == "deepfm_criteo_full.toml" else []
     assert main(["check", str(example), *where]) == 0
-    assert "ok" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok" in out and "peak host memory, the fullest host" in out
+    if where and not torch.cuda.is_available():  # planned for 8 GPUs this host does not have
+        assert "(not compared with this host's memory: the plan is for GPUs it does not have)" in out
 
 
 def test_check_reports_all_problems_with_the_file_name(tmp_path, capsys):

@@ -126,13 +126,12 @@ GIB = 1 << 30
                          ids=["copy-fits-the-host", "copy-over-its-budget", "copy-over-the-host"])
 def test_check_names_the_peak_host_memory_with_a_checkpoint_and_refuses_what_the_host_cannot_hold(
         tiny_config, capsys, monkeypatch, budget, available, copied):
-    """Training holds the tables (0.9 GiB here) and torch itself (0.5 GiB, as this process
-    measures it: patched); a checkpoint behind training copies the state too, unless the copy
-    exceeds its budget (then the save is synchronous and holds two 64 MiB blocks at most)."""
-    from tzrun.runner import host_memory, plan
+    """Training holds the tables (0.9 GiB here) and torch itself (0.5 GiB a rank); a checkpoint
+    behind training copies the state too, unless the copy exceeds its budget (then the save is
+    synchronous and holds two 64 MiB blocks at most)."""
+    from tzrun.runner import host_memory
 
     monkeypatch.setattr(host_memory, "host_memory", lambda: host_memory.HostMemory(8 * GIB, int(available * GIB)))
-    monkeypatch.setattr(plan, "resident_bytes", lambda: GIB // 2)
     extra = () if budget is None else ("--set", f"train.async_checkpoint_budget_gb={budget}")
     code = cli_main.main(["check", str(tiny_config), "--no-data", "--device", "cpu", *BIG, *extra])
     out, err = capsys.readouterr()

@@ -108,7 +108,8 @@ def check_plan(session: Any, source: str, nproc: int, device: str | None) -> lis
     from tzrun.runner.plan import PlanRequest, failure_line, format_gib, format_peak, peak_problem, plan_config
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    memory = host_memory()
+    here = device == "cpu" or torch.cuda.is_available()  # a plan for this host (not GPUs it does not have)
+    memory = host_memory() if here else None
     try:
         report = plan_config(session.facts, PlanRequest(nproc, nproc, device), host=memory if device == "cpu" else None)
     except PlanError as error:  # this host's memory cannot hold the tables
@@ -116,7 +117,8 @@ def check_plan(session: Any, source: str, nproc: int, device: str | None) -> lis
     if not report.fits:
         raise PlanError(failure_line(report, source))
     if report.peak is None or memory is None:
-        return [] if report.peak is None else [format_peak(report.peak)]
+        return [] if report.peak is None else [format_peak(report.peak) + " (not compared with this host's memory: "
+                                                                           "the plan is for GPUs it does not have)"]
     problem = peak_problem(report.peak, memory, source)
     if problem is not None:
         raise PlanError(problem)

@@ -41,7 +41,6 @@ from tzrun.runner.facts import RunFacts
 from tzrun.runner.host_memory import HostMemory, format_size
 from tzrun.runner.model import embedding_tables
 from tzrun.runner.plan_advice import GIB, PlanFailure, diagnose, format_gib
-from tzrun.runner.memory_use import resident_bytes
 from tzrun.runner.plan_memory import (
     PARTS,
     TIERS,
@@ -196,7 +195,7 @@ def plan_config(facts: RunFacts, request: PlanRequest, host: HostMemory | None =
         tables = tuple(table_plan(option, readers, request.device, setup.managed) for option in recorder.best_plan)
         ranks = rank_memory(recorder.best_plan, dense, request.world_size, request.device, request.hbm_cap, request.ddr_cap,
                             setup.managed)
-        peak = host_peak(cfg, ranks, tables, dense, request.local_world_size, request.device, resident_bytes() or 0,
+        peak = host_peak(cfg, ranks, tables, dense, request.local_world_size, request.device,
                          None if host is None else host.available)
     return PlanReport(request, reserved, tables, ranks, dense, failure, recorder.num_proposals, seconds, sharding_plan, peak)
 

@@ -27,6 +27,7 @@ __all__ = [
     "RankMemory",
     "DenseEstimate",
     "HostPeak",
+    "RUNTIME_PER_RANK",
     "estimate_dense",
     "host_peak",
     "table_plan",
@@ -257,8 +258,7 @@ class HostPeak:
         held: what they hold in host memory while training: each rank's DDR (tables, sparse
             optimizer state, buffers, zch managed state; on CPU the dense part as well).
         checkpoint: what a checkpoint adds at its peak (see ``checkpoint_how``).
-        runtime: torch, TorchRec and FBGEMM loaded, once per rank (the resident memory of the
-            process that made the estimate, which has them loaded).
+        runtime: torch, TorchRec and FBGEMM loaded, once per rank (:data:`RUNTIME_PER_RANK`).
         checkpoint_how: how the checkpoint is written, in words.
     """
 
@@ -274,14 +274,20 @@ class HostPeak:
         return self.held + self.checkpoint + self.runtime
 
 
+#: what a rank holds before its model: torch, TorchRec, FBGEMM, torchmetrics and pyarrow loaded
+#: (a ``tzrec-run check`` process, which has them loaded, held 0.49 GiB resident on CPU); a
+#: constant, not the planning process's own memory, which may hold anything (a test runner's)
+RUNTIME_PER_RANK = 512 << 20
+
+
 def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[TablePlan], dense: DenseEstimate,
-              local_world_size: int, device: str, runtime: int, available: int | None) -> HostPeak:
+              local_world_size: int, device: str, available: int | None, runtime: int = RUNTIME_PER_RANK) -> HostPeak:
     """The peak host memory of the fullest host under a plan (``ranks``, ``tables``), with
     ``runtime`` bytes per rank and the host's ``available`` memory (None: unknown).
 
     A synchronous save writes from the live tables, and a load holds two 64 MiB blocks of the
-    file it reads (:data:`~tzrun.runner.dcp_integrity.BLOCK`); on a GPU the save copies one shard
-    at a time to host memory (the largest is counted). With ``train.async_checkpoint`` each rank
+    file it reads (:data:`~tzrun.runner.dcp_integrity.BLOCK`); on a GPU the save copies one
+    tensor at a time to host memory (the largest shard's rows are counted). With ``train.async_checkpoint`` each rank
     copies its whole state to host memory (tables, both optimizers' state, the dense weights and
     EMA), unless the copy exceeds ``train.async_checkpoint_budget_gb`` (unset: the memory left
     beside the rest), when the save is synchronous after all
@@ -291,11 +297,12 @@ def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[Tabl
         hosts.setdefault(r.rank // local_world_size, []).append(r)
     members = max(hosts.values(), key=lambda rs: sum(r.total("ddr") for r in rs))
     held = sum(r.total("ddr") for r in members)
-    largest_shard = {r.rank: 0 for r in members}
+    largest_shard = {r.rank: 0 for r in members}  # a GPU rank's save copies one tensor at a time to host memory
     for table in tables:
+        element = table.weights / max(table.rows * table.dim, 1)  # bytes per value
         for shard in table.shards:
             if shard["rank"] in largest_shard:
-                largest_shard[shard["rank"]] = max(largest_shard[shard["rank"]], int(shard["hbm"]))
+                largest_shard[shard["rank"]] = max(largest_shard[shard["rank"]], int(math.prod(shard["sizes"]) * element))
     synchronous = sum(2 * BLOCK + (largest_shard[r.rank] if device == "cuda" else 0) for r in members)
     state = dense.weights + dense.optimizer + dense.ema
     copy = len(members) * max(sum(getattr(r, t)[p] for t in TIERS for p in ("tables", "optimizer", "managed")) + state
