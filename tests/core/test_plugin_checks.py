@@ -119,6 +119,17 @@ def test_a_metric_mistake_is_found_at_check_time(pm, tmp_path, metric, expected)
         check_component("metric", metric, pm=pm)
 
 
+def test_a_command_that_builds_no_metric_does_not_probe_one(pm, tmp_path):
+    """``predict --export`` starts with ``probes=()``: the export's program scores, nothing of
+    the registries is built, so a broken metric (or its imports) does not stop or slow it; the
+    kinds it names are still probed."""
+    cfg, registries = load_config_text(tiny_config_text(tmp_path, tmp_path / "run"), pm, ['metrics=[{type="no_compute"}]'])
+    preflight(RunFacts(cfg, registries), "run.toml", probes=())
+    preflight(RunFacts(cfg, registries), "run.toml", probes=("loss", "stage"))
+    with pytest.raises(ConfigError, match=r"metrics\[0\]: metric 'no_compute' \(plugin 'mistakes'\) breaks a rule"):
+        preflight(RunFacts(cfg, registries), "run.toml", probes=("metric",))
+
+
 def test_check_component_passes_a_conforming_component_and_names_its_plugin():
     assert check_component("dense_optimizer", "adam", {"lr": 0.01}).plugin == "tzrun_plugins.optim"
     assert check_component("metric", "grouped_auc").distribution == "tzrec-run"

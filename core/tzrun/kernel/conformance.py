@@ -26,7 +26,7 @@ and features: they are checked when the run builds them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 import attrs
 
@@ -60,11 +60,14 @@ def config_components(cfg: RunConfig) -> Iterator[tuple[str, str, Component]]:
     yield from walk(cfg, "", "")
 
 
-def config_conformance_problems(cfg: RunConfig, registries: Registries) -> list[tuple[str, str]]:
-    """``(TOML path, message)`` for every component of ``cfg`` that breaks a rule of its kind."""
+def config_conformance_problems(cfg: RunConfig, registries: Registries,
+                                kinds: Collection[str] | None = None) -> list[tuple[str, str]]:
+    """``(TOML path, message)`` for every component of ``cfg`` that breaks a rule of its kind
+    (of ``kinds`` only when given: the kinds a command builds)."""
+    probed = PROBED_KINDS if kinds is None else PROBED_KINDS & frozenset(kinds)
     problems = []
     for path, kind, component in config_components(cfg):
-        if kind not in PROBED_KINDS:
+        if kind not in probed:
             continue
         entry = registries[kind].get(component.type, f"{path}.type")
         group = getattr(component.fields, "group_by", None) is not None

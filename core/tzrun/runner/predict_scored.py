@@ -38,7 +38,7 @@ def predict_export(session: Any, export_dir: str, request: PredictRequest) -> Pr
     from tzrun.data.reader_bad_rows import read_columns
 
     start = time.perf_counter()
-    session.start()
+    session.start(probes=())  # the export's program scores: no optimizer, loss, metric or stage is built
     info, d = session.info, session.cfg.data
     predictor = open_export(session.pm, export_dir, d.on_bad_row)
     started = time.perf_counter()

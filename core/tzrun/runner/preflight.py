@@ -3,7 +3,7 @@ before every training run (the config passes check each section on its own)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from tzrun.config.sequences import appended_item_problems
 from tzrun.kernel.conformance import config_conformance_problems
@@ -15,7 +15,7 @@ from tzrun.runner.retention import check_best_metric
 __all__ = ["preflight"]
 
 
-def preflight(facts: RunFacts, source: str) -> None:
+def preflight(facts: RunFacts, source: str, probes: Collection[str] | None = None) -> None:
     """Check what no single section can, from the run's facts (the slots, the input columns
     and the eval result keys the run itself uses):
 
@@ -29,11 +29,13 @@ def preflight(facts: RunFacts, source: str) -> None:
     * the loss weighting's own ``check`` of the loss names (see
       :func:`tzrun.hookspecs.tzrun_register_loss_weightings`);
     * every named component's conformance on a tiny synthetic input
-      (:mod:`tzrun.kernel.conformance`).
+      (:mod:`tzrun.kernel.conformance`), of the kinds in ``probes`` when given.
 
     Args:
         facts: the run's derived facts (:attr:`tzrun.runner.session.Session.facts`).
         source: the config's file, named in the error.
+        probes: the component kinds the command builds (None: every kind); a command that
+            builds none (``predict --export``) skips the probes and the imports they need.
 
     Raises:
         ConfigError: with every problem found, each at its TOML path.
@@ -48,7 +50,7 @@ def preflight(facts: RunFacts, source: str) -> None:
     problems.extend(_reader_problems(facts))
     problems.extend(_loss_weighting_problems(facts))
     problems.extend(_sampler_problems(facts))
-    problems.extend(ConfigProblem(path, message) for path, message in config_conformance_problems(cfg, registries))
+    problems.extend(ConfigProblem(path, message) for path, message in config_conformance_problems(cfg, registries, probes))
     if problems:
         raise ConfigError(source, problems)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import random
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 import torch
@@ -136,10 +136,14 @@ class Session:
         registries = collect_registries(pm)
         return cls(load_config(raw, registries), raw, pm, registries)
 
-    def start(self) -> "Session":
+    def start(self, *, probes: Collection[str] | None = None) -> "Session":
         """Check the config as a whole, tune the allocator, join the process group and seed
         the RNGs: the start of every command that trains or evaluates. Collective: every rank
         calls it. With several ranks, each starts its watchdog (:mod:`tzrun.runner.watchdog`).
+
+        Args:
+            probes: the component kinds the command builds, whose conformance is probed
+                (:meth:`check`; None: every kind).
 
         Returns:
             This session, now with :attr:`info`.
@@ -149,7 +153,7 @@ class Session:
         """
         if self._info is not None:
             raise RuntimeError("this Session is started already")
-        self.check()
+        self.check(probes=probes)
         tuned = tune_malloc() if self.cfg.train.tune_malloc else {}
         t = self.cfg.train
         self._info = init_distributed(t.collective_timeout_s)
@@ -160,13 +164,14 @@ class Session:
 
     # -- what needs no process group -------------------------------------------------------------
 
-    def check(self) -> None:
-        """The checks that need the whole config (``tzrec-run check``; :meth:`start` runs them).
+    def check(self, *, probes: Collection[str] | None = None) -> None:
+        """The checks that need the whole config (``tzrec-run check``; :meth:`start` runs them),
+        probing the conformance of the components of the kinds in ``probes`` (None: every kind).
 
         Raises:
             ConfigError: with every problem at its TOML path.
         """
-        preflight(self.facts, self.raw.source)
+        preflight(self.facts, self.raw.source, probes)
 
     def check_data(self, require: bool = False) -> DataReport:
         """Read the schemas of the input files (metadata only) and check the columns the run
