@@ -32,12 +32,11 @@ from typing import Any, Mapping
 from tzrun.runner.checkpoint import begin_checkpoint, checkpoint_dir, finish_checkpoint, save_checkpoint
 from tzrun.runner.checkpoint_blobs import named_state
 from tzrun.runner.dcp_storage import storage_writer
-from tzrun.runner.host_memory import format_size, host_memory
+from tzrun.runner.host_memory import format_size, host_memory, staging_limit
 
 __all__ = ["BackgroundSaves", "staged_bytes"]
 
 log = logging.getLogger("tzrun")
-GIB = 1024**3
 
 
 def staged_bytes(state: Mapping[str, Any]) -> int:
@@ -79,7 +78,6 @@ class BackgroundSaves:
     def __init__(self, timeout_s: float = 300.0, *, budget_gb: float | None = None, local_world_size: int = 1) -> None:
         self._timeout_s = timeout_s
         self._budget_gb = budget_gb
-        self._budget = None if budget_gb is None else int(budget_gb * GIB)
         self._local_world_size = local_world_size
         self.synchronous_saves = 0
         self._pending: Future[Path] | None = None
@@ -122,16 +120,16 @@ class BackgroundSaves:
         import torch
         import torch.distributed as dist
 
-        memory = host_memory() if self._budget is None else None
-        limit = self._budget if self._budget is not None else (memory.available if memory is not None else 2**62)
-        agreed = torch.tensor([staged_bytes(state), -limit], dtype=torch.int64)
+        memory = host_memory() if self._budget_gb is None else None
+        limit = staging_limit(self._budget_gb, memory.available if memory is not None else None)
+        agreed = torch.tensor([staged_bytes(state), -(2**62 if limit is None else limit)], dtype=torch.int64)
         if group is not None:
             dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
         need, limit = int(agreed[0]) * self._local_world_size, -int(agreed[1])
         if need <= limit:
             return None
         ranks = f"{self._local_world_size} ranks x {format_size(int(agreed[0]))}" if self._local_world_size > 1 else "1 rank"
-        if self._budget is not None:
+        if self._budget_gb is not None:
             budget, fix = (f"train.async_checkpoint_budget_gb = {self._budget_gb:g}",
                            "Raise train.async_checkpoint_budget_gb if the host has the memory, or leave train.async_checkpoint off")
         else:

@@ -25,7 +25,10 @@ import attrs
 from tzrun.runner.model import embedding_tables
 from tzrun.runner.zch_memory import ManagedState, managed_bytes
 
-__all__ = ["HostMemory", "host_memory", "table_bytes", "host_memory_problem", "format_size"]
+__all__ = ["GIB", "HostMemory", "host_memory", "table_bytes", "host_memory_problem", "format_size", "staging_limit"]
+
+
+GIB = 1024**3
 
 
 @attrs.frozen
@@ -120,12 +123,12 @@ def table_bytes(modules: Sequence[Any], updates: Mapping[str, Any], world_size: 
 
 
 def _gb(n: float) -> str:
-    return f"{n / 1024**3:.1f} GiB"
+    return f"{n / GIB:.1f} GiB"
 
 
 def format_size(n: float) -> str:
     """Bytes in the unit that shows them best (``"1.50 GiB"``, ``"264.03 KiB"``)."""
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    for unit, scale in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
@@ -151,3 +154,11 @@ def host_memory_problem(modules: Sequence[Any], updates: Mapping[str, Any], worl
             "of it available: the run would be killed for memory. Use fewer rows (num_buckets, hash_bucket_size), a "
             "smaller embedding_dim, a sparse optimizer with less state, more hosts, or a GPU")
 
+
+
+def staging_limit(budget_gb: float | None, room: int | None) -> int | None:
+    """The most bytes a save behind training may copy the state into on a host:
+    ``train.async_checkpoint_budget_gb`` when set, else ``room`` (the memory left for it; None:
+    unknown, no limit). The save (:class:`~tzrun.runner.async_checkpoint.BackgroundSaves`) and
+    the plan's peak (:func:`~tzrun.runner.plan_memory.host_peak`) both decide by it."""
+    return int(budget_gb * GIB) if budget_gb is not None else room

@@ -10,9 +10,10 @@ from typing import Any, Mapping
 
 import attrs
 
+from tzrun.runner.host_memory import GIB
+
 __all__ = ["PlanFailure", "diagnose", "format_gib", "GIB"]
 
-GIB = 1024**3
 
 
 def format_gib(n: float) -> str:

@@ -17,6 +17,7 @@ from tzrun.config.schema import RunConfig
 from tzrun.kernel.registry import Registries
 from tzrun.runner.dcp_integrity import BLOCK
 from tzrun.runner.dense_parts import assign_parts
+from tzrun.runner.host_memory import GIB, staging_limit
 from tzrun.runner.model import dense_parameter_names
 from tzrun.runner.zch_memory import ManagedState, managed_bytes
 
@@ -308,14 +309,15 @@ def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[Tabl
     copy = len(members) * max(sum(getattr(r, t)[p] for t in TIERS for p in ("tables", "optimizer", "managed")) + state
                               for r in members)
     train = cfg.train
-    budget = None if train.async_checkpoint_budget_gb is None else int(train.async_checkpoint_budget_gb * 1024**3)
-    room = budget if budget is not None else (None if available is None else available - held - runtime * len(members))
+    room = staging_limit(train.async_checkpoint_budget_gb,
+                         None if available is None else available - held - runtime * len(members))
     if train.async_checkpoint and (room is None or copy <= room):  # a resume's load still holds its blocks
         return HostPeak(len(members), held, max(copy, synchronous), runtime * len(members),
                         "a copy of each rank's state, written behind training")
     how = "written synchronously from the live tables" + (", a shard at a time through host memory" if device == "cuda" else "")
     if train.async_checkpoint:
-        over = (f"train.async_checkpoint_budget_gb = {train.async_checkpoint_budget_gb:g}" if budget is not None
+        over = (f"train.async_checkpoint_budget_gb = {train.async_checkpoint_budget_gb:g}"
+                if train.async_checkpoint_budget_gb is not None
                 else "the memory left beside the rest")
-        how += f": the copy behind training, {copy / 1024**3:.2f} GiB, would exceed {over}"
+        how += f": the copy behind training, {copy / GIB:.2f} GiB, would exceed {over}"
     return HostPeak(len(members), held, synchronous, runtime * len(members), how)
