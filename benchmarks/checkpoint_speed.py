@@ -16,8 +16,8 @@ Rows:
   hashing every file from the disk (the version before).
 * ``async save, blocking``: what ``train.async_checkpoint`` blocks training for (the copy to
   CPU memory); ``async save, total``: until the checkpoint is complete.
-* ``load``: ``load_checkpoint``, each ``state/`` file's SHA-256 checked on a thread of its own
-  while DCP reads it (this version).
+* ``load``: ``load_checkpoint``, the SHA-256 of each 64 MiB block of each ``state/`` file
+  checked on this process's share of the cores while DCP reads it (this version).
 * ``load, sizes only``: ``load_checkpoint`` without the hashes of ``state/``
   (``TZRUN_CHECKPOINT_VERIFY=size``), which reads through DCP's own reader: ``torch.load``
   copies each value into a fresh allocation before DCP copies it into the state.

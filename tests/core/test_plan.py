@@ -51,11 +51,12 @@ def test_json_parses_and_adds_up(capsys, tiny):
     # sgd keeps no state; the dense sgd (momentum 0) neither
     assert sum(r["ddr"]["optimizer"] for r in report["ranks"]) == 0
     assert all(r["ddr"]["dense"] == report["dense"]["total"] > 0 for r in report["ranks"])
-    # the one host's peak: both ranks' DDR, a synchronous save's two 64 MiB load blocks a rank,
-    # and the runtime (torch and TorchRec loaded, 0.5 GiB) once per rank
+    # the one host's peak: both ranks' DDR, a load's 64 MiB blocks a rank (one per hashing
+    # thread, at most 4, and one being copied), and the runtime (torch and TorchRec loaded,
+    # 0.5 GiB) once per rank
     peak = report["peak_host_memory"]
     assert peak["ranks"] == 2 and peak["held"] == sum(r["ddr"]["total"] for r in report["ranks"])
-    assert peak["checkpoint"] == 2 * 2 * (64 << 20) and peak["checkpoint_how"] == "written synchronously from the live tables"
+    assert peak["checkpoint"] == 2 * (4 + 1) * (64 << 20) and peak["checkpoint_how"] == "written synchronously from the live tables"
     assert peak["runtime"] == 2 * (512 << 20) and peak["total"] == peak["held"] + peak["checkpoint"] + peak["runtime"]
 
 

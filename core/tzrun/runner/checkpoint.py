@@ -11,7 +11,7 @@ Layout of one checkpoint::
                            windows)
     step-N/meta.json       a readable record for tools that do not import torch: step, epoch,
                            world size, data position, plan, plugin set, learning rates, config
-    step-N/manifest.json   every file above: relative path, size, SHA-256 (see :mod:`.manifest`)
+    step-N/manifest.json   every file above: relative path, size, SHA-256 of each 64 MiB block (see :mod:`.manifest`)
     step-N/COMPLETE        written last, by rank 0, after every rank finished; records the
                            manifest's SHA-256. Without it the directory is not a checkpoint and
                            is never loaded
@@ -52,6 +52,7 @@ from typing import Any, Mapping
 from tzrun.errors import CheckpointError, IncompleteCheckpointError
 from tzrun.io.files import write_atomic
 from tzrun.runner.checkpoint_blobs import named_state
+from tzrun.runner.dcp_integrity import HashedFiles
 from tzrun.runner.dcp_storage import load_state, save_planner, storage_writer
 from tzrun.runner.manifest import (
     MANIFEST,
@@ -64,6 +65,7 @@ from tzrun.runner.manifest import (
     manifest_bytes,
     marker_bytes,
     marker_state,
+    read_entries,
     verify_hashes_by_default,
 )
 from tzrun.runner.run_marker import is_run_dir
@@ -185,7 +187,7 @@ def _group() -> tuple[int, int]:
     return 0, 1
 
 
-def _write_manifest(path: Path, step: int, hashed: Mapping[str, tuple[int, str]], group: Any = None) -> bytes:
+def _write_manifest(path: Path, step: int, hashed: HashedFiles, group: Any = None) -> bytes:
     """Write ``manifest.json`` on rank 0 (collective over ``group``; every file must be written).
 
     The ranks' ``hashed`` (what each rank's writer hashed as it wrote ``state/``) are gathered;
@@ -203,11 +205,11 @@ def _write_manifest(path: Path, step: int, hashed: Mapping[str, tuple[int, str]]
     written = {f"state/{name}": entry for part in everyone for name, entry in part.items()}
     entries = []
     for name in listed_files(path):
-        size, sha256 = written.get(name, (-1, ""))
+        size, blocks = written.get(name, (-1, ()))
         if size != (path / name).stat().st_size:
             entries += describe_files(path, [name])
         else:
-            entries.append(FileEntry(name, size, sha256))
+            entries.append(FileEntry(name, size, blocks))
     content = manifest_bytes(step, entries)
     write_atomic(path / MANIFEST, content)
     return content
@@ -237,7 +239,7 @@ def begin_checkpoint(path: Path, rank: int) -> bool:
     return True
 
 
-def finish_checkpoint(path: Path, step: int, *, meta: Mapping[str, Any], hashed: Mapping[str, tuple[int, str]],
+def finish_checkpoint(path: Path, step: int, *, meta: Mapping[str, Any], hashed: HashedFiles,
                       rank: int, group: Any = None) -> Path:
     """After every rank's DCP save returned: rank 0 writes ``meta.json``, the manifest (from
     the hashes the writers computed, gathered over ``group``) and, last, the completion marker."""
@@ -324,6 +326,8 @@ def verify_checkpoint(path: Path, *, hashes: bool | None = None, collective: boo
     rank, world_size = _group() if collective else (0, 1)
     status = check_checkpoint(path, hashes=hashes, share=(rank, world_size),
                               later=("state/",) if state_while_reading else ())
+    if status.state == "unsupported":  # the same on every rank: each reads the same manifest
+        raise CheckpointError(f"checkpoint {path}: {status.problems[0]}")
     problems = list(status.problems)
     if world_size > 1:
         everyone: list[Any] = [None] * world_size
@@ -346,19 +350,19 @@ def init_lazy_states(optimizer: Any) -> None:
             child.zero_grad(set_to_none=True)
 
 
-def _state_hashes(path: Path) -> dict[str, tuple[int, str]]:
-    """Size and SHA-256 of each file under ``state/`` by name, from the (verified) manifest."""
-    files = json.loads((path / MANIFEST).read_bytes())["files"]
-    return {f["path"][len("state/"):]: (f["size"], f["sha256"]) for f in files if f["path"].startswith("state/")}
+def _state_entries(path: Path) -> dict[str, FileEntry]:
+    """The manifest's entry of each file under ``state/``, by name (the manifest verified)."""
+    entries = read_entries((path / MANIFEST).read_bytes())
+    return {e.path[len("state/"):]: e for e in entries if e.path.startswith("state/")}
 
 
 def verified_reads(path: Path) -> dict[str, Any]:
     """The arguments of :func:`~tzrun.runner.dcp_storage.load_state` that check each file of
-    the checkpoint ``path``'s ``state/`` against its manifest as it is read (size and SHA-256,
-    on a thread beside DCP's copy: one read of the file instead of a verification and a load),
+    the checkpoint ``path``'s ``state/`` against its manifest as it is read (size and the SHA-256
+    of each block, on threads beside DCP's copy: one read of the file instead of a verification and a load),
     a damaged one named as :func:`verify_checkpoint` names it. Every load of a checkpoint's
     state goes through them: a resume, ``evaluate``, ``--init-from``, an export, a delta dump."""
-    return {"expected": _state_hashes(path),
+    return {"expected": _state_entries(path),
             "damaged": lambda name, why: CheckpointError(_damaged_message(path, [f"state/{name}: {why}"]))}
 
 
@@ -374,7 +378,7 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
             this run's layout).
         verify: check the files against the manifest first (:func:`verify_checkpoint`): sizes,
             and the hashes of the files outside ``state/``.
-        verify_reads: check each file under ``state/`` against the manifest's SHA-256 as it is
+        verify_reads: check each file under ``state/`` against the manifest's block hashes as it is
             read, while DCP takes the values out of it (one read instead of two). Default: ``verify`` and
             not ``TZRUN_CHECKPOINT_VERIFY=size``; a caller that ran :func:`verify_checkpoint`
             with ``state_while_reading`` passes ``verify=False, verify_reads=True``.

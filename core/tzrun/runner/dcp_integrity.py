@@ -4,14 +4,16 @@ The writer's file system (:class:`HashingFileSystem`) hashes each file as DCP wr
 (:data:`HashedFiles`, read by the manifest). The reader's (:class:`VerifyingFileSystem`),
 given the manifest's entries, reads each file it needs once, whole (a local one mapped, so its
 pages are read from the disk once and DCP copies from the page cache), checks its size before
-DCP gets a byte of it and its SHA-256 on another thread while DCP reads it (hashing is as slow
-as the disk: done first, it halved the load rate). A damaged file is named before the load
-returns, in place of whatever torch made of its bytes.
+DCP gets a byte of it and the SHA-256 of each of its blocks on other threads while DCP reads it
+(:class:`~tzrun.runner.manifest.BlockHasher`, on this rank's share of the host's cores: one
+SHA-256 stream is slower than the disk, and done first it halved the load rate). A damaged file
+is named, with the bytes that differ, before the load returns, in place of whatever torch made
+of its bytes.
 
 A mapped file's pages are let go as soon as they are used (:func:`release_pages`): the hash
-thread drops each block it has hashed, and DCP's copy each piece of a value it has copied, so
-a load holds a few blocks of the file in the process besides the state it loads, not the whole
-file (which doubled a resume's memory). The pages stay in the page cache; one used again (the
+threads drop each block they have hashed, and DCP's copy each piece of a value it has copied,
+so a load holds a few blocks of the file in the process besides the state it loads (one per
+hashing thread and the piece being copied), not the whole file (which doubled a resume's memory). The pages stay in the page cache; one used again (the
 copy behind the hash, or the hash behind the copy) comes back from there.
 """
 
@@ -21,16 +23,18 @@ import contextlib
 import hashlib
 import io
 import mmap
-import threading
 from typing import Any, Callable, Iterator, Mapping
+
+from tzrun.runner.manifest import BLOCK_SIZE, BlockHasher, FileEntry, hash_threads
 
 __all__ = ["HashedFiles", "HashingFileSystem", "BufferReader", "VerifyingFileSystem", "release_pages"]
 
-#: bytes hashed (and then let go) at a time
-BLOCK = 64 << 20
+#: bytes hashed (and then let go) at a time: a block of the manifest
+BLOCK = BLOCK_SIZE
 
-#: What a writer hashed: each file's name (in its directory) to its size and SHA-256 (hex).
-HashedFiles = dict[str, tuple[int, str]]
+#: What a writer hashed: each file's name (in its directory) to its size and the SHA-256 (hex)
+#: of each of its blocks of :data:`BLOCK` bytes.
+HashedFiles = dict[str, tuple[int, tuple[str, ...]]]
 
 
 def _name(path: Any) -> str:
@@ -38,19 +42,34 @@ def _name(path: Any) -> str:
 
 
 class _HashingStream:
-    """A write stream that hashes every byte it passes on (DCP only appends: no seeking)."""
+    """A write stream that hashes every byte it passes on, block by block (DCP only appends: no
+    seeking)."""
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self.digest = hashlib.sha256()
+        self.blocks: list[str] = []
         self.size = 0
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self.digest.update(view)
-        self.size += view.nbytes
+        done = 0
+        while done < view.nbytes:
+            room = BLOCK - self.size % BLOCK
+            piece = view[done:done + room]
+            self.digest.update(piece)
+            done += piece.nbytes
+            self.size += piece.nbytes
+            if self.size % BLOCK == 0:
+                self.blocks.append(self.digest.hexdigest())
+                self.digest = hashlib.sha256()
         written = self.raw.write(view)
         return view.nbytes if written is None else written
+
+    def hashed(self) -> tuple[int, tuple[str, ...]]:
+        """The size and block hashes of what was written (a last, shorter block included)."""
+        last = [self.digest.hexdigest()] if self.size % BLOCK or not self.size else []
+        return self.size, tuple(self.blocks + last)
 
     def seekable(self) -> bool:
         return False
@@ -80,7 +99,7 @@ class HashingFileSystem:
                 return
             hashing = _HashingStream(stream)
             yield hashing
-        self._hashed[_name(path)] = (hashing.size, hashing.digest.hexdigest())
+        self._hashed[_name(path)] = hashing.hashed()
 
 
 def _mapped(stream: Any) -> mmap.mmap | None:
@@ -150,40 +169,14 @@ class BufferReader(io.RawIOBase):
         super().close()
 
 
-class _Digest(threading.Thread):
-    """SHA-256 of ``data``, computed on a thread of its own (hashlib releases the GIL), so that
-    hashing a file overlaps with DCP copying its values out of it."""
-
-    def __init__(self, data: Any) -> None:
-        super().__init__(name="tzrun-checkpoint-digest", daemon=True)
-        self._data = data
-        self.hexdigest = ""
-        self.start()
-
-    def run(self) -> None:
-        digest = hashlib.sha256()
-        view = memoryview(self._data)
-        try:
-            for start in range(0, len(view), BLOCK):
-                digest.update(view[start:start + BLOCK])
-                release_pages(self._data, start, start + BLOCK)
-        finally:
-            view.release()
-        self.hexdigest = digest.hexdigest()
-
-    def matches(self, expected: str) -> bool:
-        """Whether the digest, once computed, is ``expected``."""
-        self.join()
-        return self.hexdigest == expected
-
-
 class VerifyingFileSystem:
     """DCP's file system of a reader: a file the manifest lists is read once, whole; its size
-    is checked before DCP gets a byte of it and its SHA-256 while DCP reads it (on another
-    thread), and ``damaged(problem)`` is raised for either one that is not the manifest's,
-    before the load returns and in place of whatever DCP made of the damaged bytes."""
+    is checked before DCP gets a byte of it and its blocks' SHA-256 while DCP reads it (on
+    :func:`~tzrun.runner.manifest.hash_threads` threads), and ``damaged(problem)`` is raised
+    for either one that is not the manifest's, before the load returns and in place of
+    whatever DCP made of the damaged bytes."""
 
-    def __init__(self, fs: Any, expected: Mapping[str, tuple[int, str]], damaged: Callable[[str, str], Exception]) -> None:
+    def __init__(self, fs: Any, expected: Mapping[str, FileEntry], damaged: Callable[[str, str], Exception]) -> None:
         self._fs = fs
         self._expected = expected
         self._damaged = damaged
@@ -198,32 +191,29 @@ class VerifyingFileSystem:
             with self._fs.create_stream(path, mode) as stream:
                 yield stream
             return
-        size, sha256 = self._expected[name]
+        entry = self._expected[name]
         with self._fs.create_stream(path, mode) as stream:
             data = _mapped(stream) or stream.read()
-        reader = digest = None
+        reader = hasher = None
         try:
-            if len(data) != size:
-                how = "truncated" if len(data) < size else "longer than written"
-                raise self._damaged(name, f"{how} ({len(data):,} bytes; {size:,} were written)")
-            digest = _Digest(data)
+            if len(data) != entry.size:
+                how = "truncated" if len(data) < entry.size else "longer than written"
+                raise self._damaged(name, f"{how} ({len(data):,} bytes; {entry.size:,} were written)")
+            hasher = BlockHasher(data, entry.block_size, hash_threads(), lambda start, end: release_pages(data, start, end))
             reader = BufferReader(memoryview(data), lambda start, end: release_pages(data, start, end))
             try:
                 yield reader
             except Exception:
-                if not digest.matches(sha256):  # what torch made of damaged bytes is not the news
-                    raise self._corrupted(name) from None
+                if problem := entry.problem(hasher.digests()):  # what torch made of damaged bytes is not the news
+                    raise self._damaged(name, problem) from None
                 raise
-            if not digest.matches(sha256):
-                raise self._corrupted(name)
+            if problem := entry.problem(hasher.digests()):
+                raise self._damaged(name, problem)
         finally:
-            if digest is not None:
-                digest.join()  # it reads the mapping: closed only after it
+            if hasher is not None:
+                hasher.join()  # it reads the mapping: closed only after it
             if reader is not None:
                 reader.close()
             if isinstance(data, mmap.mmap):
                 with contextlib.suppress(BufferError):  # a view still held (an error's traceback): unmapped when freed
                     data.close()
-
-    def _corrupted(self, name: str) -> Exception:
-        return self._damaged(name, "corrupted (its SHA-256 differs from the one written)")

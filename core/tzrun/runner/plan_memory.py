@@ -16,6 +16,7 @@ import torch
 from tzrun.config.schema import RunConfig
 from tzrun.kernel.registry import Registries
 from tzrun.runner.dcp_integrity import BLOCK
+from tzrun.runner.manifest import MAX_HASH_THREADS
 from tzrun.runner.dense_parts import assign_parts
 from tzrun.runner.host_memory import GIB, staging_limit
 from tzrun.runner.model import dense_parameter_names
@@ -286,8 +287,9 @@ def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[Tabl
     """The peak host memory of the fullest host under a plan (``ranks``, ``tables``), with
     ``runtime`` bytes per rank and the host's ``available`` memory (None: unknown).
 
-    A synchronous save writes from the live tables, and a load holds two 64 MiB blocks of the
-    file it reads (:data:`~tzrun.runner.dcp_integrity.BLOCK`); on a GPU the save copies one
+    A synchronous save writes from the live tables, and a load holds a 64 MiB block of the
+    file it reads (:data:`~tzrun.runner.dcp_integrity.BLOCK`) for each thread hashing it
+    (at most :data:`~tzrun.runner.manifest.MAX_HASH_THREADS`) and one being copied; on a GPU the save copies one
     tensor at a time to host memory (the largest shard's rows are counted). With ``train.async_checkpoint`` each rank
     copies its whole state to host memory (tables, both optimizers' state, the dense weights and
     EMA), unless the copy exceeds ``train.async_checkpoint_budget_gb`` (unset: the memory left
@@ -304,7 +306,7 @@ def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[Tabl
         for shard in table.shards:
             if shard["rank"] in largest_shard:
                 largest_shard[shard["rank"]] = max(largest_shard[shard["rank"]], int(math.prod(shard["sizes"]) * element))
-    synchronous = sum(2 * BLOCK + (largest_shard[r.rank] if device == "cuda" else 0) for r in members)
+    synchronous = sum((MAX_HASH_THREADS + 1) * BLOCK + (largest_shard[r.rank] if device == "cuda" else 0) for r in members)
     state = dense.weights + dense.optimizer + dense.ema
     copy = len(members) * max(sum(getattr(r, t)[p] for t in TIERS for p in ("tables", "optimizer", "managed")) + state
                               for r in members)
