@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -350,16 +351,53 @@ def test_reader_nice_lowers_the_prefetch_thread_and_the_workers_but_not_the_trai
     """data.reader_nice: reading yields the cores to the training step's threads."""
     import functools
 
-    from tzrun.data.loader import ThreadPrefetcher, _single_threaded_worker
+    from tzrun.data.loader import ThreadPrefetcher, _start_worker
 
     trainer = _own_nice()
     seen = list(ThreadPrefetcher((_own_nice() for _ in range(2)), depth=1, nice=5))
     assert seen == [min(19, trainer + 5)] * 2
     assert _own_nice() == trainer
     loader = torch.utils.data.DataLoader(_NiceRows(), batch_size=None, num_workers=1,
-                                         worker_init_fn=functools.partial(_single_threaded_worker, nice=3))
+                                         worker_init_fn=functools.partial(_start_worker, nice=3))
     assert [int(x) for x in loader] == [min(19, trainer + 3)]
     assert list(ThreadPrefetcher((_own_nice() for _ in range(1)), depth=1, nice=0)) == [trainer]
+
+
+class _InheritedDescriptors(torch.utils.data.IterableDataset):
+    """What a worker's descriptors ``fds`` point at (``/proc/self/fd``)."""
+
+    def __init__(self, fds):
+        self.fds = fds
+
+    def __iter__(self):
+        yield [os.readlink(f"/proc/self/fd/{fd}") for fd in self.fds]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd is Linux's")
+def test_a_data_worker_lets_go_of_the_ranks_tcp_connections_but_keeps_its_other_sockets():
+    """A worker holding a killed rank's connections to its peers kept them from seeing it gone
+    (a 2-rank job waited 9 s before torchrun could restart it): each inherited TCP socket now
+    points at /dev/null in the worker; the rank's own stay connected, a Unix socket stays."""
+    import functools
+    import socket
+
+    from tzrun.data.loader import _start_worker
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    local, other = socket.socketpair()
+    try:
+        fds = [client.fileno(), server.fileno(), local.fileno()]
+        loader = torch.utils.data.DataLoader(_InheritedDescriptors(fds), batch_size=None, num_workers=1,
+                                             worker_init_fn=functools.partial(_start_worker, nice=0))
+        (seen,) = list(loader)
+        assert seen[:2] == ["/dev/null", "/dev/null"] and seen[2].startswith("socket:")
+        client.sendall(b"x")  # the rank's connection is its own still
+        assert accepted.recv(1) == b"x"
+    finally:
+        for sock in (client, server, accepted, local, other):
+            sock.close()
 
 
 @pytest.mark.parametrize("shuffle", [0, 700])

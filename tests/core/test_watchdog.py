@@ -74,3 +74,47 @@ def test_a_collective_timeout_names_its_config_key():
     error = RuntimeError("[gloo] Timed out waiting 300000ms for recv operation to complete")
     assert "train.collective_timeout_s = 300 s" in wd.one_line(error, 300.0)
     assert "collective_timeout_s" not in wd.one_line(DataError("timed out reading a.csv"), 300.0)
+
+
+def _beat_as(watchdog, pid: int, host: str | None = None) -> None:
+    """``watchdog``'s heartbeat as a process ``pid`` of ``host`` (default: this one) writes it."""
+    import socket
+
+    watchdog.store.set(f"beat/{watchdog.rank}", json.dumps({"n": 1, "step": 6, "time": 0.0,
+                                                              "host": host or socket.gethostname(), "pid": pid}))
+
+
+@pytest.mark.parametrize("peer", ["ended", "running", "on-another-host", "followed"])
+def test_a_failed_rank_does_not_wait_for_a_peer_whose_process_has_ended(monkeypatch, peer):
+    """A rank that failed because its peer was killed waited out the whole grace for the dead
+    peer to record its exit code (4 s before torchrun could restart the job); it waits for a
+    peer that still runs, or runs on another host, and not for one that followed it."""
+    import subprocess
+    import sys
+
+    rank0, rank1 = _pair()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pids = {"ended": _ended_pid(), "running": live.pid, "on-another-host": _ended_pid(),
+                "followed": live.pid}
+        _beat_as(rank1, pids[peer], host="elsewhere" if peer == "on-another-host" else None)
+        if peer == "followed":
+            rank1.store.set("ended/1", "65")
+        polls: list[float] = []
+        monkeypatch.setattr(wd.time, "sleep", polls.append)
+        rank0.wait_for_others(timeout_s=0.2)
+        waited = bool(polls)
+        assert waited == (peer in ("running", "on-another-host")), (peer, len(polls))
+    finally:
+        live.kill()
+        live.wait()
+
+
+def _ended_pid() -> int:
+    """The pid of a process of this host that has ended (and been reaped)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid

@@ -42,6 +42,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from tzrun.errors import EXIT_RANK_LOST, TzrunError, exit_code_of
@@ -156,16 +157,29 @@ class Watchdog:
     def wait_for_others(self, timeout_s: float = 4 * POLL_S + 2) -> None:
         """After this rank's failure: wait (briefly) until the other ranks have followed it, so
         that each records the job's exit code before torchrun, seeing this rank exit, ends
-        them with a signal."""
+        them with a signal. A rank of this host whose process has already ended (killed: it
+        never follows) is not waited for (:meth:`_gone`)."""
         deadline = time.monotonic() + timeout_s
-        others = [f"ended/{r}" for r in range(self.world_size) if r != self.rank]
+        waiting = [r for r in range(self.world_size) if r != self.rank]
         while time.monotonic() < deadline:
             try:
-                if self.store.check(others):
-                    return
+                waiting = [r for r in waiting if not self.store.check([f"ended/{r}"]) and not self._gone(r)]
             except Exception:  # noqa: BLE001 - the store is gone: nothing to wait for
                 return
+            if not waiting:
+                return
             time.sleep(0.1)
+
+    def _gone(self, peer: int) -> bool:
+        """Whether ``peer``'s last heartbeat names a process of this host that is no longer
+        running (ended, or a zombie); False when it runs elsewhere or cannot be told."""
+        key = f"beat/{peer}"
+        if not self.store.check([key]):
+            return False
+        beat = json.loads(self.store.get(key))
+        if beat.get("host") != socket.gethostname() or not beat.get("pid"):
+            return False
+        return not _running(int(beat["pid"]))
 
     # -- the thread ------------------------------------------------------------------------------
 
@@ -229,6 +243,23 @@ class Watchdog:
             record_exit_code(EXIT_RANK_LOST, rank=peer)  # for it, so that the launcher exits with the job's code
             _kill_frozen(int(beat["pid"]))
         _end(EXIT_RANK_LOST, message, self)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie does not; without ``/proc``, a
+    process that exists does)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        if Path("/proc/self/stat").exists():
+            return False  # no entry: ended
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: it exists
+    return True
 
 
 def _kill_frozen(pid: int) -> None:
