@@ -25,7 +25,7 @@ import io
 import mmap
 from typing import Any, Callable, Iterator, Mapping
 
-from tzrun.runner.manifest import BLOCK_SIZE, BlockHasher, FileEntry, hash_threads
+from tzrun.runner.manifest import BLOCK_SIZE, BlockHasher, FileEntry, hash_threads, release_pages
 
 __all__ = ["HashedFiles", "HashingFileSystem", "BufferReader", "VerifyingFileSystem", "release_pages"]
 
@@ -112,19 +112,6 @@ def _mapped(stream: Any) -> mmap.mmap | None:
     with contextlib.suppress(AttributeError, OSError):
         mapped.madvise(mmap.MADV_WILLNEED)  # the kernel reads ahead the whole file now, not page by page
     return mapped
-
-
-def release_pages(data: Any, start: int, end: int) -> None:
-    """Let go of the whole pages of ``data[start:end]`` when ``data`` is a file's mapping
-    (``MADV_DONTNEED``: the process no longer holds them; read again, they come back from the
-    page cache); nothing for bytes in memory, or where the system has no such call."""
-    if not isinstance(data, mmap.mmap) or data.closed:
-        return
-    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-    last = min(end, len(data)) // mmap.PAGESIZE * mmap.PAGESIZE
-    if last > first:
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 class BufferReader(io.RawIOBase):

@@ -85,7 +85,7 @@ def _load_item(view: memoryview, info: Any, item: Any, planner: Any, relative_pa
                release: Callable[[int, int], None]) -> None:
     """One entry of a ``state/`` file into the loaded state, as DCP's reader does, letting go
     of the file's pages as they are copied (``release(start, end)``, offsets in the file;
-    :func:`~tzrun.runner.dcp_integrity.release_pages`). The views of the file's bytes die with
+    :func:`~tzrun.runner.manifest.release_pages`). The views of the file's bytes die with
     the call; one an error's traceback still holds keeps the file mapped (its slice of ``view``
     is never released early), so it never points at unmapped pages."""
     from torch.distributed._shard._utils import narrow_tensor_by_index

@@ -51,6 +51,7 @@ __all__ = [
     "hash_threads",
     "listed_files",
     "read_entries",
+    "release_pages",
     "describe_files",
     "manifest_bytes",
     "marker_bytes",
@@ -181,7 +182,7 @@ class BlockHasher:
     mapping), computed on ``threads`` threads of its own, in block order (hashlib releases the
     GIL, so the blocks are hashed on several cores while the caller goes on); ``release(start,
     end)`` is called with each block's range once it is hashed (a mapped file's pages are let go,
-    :func:`~tzrun.runner.dcp_integrity.release_pages`). :meth:`digests` waits for them."""
+    :func:`release_pages`). :meth:`digests` waits for them."""
 
     def __init__(self, data: Any, block_size: int = BLOCK_SIZE, threads: int = 1,
                  release: Callable[[int, int], None] | None = None) -> None:
@@ -216,6 +217,19 @@ class BlockHasher:
         return list(self._digests)
 
 
+def release_pages(data: Any, start: int, end: int) -> None:
+    """Let go of the whole pages of ``data[start:end]`` when ``data`` is a file's mapping
+    (``MADV_DONTNEED``: the process no longer holds them; read again, they come back from the
+    page cache); nothing for bytes in memory, or where the system has no such call."""
+    if not isinstance(data, mmap.mmap) or data.closed:
+        return
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = min(end, len(data)) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            data.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
 def _file_blocks(path: Path, block_size: int) -> list[str]:
     """The SHA-256 of each block of the file ``path``: a local one mapped and hashed on
     :func:`hash_threads` threads, one on an object store read block by block."""
@@ -237,8 +251,8 @@ def _file_blocks(path: Path, block_size: int) -> list[str]:
                 digests.append(digest.hexdigest())
                 if left:
                     return digests
-        try:
-            return BlockHasher(data, block_size, hash_threads()).digests()
+        try:  # each block let go once hashed: a large file is not held in the process
+            return BlockHasher(data, block_size, hash_threads(), lambda start, end: release_pages(data, start, end)).digests()
         finally:
             data.close()
 
