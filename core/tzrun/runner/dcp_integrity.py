@@ -13,8 +13,9 @@ of its bytes.
 A mapped file's pages are let go as soon as they are used (:func:`release_pages`): the hash
 threads drop each block they have hashed, and DCP's copy each piece of a value it has copied,
 so a load holds a few blocks of the file in the process besides the state it loads (one per
-hashing thread and the piece being copied), not the whole file (which doubled a resume's memory). The pages stay in the page cache; one used again (the
-copy behind the hash, or the hash behind the copy) comes back from there.
+hashing thread and the piece being copied), not the whole file (which doubled a resume's
+memory). The pages stay in the page cache; one used again (the copy behind the hash, or the
+hash behind the copy) comes back from there.
 """
 
 from __future__ import annotations
