@@ -113,12 +113,11 @@ class CheckpointView:
         """
         from tzrun.runner.checkpoint import verified_reads
         from tzrun.runner.dcp_storage import load_state
-        from tzrun.runner.manifest import verify_hashes_by_default
 
         path = as_path(self.path)
         with warnings.catch_warnings():  # DCP notes that it loads on one process: that is the point here
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            load_state(path / "state", state, no_dist=True, **(verified_reads(path) if verify_hashes_by_default() else {}))
+            load_state(path / "state", state, no_dist=True, **verified_reads(path))
 
     def load_value(self, key: str) -> dict[str, Any]:
         """The non-tensor state saved under ``key`` (``"update"``: the dense update's state,

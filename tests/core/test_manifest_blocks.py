@@ -28,7 +28,8 @@ def test_blocks_hashed_on_several_threads_are_each_blocks_sha256(size):
 
 
 def test_a_written_file_is_hashed_per_block_whatever_the_pieces_it_is_written_in():
-    from tzrun.runner.dcp_integrity import BLOCK, HashingFileSystem
+    from tzrun.runner.dcp_integrity import HashingFileSystem
+    from tzrun.runner.manifest import BLOCK_SIZE as BLOCK
 
     class Memory:
         def __init__(self):

@@ -261,7 +261,7 @@ def test_a_load_holds_a_few_blocks_of_the_checkpoint_file_besides_the_state(runs
     import subprocess
     import sys
 
-    from tzrun.runner.dcp_integrity import BLOCK
+    from tzrun.runner.manifest import BLOCK_SIZE as BLOCK
 
     path = save_checkpoint(tmp_path, 1, state={"table": torch.rand(6_250_000, 16)}, meta={"step": 1}, rank=0)
     script = tmp_path / "load_memory.py"

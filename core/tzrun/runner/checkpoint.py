@@ -356,12 +356,16 @@ def _state_entries(path: Path) -> dict[str, FileEntry]:
     return {e.path[len("state/"):]: e for e in entries if e.path.startswith("state/")}
 
 
-def verified_reads(path: Path) -> dict[str, Any]:
+def verified_reads(path: Path, hashes: bool | None = None) -> dict[str, Any]:
     """The arguments of :func:`~tzrun.runner.dcp_storage.load_state` that check each file of
     the checkpoint ``path``'s ``state/`` against its manifest as it is read (size and the SHA-256
     of each block, on threads beside DCP's copy: one read of the file instead of a verification and a load),
     a damaged one named as :func:`verify_checkpoint` names it. Every load of a checkpoint's
-    state goes through them: a resume, ``evaluate``, ``--init-from``, an export, a delta dump."""
+    state goes through them: a resume, ``evaluate``, ``--init-from``, an export, a delta dump.
+    Empty (DCP's own reader, no check) when ``hashes`` is False; ``hashes`` None: as
+    ``TZRUN_CHECKPOINT_VERIFY`` says."""
+    if not (verify_hashes_by_default() if hashes is None else hashes):
+        return {}
     return {"expected": _state_entries(path),
             "damaged": lambda name, why: CheckpointError(_damaged_message(path, [f"state/{name}: {why}"]))}
 
@@ -401,7 +405,7 @@ def load_checkpoint(path: Path, state: Mapping[str, Any], *, verify: bool = True
         init_lazy_states(state["optimizer"])
     try:
         load_state(path / "state", named_state(state, lambda key: f"{path / 'state'} entry '{key}'"),
-                   **(verified_reads(path) if verify_reads else {}))
+                   **verified_reads(path, verify_reads))
     except CheckpointError:
         raise
     except (Exception, CheckpointException) as error:  # DCP: "Missing key in checkpoint state_dict: <key>"

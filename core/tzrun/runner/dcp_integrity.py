@@ -30,11 +30,8 @@ from tzrun.runner.manifest import BLOCK_SIZE, BlockHasher, FileEntry, hash_threa
 
 __all__ = ["HashedFiles", "HashingFileSystem", "BufferReader", "VerifyingFileSystem", "release_pages"]
 
-#: bytes hashed (and then let go) at a time: a block of the manifest
-BLOCK = BLOCK_SIZE
-
 #: What a writer hashed: each file's name (in its directory) to its size and the SHA-256 (hex)
-#: of each of its blocks of :data:`BLOCK` bytes.
+#: of each of its blocks of :data:`~tzrun.runner.manifest.BLOCK_SIZE` bytes.
 HashedFiles = dict[str, tuple[int, tuple[str, ...]]]
 
 
@@ -56,12 +53,12 @@ class _HashingStream:
         view = memoryview(data).cast("B")
         done = 0
         while done < view.nbytes:
-            room = BLOCK - self.size % BLOCK
+            room = BLOCK_SIZE - self.size % BLOCK_SIZE
             piece = view[done:done + room]
             self.digest.update(piece)
             done += piece.nbytes
             self.size += piece.nbytes
-            if self.size % BLOCK == 0:
+            if self.size % BLOCK_SIZE == 0:
                 self.blocks.append(self.digest.hexdigest())
                 self.digest = hashlib.sha256()
         written = self.raw.write(view)
@@ -69,7 +66,7 @@ class _HashingStream:
 
     def hashed(self) -> tuple[int, tuple[str, ...]]:
         """The size and block hashes of what was written (a last, shorter block included)."""
-        last = [self.digest.hexdigest()] if self.size % BLOCK or not self.size else []
+        last = [self.digest.hexdigest()] if self.size % BLOCK_SIZE or not self.size else []
         return self.size, tuple(self.blocks + last)
 
     def seekable(self) -> bool:

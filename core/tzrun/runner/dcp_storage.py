@@ -33,8 +33,9 @@ from typing import IO, Any, Callable, Mapping, cast
 
 from tzrun.errors import CheckpointError
 from tzrun.io.storage import is_remote, redact_url, storage_options
-from tzrun.runner.dcp_integrity import BLOCK, BufferReader, HashingFileSystem, VerifyingFileSystem
+from tzrun.runner.dcp_integrity import BufferReader, HashingFileSystem, VerifyingFileSystem
 from tzrun.runner.dcp_metadata import read_metadata, refused, refused_value
+from tzrun.runner.manifest import BLOCK_SIZE, FileEntry
 
 __all__ = ["storage_writer", "save_planner", "storage_reader", "load_planner", "load_state"]
 
@@ -110,12 +111,12 @@ def _load_item(view: memoryview, info: Any, item: Any, planner: Any, relative_pa
 
 def _copy_releasing(target: Any, tensor: Any, release: Callable[[int, int], None]) -> None:
     """``target.copy_(tensor)``, a contiguous ``tensor`` in pieces of about
-    :data:`~tzrun.runner.dcp_integrity.BLOCK` bytes, each piece's source bytes released (by
+    :data:`~tzrun.runner.manifest.BLOCK_SIZE` bytes, each piece's source bytes released (by
     address) once copied."""
-    if not tensor.is_contiguous() or tensor.dim() == 0 or tensor.nbytes <= BLOCK:
+    if not tensor.is_contiguous() or tensor.dim() == 0 or tensor.nbytes <= BLOCK_SIZE:
         target.copy_(tensor)
         return
-    rows = max(1, BLOCK // max(1, tensor[0].nbytes))
+    rows = max(1, BLOCK_SIZE // max(1, tensor[0].nbytes))
     for start in range(0, tensor.shape[0], rows):
         piece = tensor[start:start + rows]
         target[start:start + rows].copy_(piece)
@@ -221,15 +222,15 @@ def own_storage(tensor: Any) -> Any:
     return as_bytes.view(tensor.dtype).view(tensor.shape)
 
 
-def storage_reader(path: Path, expected: Mapping[str, tuple[int, str]] | None = None,
+def storage_reader(path: Path, expected: Mapping[str, FileEntry] | None = None,
                    damaged: Callable[[str, str], Exception] | None = None) -> Any:
     """DCP's reader of ``path``, as :func:`storage_writer`, reading ``.metadata`` safely
     (:func:`read_metadata`): ``read_metadata()`` raises a :class:`CheckpointError` for a crafted one.
 
     Args:
         path: the ``state/`` directory.
-        expected: size and SHA-256 of its files by name (from the manifest): each file read is
-            checked whole: its size before DCP gets a byte of it, its SHA-256 while DCP reads it.
+        expected: the manifest's entry of its files by name (size and block hashes): each file read is
+            checked whole: its size before DCP gets a byte of it, its blocks' SHA-256 while DCP reads it.
         damaged: builds the error for a file that fails the check, from its name and the problem.
     """
     if is_remote(path):
@@ -285,7 +286,7 @@ def load_planner(path: Path | None = None) -> Any:
 
 
 def load_state(path: Path, state: dict[str, Any], *, no_dist: bool = False,
-               expected: Mapping[str, tuple[int, str]] | None = None,
+               expected: Mapping[str, FileEntry] | None = None,
                damaged: Callable[[str, str], Exception] | None = None) -> None:
     """``torch.distributed.checkpoint.load`` of ``state`` from the ``state/`` directory ``path``,
     safely (collective unless ``no_dist``); ``expected`` and ``damaged`` as :func:`storage_reader`.

@@ -155,7 +155,6 @@ def host_memory_problem(modules: Sequence[Any], updates: Mapping[str, Any], worl
             "smaller embedding_dim, a sparse optimizer with less state, more hosts, or a GPU")
 
 
-
 def staging_limit(budget_gb: float | None, room: int | None) -> int | None:
     """The most bytes a save behind training may copy the state into on a host:
     ``train.async_checkpoint_budget_gb`` when set, else ``room`` (the memory left for it; None:

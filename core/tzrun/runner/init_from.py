@@ -204,7 +204,7 @@ def _load(source: Path, targets: dict[str, Any], names: Mapping[str, str], curre
                            sources={"model." + k: "model." + v for k, v in names.items()})
     placed = {names[k.removeprefix("model.")] for k in growth.model_keys()} if growth is not None else set()
     checked = verify_hashes_by_default()  # each read of state/ checked against the manifest
-    reads = verified_reads(source) if checked else {}
+    reads = verified_reads(source, checked)
     load_state(source / "state", {"model": {"model." + k: v for k, v in targets.items() if k not in placed}}, **reads)
     # the targets are the model's own state tensors (or shards of them): give them back to it
     model.load_state_dict({"model." + k: v for k, v in current.items()})

@@ -15,8 +15,7 @@ import torch
 
 from tzrun.config.schema import RunConfig
 from tzrun.kernel.registry import Registries
-from tzrun.runner.dcp_integrity import BLOCK
-from tzrun.runner.manifest import MAX_HASH_THREADS
+from tzrun.runner.manifest import BLOCK_SIZE, MAX_HASH_THREADS
 from tzrun.runner.dense_parts import assign_parts
 from tzrun.runner.host_memory import GIB, staging_limit
 from tzrun.runner.model import dense_parameter_names
@@ -288,7 +287,7 @@ def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[Tabl
     ``runtime`` bytes per rank and the host's ``available`` memory (None: unknown).
 
     A synchronous save writes from the live tables, and a load holds a 64 MiB block of the
-    file it reads (:data:`~tzrun.runner.dcp_integrity.BLOCK`) for each thread hashing it
+    file it reads (:data:`~tzrun.runner.manifest.BLOCK_SIZE`) for each thread hashing it
     (at most :data:`~tzrun.runner.manifest.MAX_HASH_THREADS`) and one being copied; on a GPU the save copies one
     tensor at a time to host memory (the largest shard's rows are counted). With ``train.async_checkpoint`` each rank
     copies its whole state to host memory (tables, both optimizers' state, the dense weights and
@@ -306,7 +305,7 @@ def host_peak(cfg: RunConfig, ranks: Sequence[RankMemory], tables: Sequence[Tabl
         for shard in table.shards:
             if shard["rank"] in largest_shard:
                 largest_shard[shard["rank"]] = max(largest_shard[shard["rank"]], int(math.prod(shard["sizes"]) * element))
-    synchronous = sum((MAX_HASH_THREADS + 1) * BLOCK + (largest_shard[r.rank] if device == "cuda" else 0) for r in members)
+    synchronous = sum((MAX_HASH_THREADS + 1) * BLOCK_SIZE + (largest_shard[r.rank] if device == "cuda" else 0) for r in members)
     state = dense.weights + dense.optimizer + dense.ema
     copy = len(members) * max(sum(getattr(r, t)[p] for t in TIERS for p in ("tables", "optimizer", "managed")) + state
                               for r in members)
